@@ -1,0 +1,240 @@
+"""Atomic, verified, code-free checkpoints: one safetensors file each, JSON metadata inside.
+
+A checkpoint is a single ``.safetensors`` file: model weights (``model.*``),
+optimizer state (``optim.*``), RNG states (``rng.*``) as tensors; everything
+else (step, data position, config, scheduler/scaler state, the task's state,
+best-so-far) as JSON in the header's metadata, with a manifest of SHA-256
+digests per tensor and of the JSON itself. Nothing is ever unpickled.
+
+Writes are atomic: temp file in the same directory → flush → fsync → rename
+→ fsync the directory. Before ``last`` is replaced, the old one is renamed to
+``last.prev``; a crash between the two renames leaves ``last.prev`` for the
+loader's fallback. ``load_latest`` tries last, last.prev, step-N (newest
+first) and best, verifying each, and says which damaged files it skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+#: Format version written into every checkpoint's metadata.
+FORMAT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used (missing, truncated, tampered, wrong shape); one-line message."""
+
+
+class CheckpointWriteError(Exception):
+    """A save failed (disk full, read-only, I/O error); the previous checkpoint is untouched."""
+
+
+@dataclass
+class Loaded:
+    """A verified checkpoint: its tensors, its JSON metadata, where it came from and what was skipped."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any]
+    skipped: list[str] = field(default_factory=list)
+
+
+def _digest(tensor: torch.Tensor) -> str:
+    data = tensor.detach().cpu().contiguous()
+    # bf16 has no numpy dtype: hash its raw bytes through an int16 view.
+    if data.dtype == torch.bfloat16:
+        data = data.view(torch.int16)
+    return hashlib.sha256(data.numpy().tobytes()).hexdigest()
+
+
+def optimizer_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over the optimizer's tensors in name order: equal digests mean identical optimizer state."""
+    h = hashlib.sha256()
+    for name in sorted(k for k in tensors if k.startswith("optim.")):
+        h.update(name.encode())
+        h.update(bytes.fromhex(_digest(tensors[name])))
+    return h.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it survives a power cut (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], keep_previous: bool = False) -> int:
+    """Write one checkpoint atomically; returns its size in bytes. Raises CheckpointWriteError on failure."""
+    path = Path(path)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    meta_json = json.dumps(meta, separators=(",", ":"), allow_nan=True)
+    manifest = {name: _digest(t) for name, t in tensors.items()}
+    header = {
+        "format": str(FORMAT_VERSION),
+        "meta": meta_json,
+        "meta_sha256": hashlib.sha256(meta_json.encode()).hexdigest(),
+        "manifest": json.dumps(manifest, separators=(",", ":")),
+    }
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(tmp), metadata=header)
+        with open(tmp, "rb+") as handle:
+            handle.flush()
+            os.fsync(handle.fileno())
+        size = tmp.stat().st_size
+        if keep_previous and path.exists():
+            os.replace(path, path.with_name(path.stem + ".prev" + path.suffix))
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+        return size
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise CheckpointWriteError(f"{path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # safetensors raises its own error types on write failures
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise CheckpointWriteError(f"{path}: {exc}") from None
+
+
+def read(path: Path) -> Loaded:
+    """Load and verify one checkpoint; CheckpointError if it is truncated, tampered or not ours."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            header = handle.metadata() or {}
+            names = list(handle.keys())
+            tensors = {name: handle.get_tensor(name) for name in names}
+    except Exception as exc:  # truncated or garbage files fail inside safetensors' parser
+        raise CheckpointError(f"{path}: not a readable checkpoint ({str(exc).splitlines()[0][:120]})") from None
+    if header.get("format") != str(FORMAT_VERSION):
+        raise CheckpointError(f"{path}: not a sensorlm-tui checkpoint (format {header.get('format')!r})")
+    meta_json = header.get("meta", "")
+    if hashlib.sha256(meta_json.encode()).hexdigest() != header.get("meta_sha256"):
+        raise CheckpointError(f"{path}: metadata checksum mismatch (file damaged or edited)")
+    try:
+        meta = json.loads(meta_json)
+        manifest = json.loads(header.get("manifest", ""))
+    except ValueError:
+        raise CheckpointError(f"{path}: metadata is not valid JSON") from None
+    if set(manifest) != set(tensors):
+        raise CheckpointError(f"{path}: tensor list does not match its manifest")
+    for name, tensor in tensors.items():
+        if _digest(tensor) != manifest[name]:
+            raise CheckpointError(f"{path}: tensor {name} fails its checksum (file damaged)")
+    return Loaded(path=path, tensors=tensors, meta=meta)
+
+
+def candidates(directory: Path) -> list[Path]:
+    """Checkpoint files in the order a resume should try them: last, last.prev, step-N newest first, best."""
+    directory = Path(directory)
+    steps = sorted(directory.glob("step-*.safetensors"), reverse=True)
+    ordered = [directory / "last.safetensors", directory / "last.prev.safetensors", *steps,
+               directory / "best.safetensors"]
+    return [p for p in ordered if p.is_file()]
+
+
+def load_latest(directory: Path) -> Loaded:
+    """The newest checkpoint in ``directory`` that verifies; skipped damaged ones are listed in ``skipped``."""
+    skipped = []
+    for path in candidates(directory):
+        try:
+            loaded = read(path)
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+            continue
+        loaded.skipped = skipped
+        return loaded
+    if skipped:
+        raise CheckpointError(f"{directory}: no usable checkpoint ({len(skipped)} damaged: {skipped[0]})")
+    raise CheckpointError(f"{directory}: holds no checkpoint")
+
+
+# -- state capture -----------------------------------------------------------------------
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split an optimizer state_dict into tensors (``optim.<param>.<key>``) and JSON (param groups, scalars)."""
+    state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for index, values in state["state"].items():
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.{index}.{key}"] = value
+            else:
+                scalars[f"{index}.{key}"] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """Inverse of optimizer_tensors; CheckpointError when the state does not fit this model."""
+    state: dict[int, dict] = {}
+    for name, value in tensors.items():
+        if not name.startswith("optim."):
+            continue
+        _, index, key = name.split(".", 2)
+        state.setdefault(int(index), {})[key] = value
+    for name, value in meta.get("scalars", {}).items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = value
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"optimizer state does not match this model ({exc})") from None
+
+
+def rng_capture() -> tuple[dict[str, torch.Tensor], dict]:
+    """All RNG states: torch (CPU and every CUDA device), numpy's global, python's."""
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    tensors["rng.numpy"] = torch.from_numpy(np.asarray(keys, dtype=np.uint32).view(np.int32).copy())
+    version, internal, gauss = random.getstate()
+    meta = {"numpy": [kind, int(pos), int(has_gauss), float(cached)],
+            "python": [version, list(internal), gauss]}
+    return tensors, meta
+
+
+def rng_restore(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """Inverse of rng_capture."""
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(t for t in tensors if t.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+    kind, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((kind, tensors["rng.numpy"].numpy().view(np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def timed_write(path: Path, tensors: dict, meta: dict, keep_previous: bool) -> tuple[int, float]:
+    """write() plus its wall time in seconds."""
+    start = time.perf_counter()
+    size = write(path, tensors, meta, keep_previous)
+    return size, time.perf_counter() - start

@@ -1,0 +1,187 @@
+"""Control requests a viewer sends to the engine, and the thread-safe mailbox the loop drains.
+
+A request is small and versioned (``Request.to_dict`` is what travels over the
+control socket). The engine applies requests only at a step boundary and
+answers every one with an event that carries its ``request_id``
+(``SettingChanged`` when applied, ``Refused`` with the reason otherwise), so a
+viewer never guesses what happened.
+
+Torch-free: the dashboard and the socket server import this.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Version of the request format; the socket server rejects other versions.
+REQUEST_VERSION = 1
+
+#: Every action a viewer may ask for.
+ACTIONS = ("pause", "resume", "checkpoint_now", "abort", "set", "free_memory")
+
+#: Settings ``set`` may change, with the type of their value.
+SETTABLE: dict[str, type] = {
+    "batch_size": int,
+    "attn_chunk": int,
+    "attn_backend": str,
+    "lr": float,
+}
+
+#: Abort modes: graceful checkpoints first, now stops without one.
+ABORT_MODES = ("graceful", "now")
+
+_ids = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """A request id unique within this process (pid-prefixed, so two viewers never collide)."""
+    return f"{os.getpid()}-{next(_ids)}"
+
+
+class RequestError(ValueError):
+    """A request that is not one of the Controls (unknown action, bad setting or value)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One control request: ``action`` plus, for ``set``, ``name``/``value``; ``force`` skips the budget check."""
+
+    action: str
+    name: str | None = None
+    value: Any = None
+    mode: str | None = None
+    force: bool = False
+    id: str = field(default_factory=new_request_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON form that travels over the control socket."""
+        out = {"v": REQUEST_VERSION, "id": self.id, "action": self.action}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.value is not None:
+            out["value"] = self.value
+        if self.mode is not None:
+            out["mode"] = self.mode
+        if self.force:
+            out["force"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Request":
+        """Validate an untrusted request; raises RequestError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise RequestError("request must be a JSON object")
+        if data.get("v") != REQUEST_VERSION:
+            raise RequestError(f"request version {data.get('v')!r} not supported (want {REQUEST_VERSION})")
+        unknown = set(data) - {"v", "id", "action", "name", "value", "mode", "force"}
+        if unknown:
+            raise RequestError(f"unknown request field(s): {', '.join(sorted(unknown))}")
+        action = data.get("action")
+        if action not in ACTIONS:
+            raise RequestError(f"unknown action {action!r}; allowed: {', '.join(ACTIONS)}")
+        rid = data.get("id")
+        if not isinstance(rid, str) or not (0 < len(rid) <= 64):
+            raise RequestError("request id must be a string of 1-64 characters")
+        force = data.get("force", False)
+        if not isinstance(force, bool):
+            raise RequestError("force must be true or false")
+        name, value, mode = data.get("name"), data.get("value"), data.get("mode")
+        if action == "set":
+            if name not in SETTABLE:
+                raise RequestError(f"cannot set {name!r}; settable: {', '.join(SETTABLE)}")
+            value = coerce_setting(name, value)
+        elif name is not None or value is not None:
+            raise RequestError(f"action {action!r} takes no name or value")
+        if action == "abort":
+            mode = mode or "graceful"
+            if mode not in ABORT_MODES:
+                raise RequestError(f"abort mode {mode!r}; allowed: {', '.join(ABORT_MODES)}")
+        elif mode is not None:
+            raise RequestError(f"action {action!r} takes no mode")
+        return cls(action=action, name=name, value=value, mode=mode, force=force, id=rid)
+
+
+def coerce_setting(name: str, value: Any) -> Any:
+    """Check a setting's value type (bools are not ints here); raise RequestError otherwise."""
+    want = SETTABLE[name]
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, want) or isinstance(value, bool):
+        raise RequestError(f"{name} must be {want.__name__}, got {value!r}")
+    if want is float and not (value == value and abs(value) != float("inf")):
+        raise RequestError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+# Convenience constructors used by viewers and tests.
+def pause() -> Request:
+    """Ask the engine to pause after the step in flight."""
+    return Request("pause")
+
+
+def resume() -> Request:
+    """Ask a paused engine to continue."""
+    return Request("resume")
+
+
+def checkpoint_now() -> Request:
+    """Ask for a checkpoint at the next step boundary."""
+    return Request("checkpoint_now")
+
+
+def abort(mode: str = "graceful") -> Request:
+    """Ask the engine to stop: graceful checkpoints first, now does not."""
+    return Request("abort", mode=mode)
+
+
+def set_value(name: str, value: Any, force: bool = False) -> Request:
+    """Ask the engine to change a setting (batch_size, attn_chunk, attn_backend, lr)."""
+    if name not in SETTABLE:
+        raise RequestError(f"cannot set {name!r}; settable: {', '.join(SETTABLE)}")
+    value = coerce_setting(name, value)
+    return Request("set", name=name, value=value, force=force)
+
+
+class Controls:
+    """Thread-safe mailbox between viewers and the training loop.
+
+    Any thread may ``submit``; the loop calls ``drain`` at each step boundary and
+    ``wait_while_paused`` blocks without holding the GIL. ``stop_event`` is set
+    for an immediate abort so a long evaluation can notice it between batches.
+    """
+
+    def __init__(self) -> None:
+        self._queue: "queue.SimpleQueue[Request]" = queue.SimpleQueue()
+        self._wake = threading.Event()
+        #: Set by an abort-now (or second SIGINT): loops check it between batches.
+        self.stop_event = threading.Event()
+        #: Set by a graceful abort / SIGTERM: checkpoint at the next boundary, then stop.
+        self.graceful_event = threading.Event()
+
+    def submit(self, request: Request) -> str:
+        """Queue a request for the next step boundary; returns its id."""
+        if request.action == "abort":
+            (self.stop_event if request.mode == "now" else self.graceful_event).set()
+        self._queue.put(request)
+        self._wake.set()
+        return request.id
+
+    def drain(self) -> list[Request]:
+        """All requests queued since the last call, in order (called by the loop)."""
+        out = []
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        self._wake.clear()
+        return out
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a request arrives or ``timeout`` passes; True if one arrived."""
+        return self._wake.wait(timeout)

@@ -1,0 +1,220 @@
+"""Where events go: an EventBus fanning out to sinks (memory, events.jsonl, headless console).
+
+The bus is called from the training thread; sinks must be cheap. The JSONL
+sink buffers and flushes at least once a second and at once for events a
+viewer must not wait for (evals, checkpoints, state changes, acks). Torch-free.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, Iterable, TextIO
+
+from engine import events as ev
+
+#: Event types written through to disk immediately (everything else within a second).
+URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "state", "setting", "refused",
+          "warning", "run_finished"}
+
+
+class EventBus:
+    """Fan events out to every sink; a failing sink is dropped with a message, never kills the run."""
+
+    def __init__(self, sinks: Iterable[Callable[[ev.Event], None]] = ()) -> None:
+        self._sinks = list(sinks)
+        self._lock = threading.Lock()
+
+    def add(self, sink: Callable[[ev.Event], None]) -> None:
+        """Attach another sink (e.g. the control server's ack matcher)."""
+        with self._lock:
+            self._sinks.append(sink)
+
+    def emit(self, event: ev.Event) -> None:
+        """Deliver one event to every sink, in order."""
+        with self._lock:
+            sinks = list(self._sinks)
+        for sink in sinks:
+            try:
+                sink(event)
+            except Exception as exc:  # a broken viewer must not stop training
+                with self._lock:
+                    if sink in self._sinks:
+                        self._sinks.remove(sink)
+                print(f"sensorlm-tui: event sink {sink!r} failed and was detached: {exc}", file=sys.stderr)
+
+    def close(self) -> None:
+        """Close every sink that has a close()."""
+        for sink in self._sinks:
+            close = getattr(sink, "close", None)
+            if close:
+                close()
+
+
+class MemorySink:
+    """Keeps events in a bounded deque for an in-process viewer; ``drain`` takes them all."""
+
+    def __init__(self, maxlen: int = 1_000_000) -> None:
+        self._events: deque[ev.Event] = deque(maxlen=maxlen)
+        self._ready = threading.Event()
+
+    def __call__(self, event: ev.Event) -> None:
+        self._events.append(event)
+        self._ready.set()
+
+    def drain(self, timeout: float | None = None) -> list[ev.Event]:
+        """Events since the last drain, waiting up to ``timeout`` s for the first one."""
+        if timeout and not self._events:
+            self._ready.wait(timeout)
+        self._ready.clear()
+        out = []
+        while self._events:
+            out.append(self._events.popleft())
+        return out
+
+
+class JsonlSink:
+    """Append-only events.jsonl writer; the first record is the schema version."""
+
+    def __init__(self, path: Path, flush_interval: float = 1.0) -> None:
+        self.path = Path(path)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._interval = flush_interval
+        self._last_flush = time.monotonic()
+        if not fresh:
+            # A resumed run appends; a torn last line from a crash gets its own line ending.
+            with open(self.path, "rb") as handle:
+                handle.seek(max(0, self.path.stat().st_size - 1))
+                if handle.read(1) != b"\n":
+                    self._file.write("\n")
+        self(ev.Schema())
+
+    def __call__(self, event: ev.Event) -> None:
+        line = ev.to_json(event) + "\n"
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(line)
+            now = time.monotonic()
+            if event.type in URGENT or now - self._last_flush >= self._interval:
+                self._file.flush()
+                self._last_flush = now
+
+    def flush(self) -> None:
+        """Push buffered lines to the OS (called by the heartbeat thread every second)."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+                self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        """Flush, fsync and close."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+                try:
+                    os.fsync(self._file.fileno())
+                except OSError:
+                    pass
+                self._file.close()
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"
+
+
+class ConsoleSink:
+    """Plain greppable lines for headless runs: no carriage returns, colour only on a TTY without NO_COLOR."""
+
+    def __init__(self, stream: TextIO | None = None, print_every: int = 10, total_steps: int = 0) -> None:
+        self.stream = stream or sys.stdout
+        self.print_every = max(1, print_every)
+        self.total = total_steps
+        isatty = getattr(self.stream, "isatty", lambda: False)()
+        self.colour = isatty and "NO_COLOR" not in os.environ
+
+    def _out(self, tag: str, text: str, colour: str = "") -> None:
+        if self.colour and colour:
+            tag = f"\x1b[{colour}m{tag}\x1b[0m"
+        try:
+            self.stream.write(f"{tag} {text}\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # terminal gone (SIGHUP): events.jsonl still has everything
+            pass
+
+    def __call__(self, event: ev.Event) -> None:
+        kind = event.type
+        if kind == "run_started":
+            self.total = event.total_steps
+            start = f" resumed from {event.resumed_from} at step {event.start_step}" if event.resumed_from else ""
+            self._out("start", f"run {event.name} task {event.task} preset {event.preset} "
+                      f"params {event.params:,} device {event.device_name}{start}", "1")
+        elif kind == "step":
+            if event.skipped:
+                self._out("skip ", f"step {event.step} non-finite loss/grad; optimizer step skipped", "33")
+            elif event.step % self.print_every == 0 or event.step == self.total:
+                self._out("step ", f"{event.step:>7}/{self.total} epoch {event.epoch} loss {event.loss:.5f} "
+                          f"lr {event.lr:.2e} gnorm {_fmt(event.grad_norm, '.3f')} "
+                          f"{event.steps_per_s:.2f} steps/s {event.samples_per_s:.1f} samples/s")
+        elif kind == "eval":
+            extra = " ".join(f"{k} {v:.4f}" for k, v in sorted(event.extra.items()) if isinstance(v, (int, float)))
+            psnr = f" psnr {event.psnr_db:.2f} dB" if event.psnr_db is not None else ""
+            best = f" best {event.best:.2f}" if event.best is not None else ""
+            self._out("eval ", f"step {event.step} val_loss {event.val_loss:.5f}{psnr}{best}"
+                      f"{' *' if event.is_best else ''} {extra}".rstrip(), "36")
+        elif kind == "checkpoint":
+            self._out("ckpt ", f"step {event.step} {event.kind} {event.path} {_human_bytes(event.bytes)} "
+                      f"{event.seconds:.2f} s", "32")
+        elif kind == "checkpoint_failed":
+            self._out("ckpt!", f"step {event.step} save failed, previous checkpoint kept: {event.error}", "31")
+        elif kind == "state":
+            self._out("state", f"{event.state} {event.reason}".rstrip(), "35")
+        elif kind == "setting":
+            self._out("set  ", f"{event.name} {event.old} -> {event.new} {event.reason}".rstrip(), "34")
+        elif kind == "refused":
+            self._out("refus", f"{event.request} {event.why}", "31")
+        elif kind == "warning":
+            self._out("warn ", event.text, "33")
+        elif kind == "run_finished":
+            line = f"{event.status} at step {event.steps} {event.reason}".rstrip()
+            if event.best is not None:
+                line += f" best {event.best:.2f}"
+            if event.checkpoint:
+                line += f" checkpoint {event.checkpoint}"
+            self._out("done ", line, "1")
+            if event.resume_command:
+                self._out("done ", f"resume with: {event.resume_command}")
+
+
+class LineCapture(io.TextIOBase):
+    """A text stream that turns whatever training code prints into LogLine events (one per line)."""
+
+    def __init__(self, bus: EventBus, stream: str) -> None:
+        self._bus = bus
+        self._stream = stream
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        while "\n" in self._pending:
+            line, self._pending = self._pending.split("\n", 1)
+            self._bus.emit(ev.LogLine(text=line[:2000], stream=self._stream))
+        return len(text)

@@ -1,0 +1,88 @@
+"""The task protocol: everything the Trainer needs from a task, and nothing about what the task is.
+
+A task owns its model, its data (a map-style training set indexed by sample
+number, a fixed validation subset), its loss (a total plus named components)
+and its validation metrics (``val_loss`` always; ``psnr_db`` when it has a
+notion of reconstruction quality). The loop owns optimisation, schedule,
+checkpoints, controls and events.
+
+Determinism contract: ``make_batch(indices, step, train)`` must be a pure
+function of its arguments and the task's seed (masks drawn from a generator
+seeded by sample index and step), so that resuming at a data position gives
+bit-identical batches without replaying any RNG.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+if TYPE_CHECKING:  # torch only for type names; this module is imported before torch is needed
+    import torch
+    from torch import nn
+
+    from engine.config import RunConfig
+
+
+class TaskError(ValueError):
+    """Bad task input (data file, checkpoint from another shape, …); ``str()`` is a one-line message."""
+
+
+class Task(ABC):
+    """Base class every task derives from; see the module docstring for the contract."""
+
+    #: Registry name of the task.
+    name: ClassVar[str] = "task"
+    #: Live settings the task can change besides batch_size and lr (which the loop owns).
+    supports: ClassVar[frozenset[str]] = frozenset()
+    #: Attention backends the task offers (empty when it has no attention).
+    attn_backends: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: "RunConfig") -> None:
+        self.config = config
+
+    # -- lifecycle -----------------------------------------------------------------
+    def setup(self, state: dict | None = None) -> None:
+        """Build datasets and task state (tokenizer, normalisation); ``state`` comes from a checkpoint."""
+
+    @abstractmethod
+    def build_model(self) -> "nn.Module":
+        """A freshly initialised model (the loop seeds torch before calling this)."""
+
+    def state_dict(self) -> dict:
+        """JSON-able task state saved in every checkpoint (e.g. the tokenizer's vocabulary)."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """A few facts for the dashboard header and RunStarted (tokens, channels, …)."""
+        return {}
+
+    # -- data ------------------------------------------------------------------------
+    @abstractmethod
+    def train_size(self) -> int:
+        """Number of training samples (the loop permutes 0..n-1 per epoch)."""
+
+    @abstractmethod
+    def make_batch(self, indices: Sequence[int], step: int, train: bool) -> dict[str, "torch.Tensor"]:
+        """CPU tensors for the given sample indices; deterministic in (indices, step, train)."""
+
+    @abstractmethod
+    def val_indices(self) -> list[int]:
+        """The fixed, evenly spaced validation subset (indices into the validation set)."""
+
+    # -- objective -------------------------------------------------------------------
+    @abstractmethod
+    def loss(self, model: "nn.Module", batch: dict, step: int) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:
+        """(total loss, named components) for one micro-batch; components are detached scalars."""
+
+    @abstractmethod
+    def eval_batch(self, model: "nn.Module", batch: dict) -> dict[str, float]:
+        """Per-batch means of validation metrics; must include ``val_loss``; may include ``psnr_db``."""
+
+    # -- live settings ---------------------------------------------------------------
+    def apply_setting(self, model: "nn.Module", name: str, value: Any) -> None:
+        """Change a live setting (``attn_backend``, ``attn_chunk``) on the model; raise TaskError if unsupported."""
+        raise TaskError(f"task {self.name!r} does not support changing {name}")
+
+    #: Name of the metric that decides `best` checkpoints and the abort policy, and whether higher is better.
+    primary_metric: ClassVar[tuple[str, bool]] = ("psnr_db", True)
