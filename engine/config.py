@@ -60,6 +60,11 @@ class ModelConfig(_Section):
         "chunked: query chunks of attn_chunk rows, recomputed in backward.")
     attn_chunk: int = Field(256, ge=1, le=65536, description="Query rows per chunk for attn_backend=chunked.")
     activation_checkpointing: bool = Field(False, description="Recompute each block in backward to save memory.")
+    contrastive: Literal["infonce", "siglip"] = Field(
+        "infonce", description="Contrastive loss: infonce (softmax over the batch, as CLIP) or siglip (pairwise sigmoid).")
+    w_contrastive: float = Field(1.0, ge=0, le=1000, description="Weight of the sensor-caption contrastive loss.")
+    w_caption: float = Field(1.0, ge=0, le=1000, description="Weight of the captioning cross-entropy.")
+    w_recon: float = Field(1.0, ge=0, le=1000, description="Weight of the masked-patch reconstruction MSE.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":
@@ -105,8 +110,10 @@ class TrainConfig(_Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a grad scaler.")
     eval_every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
     log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
+    print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
     seed: int = Field(0, ge=0, description="Seed of torch, numpy and python RNGs and the data order.")
     overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
+    overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x the untrained one.")
     abort_drop_db: float = Field(1.5, ge=0, description="Abort when val PSNR sits this many dB below its best...")
     abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort).")
     nan_policy: Literal["skip", "rollback", "stop"] = Field(

@@ -162,11 +162,31 @@ class Controls:
         self.stop_event = threading.Event()
         #: Set by a graceful abort / SIGTERM: checkpoint at the next boundary, then stop.
         self.graceful_event = threading.Event()
+        #: Why the run is stopping and with which exit code (a user's graceful abort is 0, a signal 130).
+        self.stop_reason = ""
+        self.graceful_reason = ""
+        self.graceful_exit_code = 0
+
+    def request_graceful(self, reason: str, exit_code: int) -> None:
+        """Checkpoint at the next step boundary (or inside an eval), then stop with ``exit_code``."""
+        if not self.graceful_event.is_set():
+            self.graceful_reason, self.graceful_exit_code = reason, exit_code
+        self.graceful_event.set()
+        self._wake.set()
+
+    def request_stop(self, reason: str) -> None:
+        """Stop at the next boundary without a checkpoint."""
+        self.stop_reason = reason
+        self.stop_event.set()
+        self._wake.set()
 
     def submit(self, request: Request) -> str:
         """Queue a request for the next step boundary; returns its id."""
         if request.action == "abort":
-            (self.stop_event if request.mode == "now" else self.graceful_event).set()
+            if request.mode == "now":
+                self.request_stop("aborted now by request; no checkpoint written")
+            else:
+                self.request_graceful("aborted by request", 0)
         self._queue.put(request)
         self._wake.set()
         return request.id

@@ -183,6 +183,8 @@ class ConsoleSink:
         elif kind == "checkpoint_failed":
             self._out("ckpt!", f"step {event.step} save failed, previous checkpoint kept: {event.error}", "31")
         elif kind == "state":
+            if event.state == "checkpointing" or event.reason == "checkpoint written":
+                return  # the ckpt line already says it; these transitions are for live viewers
             self._out("state", f"{event.state} {event.reason}".rstrip(), "35")
         elif kind == "setting":
             self._out("set  ", f"{event.name} {event.old} -> {event.new} {event.reason}".rstrip(), "34")

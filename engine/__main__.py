@@ -1,0 +1,7 @@
+"""`python -m engine [train flags]`: the headless engine process (what the dashboard launches)."""
+
+import sys
+
+from engine.main import main
+
+sys.exit(main(prog="python -m engine"))

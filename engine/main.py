@@ -1,0 +1,222 @@
+"""The engine process: resolve the config, open the run directory, serve controls, train.
+
+``sensorlm-tui train --headless`` and ``python -m engine`` both end up in
+``main``. It never needs a terminal: the dashboard launches this same entry
+point detached, with its output in the run's engine.log.
+
+Errors a user can fix (config, data, resume directory, budget guard) print one
+line ``sensorlm-tui: error: <place>: <what>`` and exit 2; nothing on disk is
+touched before the config has validated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import config as cfg
+from engine.cli_args import OneLineParser, add_train_arguments, explain_flag_error, overrides_from
+from engine.rundir import RunDir, RunDirError, default_name, resume_command
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user or a file; the message is the one line to print."""
+
+
+@dataclass
+class Prepared:
+    """A validated config, its run directory and (when resuming) the checkpoint to load."""
+
+    config: cfg.RunConfig
+    run_dir: RunDir
+    resume: object | None  # engine.checkpoint.Loaded; typed loosely to keep this module torch-free at import
+
+
+def build_parser(prog: str = "sensorlm-tui train") -> argparse.ArgumentParser:
+    """The engine's argument parser (the same flags as `sensorlm-tui train`)."""
+    parser = OneLineParser(prog=prog, description="Run the training engine headless (plain log lines).")
+    add_train_arguments(parser)
+    return parser
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """Validate everything before touching disk; UsageError with a one-line message otherwise."""
+    try:
+        overrides = overrides_from(args)
+        if args.resume:
+            return _prepare_resume(args, overrides)
+        config = cfg.load(args.config, preset=args.preset, overrides=overrides, task=args.task)
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
+    name = config.name or (Path(args.run_dir).name if args.run_dir else default_name())
+    config = config.model_copy(update={"name": name})
+    root = Path(args.run_dir) if args.run_dir else Path("runs") / name
+    if (root / "events.jsonl").exists():
+        raise UsageError(f"--run-dir {root}: already holds a run; use --resume {root} or another directory")
+    _check_task(config)
+    return Prepared(config, RunDir(root), None)
+
+
+def _check_task(config: cfg.RunConfig) -> None:
+    from engine.tasks import task_names  # names only: importing a task would import torch
+
+    if config.task.name not in task_names():
+        raise UsageError(f"task.name={config.task.name!r}: unknown task; allowed: {', '.join(task_names())}") \
+            from None
+
+
+def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
+    root = Path(args.resume)
+    if not root.is_dir():
+        raise UsageError(f"--resume {root}: no such run directory")
+    run_dir = RunDir(root)
+    if not run_dir.config.is_file():
+        raise UsageError(f"--resume {root}: not a run directory (no config.toml)")
+    try:
+        config = cfg.load_resolved(run_dir.config)
+        if overrides:
+            config = cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
+    from engine import checkpoint as ckpt
+
+    try:
+        loaded = ckpt.load_latest(run_dir.checkpoints)
+    except ckpt.CheckpointError as exc:
+        raise UsageError(f"--resume {root}: {exc}") from None
+    # The checkpoint's live settings (batch size, backend changed during the run) win over config.toml.
+    saved = loaded.meta.get("config")
+    if saved and not overrides:
+        try:
+            config = cfg.validate(saved, f"{loaded.path}")
+        except cfg.ConfigError as exc:
+            raise UsageError(f"--resume {root}: {exc}") from None
+    return Prepared(config, run_dir, loaded)
+
+
+def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool = True,
+                 serve_controls: bool = True) -> int:
+    """Create/open the run directory and train; returns the exit code."""
+    from engine import events as ev
+    from engine.control import Controls
+    from engine.loop import Trainer
+    from engine.rundir import StatusWriter
+    from engine.sinks import ConsoleSink, EventBus, JsonlSink
+
+    from engine import device as dev
+    from engine.checkpoint import CheckpointError
+    from engine.tasks.base import TaskError
+
+    config, run_dir = prepared.config, prepared.run_dir
+    dev.set_threads(config.train.threads, ui_shares_machine=False)
+    controls = Controls()
+    bus = EventBus()
+    trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
+                      name=run_dir.name, run_dir=run_dir.root)
+    try:  # build data, model and optimizer before anything is written: bad input leaves no litter
+        trainer.setup()
+    except (TaskError, CheckpointError, ValueError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    try:
+        run_dir.create()
+        if prepared.resume is None:
+            (run_dir.config).write_text(cfg.dump_toml(config))
+        jsonl = JsonlSink(run_dir.events)
+    except RunDirError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
+
+    status = StatusWriter(run_dir, on_beat=jsonl.flush)
+    sinks = [jsonl, _status_sink(status)]
+    if console:
+        sinks.append(ConsoleSink(sys.stdout, print_every=config.train.print_every))
+    for sink in sinks:
+        bus.add(sink)
+    status.update(resume_command=resume_command(run_dir))
+    status.start()
+    server = None
+    if serve_controls:
+        server = _start_server(run_dir, controls, bus)
+    if install_signals:
+        from engine import signals
+
+        signals.install(controls, config.train.on_hangup, run_dir.log,
+                        note=lambda text: bus.emit(ev.Warning(text=text)))
+    trainer.status_step = lambda step: status.update(step=step)
+    exit_code = 1
+    final_state = "failed"
+    try:
+        outcome = trainer.run()
+        exit_code = outcome.exit_code
+        final_state = {"finished": "finished"}.get(outcome.status, "aborted")
+        if outcome.status == "aborted" and outcome.exit_code == 1:
+            final_state = "aborted"
+    except KeyboardInterrupt:
+        exit_code, final_state = 130, "aborted"
+        bus.emit(ev.RunFinished(status="interrupted", steps=trainer.step, reason="second SIGINT: stopped at once",
+                                checkpoint=trainer.last_checkpoint, resume_command=resume_command(run_dir),
+                                exit_code=130))
+    except Exception as exc:  # training crashed: say so everywhere, save what can be saved
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        bus.emit(ev.Warning(text=f"training crashed: {type(exc).__name__}: {exc}", step=trainer.step))
+        path = None
+        try:
+            path = trainer._checkpoint("last", kind="crash")
+        except Exception:
+            path = None
+        bus.emit(ev.RunFinished(status="failed", steps=trainer.step, reason=f"{type(exc).__name__}: {exc}",
+                                checkpoint=path or trainer.last_checkpoint,
+                                resume_command=resume_command(run_dir), exit_code=1))
+        exit_code, final_state = 1, "failed"
+    finally:
+        if server is not None:
+            server.stop()
+    status.stop(state=final_state, exit_code=exit_code, step=trainer.step)
+    bus.close()
+    return exit_code
+
+
+def _status_sink(status):
+    def sink(event) -> None:
+        if event.type == "state":
+            status.update(state=event.state, step=event.step)
+        elif event.type == "run_started":
+            status.update(total_steps=event.total_steps, step=event.start_step, state="running")
+        elif event.type == "eval" and event.psnr_db is not None:
+            status.update(best_psnr=event.best, last_eval_step=event.step)
+        elif event.type == "checkpoint":
+            status.update(last_checkpoint=event.path)
+    return sink
+
+
+def _start_server(run_dir: RunDir, controls, bus):
+    try:
+        from engine.channel import ControlServer
+    except ImportError:
+        return None
+    server = ControlServer(run_dir, controls, bus)
+    server.start()
+    return server
+
+
+def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int:
+    """Parse, validate, train; one-line errors with exit 2 for bad input."""
+    args = build_parser(prog).parse_args(argv)
+    try:
+        prepared = prepare(args)
+        return run_prepared(prepared)
+    except UsageError as exc:
+        sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

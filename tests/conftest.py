@@ -1,0 +1,57 @@
+"""Shared test helpers: run the real CLI / engine in a subprocess, read a run's events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli_env() -> dict:
+    """Environment for subprocesses: the repo importable, no colour, one torch thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["NO_COLOR"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120, module: str = "tui.cli") -> subprocess.CompletedProcess:
+    """Run `python -m <module> args…` and capture its output (stdin closed, so never a dashboard)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=cli_env(),
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """Every complete record of a run's events.jsonl."""
+    out = []
+    for line in (Path(run_dir) / "events.jsonl").read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `gpu` tests without CUDA (checked lazily so collecting tests never imports torch)."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if not has_cuda:
+        skip = pytest.mark.skip(reason="needs CUDA (no GPU on this machine)")
+        for item in gpu_items:
+            item.add_marker(skip)

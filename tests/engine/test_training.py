@@ -1,0 +1,87 @@
+"""The engine trains for real: learning, exact resume after SIGKILL, abort policy, overfit gate, plain output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT, cli_env, read_events, run_cli
+
+TOY = ["train", "--task", "toy", "--threads", "1", "--headless"]
+
+
+def _steps(events: list[dict]) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in events if e["type"] == "step"}
+
+
+def _last_digest(events: list[dict]) -> str:
+    return [e for e in events if e["type"] == "checkpoint"][-1]["digest"]
+
+
+def test_toy_learns_and_prints_plain_lines(tmp_path: Path) -> None:
+    result = run_cli(*TOY, "--max-steps", "120", "--eval-every", "60", "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stdout and "\x1b[" not in result.stdout
+    evals = [e for e in read_events(tmp_path / "r") if e["type"] == "eval"]
+    assert [e["step"] for e in evals] == [0, 60, 120]
+    assert evals[-1]["psnr_db"] > evals[0]["psnr_db"] + 1.0
+    assert any(line.startswith("eval  step 120") for line in result.stdout.splitlines())
+    assert result.stdout.strip().splitlines()[-1].startswith("done  finished at step 120")
+    events = read_events(tmp_path / "r")
+    assert events[0]["type"] == "schema" and events[0]["version"] == 1
+
+
+def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
+    flags = [*TOY, "--max-steps", "40", "--eval-every", "20", "--checkpoint-every", "20", "--lr", "3e-3"]
+    whole = run_cli(*flags, "--run-dir", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *flags, "--run-dir", str(run),
+                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    for line in proc.stdout:  # kill the moment the step-20 checkpoint is reported
+        if line.startswith("ckpt  step 20 last"):
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    resumed = run_cli("train", "--resume", str(run), "--headless")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout
+
+    reference, events = _steps(read_events(tmp_path / "whole")), read_events(run)
+    after = [e for e in events if e["type"] == "step" and e["t"] > [x for x in events if x["type"] == "run_started"][-1]["t"]]
+    assert [e["step"] for e in after] == list(range(21, 41))
+    assert {e["step"]: e["loss"] for e in after} == {s: reference[s] for s in range(21, 41)}
+    assert _last_digest(events) == _last_digest(read_events(tmp_path / "whole"))
+
+
+def test_abort_policy_fires_on_psnr_drop(tmp_path: Path) -> None:
+    result = run_cli(*TOY, "--max-steps", "200", "--eval-every", "10", "--lr", "0.3", "--schedule", "constant",
+                     "--set", "train.clip_grad_norm=0", "--set", "train.abort_drop_db=0.5",
+                     "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    events = read_events(tmp_path / "r")
+    finished = [e for e in events if e["type"] == "run_finished"][-1]
+    assert finished["status"] == "aborted" and "consecutive evals" in finished["reason"]
+    evals = [e for e in events if e["type"] == "eval"]
+    best = max(e["psnr_db"] for e in evals)
+    assert all(e["psnr_db"] < best - 0.5 for e in evals[-2:])
+    assert finished["steps"] < 200
+    assert (tmp_path / "r" / "checkpoints" / "last.safetensors").is_file()
+
+
+def test_overfit_gate_passes_and_fails(tmp_path: Path) -> None:
+    ok = run_cli(*TOY, "--overfit", "4", "--max-steps", "150", "--eval-every", "50", "--lr", "3e-3",
+                 "--run-dir", str(tmp_path / "ok"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "overfit gate passed" in ok.stdout
+    bad = run_cli(*TOY, "--overfit", "4", "--max-steps", "20", "--eval-every", "10", "--lr", "1e-6",
+                  "--run-dir", str(tmp_path / "bad"))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "overfit gate FAILED" in bad.stdout

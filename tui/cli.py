@@ -1,0 +1,153 @@
+"""`sensorlm-tui` command line: argparse → headless | dashboard | plan | attach | runs | presets.
+
+Imports neither textual nor torch until a subcommand needs them, so `--help`
+and `plan` are instant. Bare `sensorlm-tui` opens the dashboard on the demo run.
+When stdin or stderr is not a terminal, `train` runs headless (a Textual app
+without a TTY busy-spins), and so does an explicit `--headless`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.cli_args import OneLineParser, add_train_arguments
+
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="sensorlm-tui",
+        description="Train models from a terminal: live curves, predicted memory budget, pause, checkpoint-now, "
+                    "attach over SSH. Bare `sensorlm-tui` opens the dashboard on the demo run.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
+
+    train = sub.add_parser("train", help="train a model (dashboard on a terminal, plain lines otherwise)")
+    add_train_arguments(train)
+    _add_view_arguments(train)
+    train.add_argument("--in-process", action="store_true",
+                       help="run the trainer inside the dashboard's worker thread instead of its own process")
+
+    attach = sub.add_parser("attach", help="open the dashboard on a run started anywhere")
+    attach.add_argument("run", nargs="?", help="run directory or name under ./runs (default: newest live run)")
+    attach.add_argument("--read-only", action="store_true", help="watch only: control keys are disabled")
+    _add_view_arguments(attach)
+
+    runs = sub.add_parser("runs", help="list runs: state, step, best PSNR, last checkpoint, age")
+    runs.add_argument("dir", nargs="?", default="runs", help="directory holding runs (default ./runs)")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+
+    plan = sub.add_parser("plan", help="predict memory, find the largest batch that fits, recommend settings")
+    try:
+        from engine.budget.plan_cli import add_arguments
+        add_arguments(plan)
+    except ImportError:
+        pass
+
+    presets = sub.add_parser("presets", help="list presets with their parameter counts")
+    presets.add_argument("--task", default="sensorlm")
+    return parser
+
+
+def _add_view_arguments(parser: argparse.ArgumentParser) -> None:
+    view = parser.add_argument_group("dashboard")
+    view.add_argument("--theme", default=None, help="dark, light or high-contrast")
+    view.add_argument("--refresh", type=float, default=None, metavar="HZ", help="plot redraws per second (<= 2)")
+    view.add_argument("--ansi", action="store_true", help="16-colour mode for slow links")
+
+
+def _has_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty() and sys.stdout.isatty()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `sensorlm-tui` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        argv = ["train"]
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from importlib.metadata import version
+
+        print(f"sensorlm-tui {version('sensorlm-tui')}")
+        return 0
+    if args.command is None:
+        args = parser.parse_args(["train", *argv])
+    try:
+        if args.command == "train":
+            return _train(args, argv)
+        if args.command == "runs":
+            from tui.runs_cmd import main as runs_main
+            return runs_main(args)
+        if args.command == "plan":
+            try:
+                from engine.budget.plan_cli import main as plan_main
+            except ImportError:
+                sys.stderr.write("sensorlm-tui: error: plan: the memory planner is not installed in this build\n")
+                return EXIT_BAD_INPUT
+            return plan_main(args)
+        if args.command == "presets":
+            return _presets(args)
+        if args.command == "attach":
+            from tui.attach_cmd import main as attach_main
+            return attach_main(args)
+    except KeyboardInterrupt:
+        return 130
+    parser.print_help()
+    return EXIT_BAD_INPUT
+
+
+def _train(args: argparse.Namespace, argv: list[str]) -> int:
+    from engine.main import UsageError, prepare, run_prepared
+
+    try:
+        prepared = prepare(args)
+    except UsageError as exc:
+        sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+        return EXIT_BAD_INPUT
+    if args.headless or not _has_terminal() or not _dashboard_available():
+        try:
+            return run_prepared(prepared)
+        except UsageError as exc:
+            sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+            return EXIT_BAD_INPUT
+    from tui.train_cmd import run_train_dashboard
+
+    return run_train_dashboard(args, argv, prepared)
+
+
+def _dashboard_available() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("tui.run_dashboard") is not None and find_spec("tui.train_cmd") is not None
+
+
+def _presets(args: argparse.Namespace) -> int:
+    from engine.presets import PRESETS
+
+    if args.task not in PRESETS:
+        sys.stderr.write(f"sensorlm-tui: error: --task {args.task!r}: allowed: {', '.join(PRESETS)}\n")
+        return EXIT_BAD_INPUT
+    counts = {}
+    if args.task == "sensorlm":
+        try:
+            from engine.tasks.sensorlm.presets_info import param_counts
+            counts = param_counts()
+        except ImportError:
+            counts = {}
+    print(f"{'preset':<8} {'parameters':>14}  shape")
+    for name, preset in PRESETS[args.task].items():
+        model = preset.get("model", {})
+        shape = ", ".join(f"{k}={v}" for k, v in model.items() if k in ("dim", "depth", "heads", "patch_time",
+                                                                         "patch_channels"))
+        count = counts.get(name)
+        print(f"{name:<8} {count if count is None else format(count, ','):>14}  {shape}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
