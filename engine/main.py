@@ -101,8 +101,12 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
 
 
 def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool = True,
-                 serve_controls: bool = True) -> int:
-    """Create/open the run directory and train; returns the exit code."""
+                 serve_controls: bool = True, controls=None, extra_sinks=(), ui_shares_machine: bool = False) -> int:
+    """Create/open the run directory and train; returns the exit code.
+
+    The in-process dashboard passes its own ``controls`` and an in-memory sink in ``extra_sinks``
+    and runs this in a worker thread (so no signal handlers, no console).
+    """
     from engine import events as ev
     from engine.control import Controls
     from engine.loop import Trainer
@@ -114,8 +118,8 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     from engine.tasks.base import TaskError
 
     config, run_dir = prepared.config, prepared.run_dir
-    dev.set_threads(config.train.threads, ui_shares_machine=False)
-    controls = Controls()
+    dev.set_threads(config.train.threads, ui_shares_machine=ui_shares_machine)
+    controls = controls or Controls()
     bus = EventBus()
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
                       name=run_dir.name, run_dir=run_dir.root)
@@ -134,7 +138,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
 
     status = StatusWriter(run_dir, on_beat=jsonl.flush)
-    sinks = [jsonl, _status_sink(status)]
+    sinks = [jsonl, _status_sink(status), *extra_sinks]
     if console:
         sinks.append(ConsoleSink(sys.stdout, print_every=config.train.print_every))
     for sink in sinks:
