@@ -96,7 +96,9 @@ class ToyTask(Task):
     def loss(self, model: nn.Module, batch: dict, step: int):
         prediction = model(batch["masked"], batch["mask"])
         mask = batch["mask"]
-        mse = ((prediction - batch["target"]) ** 2 * mask).sum() / mask.sum().clamp(min=1)
+        # A mean of per-sample means, so micro-batches weighted by size add up to the full batch exactly.
+        per_sample = ((prediction - batch["target"]) ** 2 * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp(min=1)
+        mse = per_sample.mean()
         if self.faults is not None:
             mse = self.faults.on_loss(step, mse)
         return mse, {"mse": mse.detach()}

@@ -1,0 +1,94 @@
+"""Trainer mechanics in-process with the toy task: data order, accumulation, clipping, precision, schedules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from engine import config as cfg
+from engine.control import Controls
+from engine.loop import Trainer
+from engine.schedule import lr_at
+from engine.sinks import EventBus, MemorySink
+
+torch.set_num_threads(1)
+
+
+def _trainer(tmp_path=None, **train) -> tuple[Trainer, MemorySink]:
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 10, "eval_every": 0, **train}})
+    sink = MemorySink()
+    trainer = Trainer(config, EventBus([sink]), Controls(), checkpoint_dir=tmp_path)
+    trainer.setup()
+    return trainer, sink
+
+
+def test_batch_size_change_neither_replays_nor_skips() -> None:
+    trainer, _ = _trainer(batch_size=7)
+    seen = trainer._indices(7) + trainer._indices(7)
+    trainer.batch_size = 3
+    seen += trainer._indices(3) + trainer._indices(5)
+    order = trainer._epoch_order(0)
+    assert seen == [int(i) for i in order[:22]]
+
+
+def test_epoch_boundary_continues_with_next_permutation() -> None:
+    trainer, _ = _trainer()
+    trainer.config.data.train_samples  # default is large; shrink the epoch through overfit-free path
+    trainer._train_n = lambda: 10
+    first = trainer._indices(6) + trainer._indices(6)
+    assert sorted(first[:10]) == list(range(10)) and trainer.epoch == 1 and trainer.position == 2
+    assert first[10:] == [int(i) for i in trainer._epoch_order(1)[:2]]
+
+
+def test_grad_accumulation_matches_one_big_batch() -> None:
+    losses = {}
+    for accum in (1, 4):
+        trainer, sink = _trainer(batch_size=16, grad_accum=accum, clip_grad_norm=0)
+        for _ in range(3):
+            trainer._train_step()
+            trainer._log_pending()
+        losses[accum] = [e.loss for e in sink.drain() if e.type == "step"]
+    assert np.allclose(losses[1], losses[4], rtol=1e-4), losses
+
+
+def test_clipping_is_applied() -> None:
+    trainer, _ = _trainer(clip_grad_norm=1e-3, lr=1.0, schedule="constant", warmup_frac=0.0, weight_decay=0.0)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer._train_step()
+    grads_norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in trainer.model.parameters()))
+    assert float(grads_norm) <= 1e-3 * 1.01, "gradients must be scaled to the clip norm before the step"
+    assert any(not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_trains_on_cpu(precision: str) -> None:
+    trainer, sink = _trainer(precision=precision, max_steps=5)
+    for _ in range(5):
+        trainer._train_step()
+        trainer._log_pending()
+    steps = [e for e in sink.drain() if e.type == "step"]
+    assert len(steps) == 5 and all(math.isfinite(e.loss) for e in steps)
+    assert trainer.scaler.is_enabled() == (precision == "fp16")
+
+
+def test_schedules_warm_up_and_end_where_documented() -> None:
+    total = 100
+    for kind in ("constant", "cosine", "rsqrt", "onecycle"):
+        values = [lr_at(s, total, 1.0, kind, 0.1, cooldown_frac=0.2, min_lr_frac=0.05) for s in range(total)]
+        assert values[0] == pytest.approx(0.1) and max(values) == pytest.approx(1.0)
+        assert all(v > 0 for v in values[:-1])
+    assert lr_at(99, total, 1.0, "cosine", 0.1, min_lr_frac=0.05) == pytest.approx(0.05)
+    assert lr_at(99, total, 1.0, "rsqrt", 0.1, cooldown_frac=0.2) == pytest.approx(1 / 20 * math.sqrt(10 / 100))
+    assert lr_at(50, total, 1.0, "constant", 0.1) == 1.0
+
+
+def test_keep_last_step_checkpoints(tmp_path) -> None:
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "eval_every": 0},
+                                             "checkpoint": {"every_steps": 3, "keep_last": 2}})
+    outcome = Trainer(config, EventBus(), Controls(), checkpoint_dir=tmp_path).run()
+    assert outcome.status == "finished"
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000009.safetensors",
+                                                               "step-00000012.safetensors"]
