@@ -1,0 +1,101 @@
+"""Shared benchmark plumbing: interleaved repeats, min/median/max, machine facts, markdown sections.
+
+Every benchmark measures ratios within one run, interleaving variants
+(A B A B …) so machine drift cancels; absolute times are reported but the
+claims rest on the ratios.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Section:
+    """One benchmark's results: a title, the command that reproduces it, a markdown body, goal verdicts."""
+
+    title: str
+    command: str
+    body: str
+    verdicts: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def interleave(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Run each variant once per round, in alternating order, ``repeats`` rounds; each returns a number."""
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for round_index in range(repeats):
+        order = names if round_index % 2 == 0 else list(reversed(names))
+        for name in order:
+            out[name].append(variants[name]())
+    return out
+
+
+def stats(values: list[float]) -> tuple[float, float, float]:
+    """(min, median, max)."""
+    return min(values), statistics.median(values), max(values)
+
+
+def fmt_stats(values: list[float], spec: str = ".3f") -> str:
+    """'median (min–max)' for a table cell."""
+    low, mid, high = stats(values)
+    return f"{mid:{spec}} ({low:{spec}}–{high:{spec}})"
+
+
+def ratios(numerator: list[float], denominator: list[float]) -> list[float]:
+    """Pairwise ratios of two interleaved series (round by round, so drift cancels)."""
+    return [a / b for a, b in zip(numerator, denominator) if b]
+
+
+def verdict(name: str, value: float, goal: float, higher_is_better: bool = True, unit: str = "") -> str:
+    """'met' / 'missed by X' line for the summary."""
+    met = value >= goal if higher_is_better else value <= goal
+    sign = "≥" if higher_is_better else "≤"
+    if met:
+        return f"{name}: {value:.3g}{unit} — goal {sign} {goal:g}{unit} met"
+    miss = (goal - value) if higher_is_better else (value - goal)
+    return f"{name}: {value:.3g}{unit} — goal {sign} {goal:g}{unit} MISSED by {miss:.3g}{unit}"
+
+
+def machine() -> str:
+    """One paragraph describing this machine and the software versions."""
+    try:
+        import torch
+
+        torch_version = torch.__version__
+        cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA"
+    except ImportError:
+        torch_version, cuda = "not installed", "no CUDA"
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                     platform.processor())
+    except OSError:
+        model = platform.processor()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem = float("nan")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "?"
+    return (f"{model}, {cores} cores, {mem:.0f} GiB RAM, {cuda}; Python {platform.python_version()}, "
+            f"torch {torch_version}; commit {commit}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+
+
+def python() -> str:
+    """The interpreter to run sub-benchmarks with."""
+    return sys.executable
