@@ -1,0 +1,79 @@
+"""Helpers for the attach / runs tests: real toy engines in subprocesses, and polling with a deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.conftest import ROOT, cli_env
+
+#: The engine flags every test run uses: the tiny toy task on one thread, effectively endless.
+TOY = ["--task", "toy", "--threads", "1"]
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition",
+               interval: float = 0.1):
+    """Poll ``condition`` until it returns something truthy; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def start_engine(run_dir: Path, *flags: str, max_steps: int = 100_000) -> subprocess.Popen:
+    """``python -m engine`` on the toy task, detached in its own session like the launcher does it."""
+    log = open(Path(run_dir).parent / f"{Path(run_dir).name}.out", "wb")
+    return subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", str(max_steps),
+                             "--run-dir", str(run_dir), *flags],
+                            cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def status_step(run_dir: Path) -> int:
+    """The step status.json reports (0 before the engine wrote one)."""
+    from engine.rundir import RunDir
+
+    return int((RunDir(Path(run_dir)).read_status() or {}).get("step") or 0)
+
+
+def wait_for_step(run_dir: Path, step: int, timeout: float = 60.0) -> int:
+    """Wait until the engine reports at least ``step``; returns the step seen."""
+    return wait_until(lambda: status_step(run_dir) >= step and status_step(run_dir), timeout,
+                      f"{run_dir} to reach step {step}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Make sure a test's engine is gone (SIGTERM, then SIGKILL)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.fixture
+def engines():
+    """Start engines with ``engines(run_dir, *flags)``; every one is stopped at teardown."""
+    started: list[subprocess.Popen] = []
+
+    def start(run_dir: Path, *flags: str, max_steps: int = 100_000) -> subprocess.Popen:
+        proc = start_engine(run_dir, *flags, max_steps=max_steps)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        stop(proc)

@@ -1,0 +1,77 @@
+"""`sensorlm-tui runs [DIR] [--json]`: a table of the runs under DIR (default ./runs), newest first.
+
+Columns: name, state (live / finished / aborted / failed / crashed / stale /
+unknown; a live run's engine state in brackets when it is not simply
+running), step / total, best val PSNR, last checkpoint (file and step), age
+(since the run started). Each run costs one status.json read and a 1 MiB
+tail of its event log (tui/run_index.py), so a run with a million logged
+steps lists as fast as a new one. Torch-free, textual-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tui.format import human_duration
+from tui.run_index import RunSummary, list_runs
+
+EXIT_BAD_INPUT = 2
+
+_HEADERS = ("NAME", "STATE", "STEP", "BEST PSNR", "LAST CHECKPOINT", "AGE")
+
+
+def _state(run: RunSummary) -> str:
+    if run.state == "live" and run.run_state not in (None, "running"):
+        return f"live ({run.run_state})"
+    return run.state
+
+
+def _step(run: RunSummary) -> str:
+    if run.step is None:
+        return "–"
+    return f"{run.step}/{run.total_steps}" if run.total_steps else str(run.step)
+
+
+def _checkpoint(run: RunSummary) -> str:
+    if not run.last_checkpoint:
+        return "–"
+    name = Path(run.last_checkpoint).name.removesuffix(".safetensors")
+    return f"{name} @ {run.last_checkpoint_step}" if run.last_checkpoint_step is not None else name
+
+
+def row(run: RunSummary, now: float) -> tuple[str, ...]:
+    """The table cells of one run."""
+    psnr = "–" if run.best_psnr is None else f"{run.best_psnr:.2f} dB"
+    return (run.name, _state(run), _step(run), psnr, _checkpoint(run), human_duration(run.age_s(now)))
+
+
+def table(runs: list[RunSummary], now: float | None = None) -> str:
+    """Fixed-width plain text (no colour, no box drawing: it goes to pipes and greps)."""
+    now = time.time() if now is None else now
+    rows = [_HEADERS, *(row(r, now) for r in runs)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADERS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the runs under ``args.dir``; exit 2 with one line when it is not a directory."""
+    root = Path(args.dir)
+    if not root.is_dir():
+        what = "not a directory" if root.exists() else "no such directory"
+        sys.stderr.write(f"sensorlm-tui: error: runs {root}: {what}; give the directory that holds your runs "
+                         f"(default ./runs)\n")
+        return EXIT_BAD_INPUT
+    runs = list_runs(root)
+    if args.json:
+        print(json.dumps([r.to_json() for r in runs], indent=1))
+        return 0
+    if not runs:
+        print(f"no runs in {root}/ (start one with `sensorlm-tui train`)")
+        return 0
+    print(table(runs))
+    return 0
