@@ -22,15 +22,21 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from engine.rundir import pid_alive
+
 #: Format version written into every checkpoint's metadata.
 FORMAT_VERSION = 1
+
+#: Test hook: called with the temp file's path after it is fsynced and before the rename that commits it
+#: (engine.tasks.faults' slow_save sleeps here so a kill can land mid-write). None in normal runs.
+before_commit: Callable[[Path], None] | None = None
 
 
 class CheckpointError(Exception):
@@ -97,11 +103,14 @@ def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], ke
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path.parent)
         save_file(tensors, str(tmp), metadata=header)
         with open(tmp, "rb+") as handle:
             handle.flush()
             os.fsync(handle.fileno())
         size = tmp.stat().st_size
+        if before_commit is not None:
+            before_commit(tmp)
         if keep_previous and path.exists():
             os.replace(path, path.with_name(path.stem + ".prev" + path.suffix))
         os.replace(tmp, path)
@@ -119,6 +128,26 @@ def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], ke
         except OSError:
             pass
         raise CheckpointWriteError(f"{path}: {exc}") from None
+
+
+def remove_stale_temps(directory: Path) -> int:
+    """Delete temp files that killed writers left behind (their pid is gone); returns how many.
+
+    A SIGKILL or power cut mid-write leaves ``.<name>.tmp-<pid>``: never loaded, but a
+    checkpoint's worth of disk each, so a run killed often would fill the disk with them.
+    Costs one directory listing per save.
+    """
+    removed = 0
+    for tmp in Path(directory).glob(".*.safetensors.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
+            continue
+        try:
+            tmp.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def read(path: Path) -> Loaded:

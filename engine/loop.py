@@ -30,7 +30,7 @@ from engine.control import Controls, Request
 from engine.policies import AbortPolicy, CheckpointPolicy, NanGuard, eval_due
 from engine.schedule import lr_at
 from engine.sinks import EventBus
-from engine.tasks import load_task_class
+from engine.tasks import make_task
 from engine.tasks.base import Task, TaskError
 
 #: Exit codes of the engine (headless CLI and engine process).
@@ -120,8 +120,7 @@ class Trainer:
         np.random.seed(t.seed % 2**32)
         torch.manual_seed(t.seed)
         self.device = dev.resolve(t.device)
-        task_cls = load_task_class(self.config.task.name)
-        self.task: Task = task_cls(self.config)
+        self.task: Task = make_task(self.config)  # also attaches the test fault hook (engine.tasks.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
         self.model = self.task.build_model().to(self.device)
         self.params = sum(p.numel() for p in self.model.parameters())

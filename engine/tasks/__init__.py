@@ -37,3 +37,17 @@ def load_task_class(name: str):
         raise KeyError(name)
     module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def make_task(config):
+    """Build the configured task and attach the test fault injector (``task.faults``, None unless asked for).
+
+    The one place tasks are constructed for training, so every task — built-in or
+    plugin — gets the SENSORLM_TUI_FAULTS hook without knowing about it; a task
+    only has to pass its loss through ``self.faults.on_loss`` (see engine.tasks.faults).
+    """
+    from engine.tasks import faults
+
+    task = load_task_class(config.task.name)(config)
+    task.faults = faults.from_env()
+    return task

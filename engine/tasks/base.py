@@ -40,6 +40,9 @@ class Task(ABC):
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
+        #: Test fault injector (engine.tasks.faults), attached by engine.tasks.make_task; None in normal runs.
+        #: A task's loss() should end with ``if self.faults is not None: loss = self.faults.on_loss(step, loss)``.
+        self.faults = None
 
     # -- lifecycle -----------------------------------------------------------------
     def setup(self, state: dict | None = None) -> None:
