@@ -1,0 +1,147 @@
+"""How fast a viewer opens a long run and sees new events: `python -m bench.open_run [--steps N]`.
+
+Writes a synthetic run directory whose events.jsonl holds N step events (in
+the byte format ``events.to_json`` writes, toy-task shaped, with an eval,
+memory and system sample every 100 steps), then measures, each best of
+``--repeat``:
+
+- open: ``RunClient.history()`` over the whole file (the vectorised reader in
+  engine.history), next to plain ``events.from_json`` per line on the first
+  100,000 lines, scaled (the naive way; too slow to run on all of them);
+- materialise: iterating every event as an object (what a viewer pays if it
+  asks for objects instead of ``History.column``);
+- first live event: a line appended by another thread until ``poll()``
+  returns it (the follower polls the file every ``POLL_INTERVAL_S``).
+
+Results print as plain lines; docs/BENCHMARKS.md quotes them as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from engine import events as ev
+from engine.client import POLL_INTERVAL_S, RunClient
+
+_STEP = ('{{"type":"step","t":{t!r},"step":{step},"epoch":{epoch},"loss":{loss!r},"lr":{lr!r},'
+         '"grad_norm":{gn!r},"samples_per_s":{sps!r},"steps_per_s":{stps!r},"batch_size":32,'
+         '"components":{{"mse":{loss!r}}},"skipped":false}}')
+
+
+def write_run(root: Path, steps: int, seed: int = 0) -> Path:
+    """A run directory with ``steps`` step events (plus a few others) in events.jsonl; returns the file."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "events.jsonl"
+    t0 = 1.7e9
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(ev.to_json(ev.Schema(t=t0)) + "\n")
+        out.write(ev.to_json(ev.RunStarted(t=t0, name=root.name, task="toy", total_steps=steps)) + "\n")
+        lines = []
+        for step in range(1, steps + 1):
+            loss = 0.25 * math.exp(-step / steps) + rng.random() * 1e-3
+            lines.append(_STEP.format(t=t0 + step * 0.01, step=step, epoch=step // 10_000, loss=loss,
+                                      lr=1e-3 * min(1.0, step / 1000), gn=rng.random(), sps=3000.0 + rng.random(),
+                                      stps=100.0 + rng.random()))
+            if step % 100 == 0:
+                lines.append(ev.to_json(ev.MemorySampled(t=t0 + step * 0.01, step=step, allocated=step * 4096,
+                                                         peak=step * 8192, source="torch")))
+                lines.append(ev.to_json(ev.SystemSampled(t=t0 + step * 0.01, cpu_percent=rng.random() * 100,
+                                                         ram_used=2 ** 33, ram_total=2 ** 35)))
+            if step % 10_000 == 0:
+                lines.append(ev.to_json(ev.EvalDone(t=t0 + step * 0.01, step=step, val_loss=loss, psnr_db=20.0)))
+            if len(lines) >= 50_000:
+                out.write("\n".join(lines) + "\n")
+                lines = []
+        if lines:
+            out.write("\n".join(lines) + "\n")
+    (root / "status.json").write_text(json.dumps({"pid": 0, "host": "bench", "state": "finished", "heartbeat": t0}))
+    return path
+
+
+def _best(fn, repeat: int) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def first_live_event(root: Path, trials: int = 20) -> list[float]:
+    """Seconds from an append (by another thread) to ``poll()`` returning it, per trial."""
+    client = RunClient(root, read_only=True)
+    client.history()
+    path = root / "events.jsonl"
+    latencies = []
+    for i in range(trials):
+        appended = threading.Event()
+        stamp = [0.0]
+
+        def writer() -> None:
+            time.sleep(0.005 + 0.003 * (i % 7))  # land at varying points of the poll cycle
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(ev.to_json(ev.Warning(text=f"bench {i}")) + "\n")
+                out.flush()
+                stamp[0] = time.perf_counter()
+            appended.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        got = []
+        while not got:
+            got = client.poll(timeout=2.0)
+        latencies.append(time.perf_counter() - stamp[0])
+        thread.join()
+    client.close()
+    return latencies
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the synthetic run, time opening and following it, print the numbers."""
+    parser = argparse.ArgumentParser(prog="python -m bench.open_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1_000_000, help="step events in the synthetic run")
+    parser.add_argument("--repeat", type=int, default=2, help="best of this many opens")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write the run (default a temp dir)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        root = Path(tmp) / "bench-run"
+        start = time.perf_counter()
+        path = write_run(root, args.steps)
+        size = path.stat().st_size
+        print(f"wrote {args.steps:,} step events, {size / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s")
+
+        open_s, history = _best(lambda: RunClient(root, read_only=True).history(), args.repeat)
+        steps = history.count_type("step")
+        print(f"open (history): {open_s:.2f} s for {len(history):,} events ({steps:,} steps) "
+              f"= {open_s / len(history) * 1e6:.2f} us/event")
+        loss_s, loss = _best(lambda: history.column("step", "loss"), 1)
+        print(f"column('step', 'loss'): {loss_s * 1e3:.1f} ms, {len(loss):,} values")
+
+        sample = 100_000
+        with open(path, "rb") as handle:
+            head = [next(handle) for _ in range(min(sample, len(history)))]
+        naive_s, _ = _best(lambda: [ev.from_json(line) for line in head], 1)
+        naive_total = naive_s / len(head) * len(history)
+        print(f"naive from_json per line: {naive_s / len(head) * 1e6:.2f} us/event, "
+              f"{naive_total:.1f} s projected for the whole file ({naive_total / open_s:.1f}x the open)")
+
+        mat_s, _ = _best(lambda: sum(1 for _ in history), 1)
+        print(f"materialise every event as an object: {mat_s:.2f} s ({mat_s / len(history) * 1e6:.2f} us/event)")
+
+        lat = sorted(first_live_event(root))
+        print(f"first live event after an append: median {lat[len(lat) // 2] * 1e3:.1f} ms, "
+              f"max {lat[-1] * 1e3:.1f} ms over {len(lat)} appends (poll interval {POLL_INTERVAL_S * 1e3:.0f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

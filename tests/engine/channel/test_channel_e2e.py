@@ -1,0 +1,192 @@
+"""A real engine process (toy task) launched detached, watched and steered through its run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import channel, control
+from engine.launcher import LaunchError, launch
+from engine.session import SessionError
+
+ENGINE = ["--task", "toy", "--preset", "demo", "--threads", "1", "--eval-every", "0", "--max-steps", "1000000"]
+
+
+def collect(client, predicate, timeout: float = 30.0) -> list:
+    """Poll until ``predicate(events so far)``; the events seen."""
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen += client.poll(0.1)
+        if predicate(seen):
+            return seen
+    raise AssertionError(f"condition not met in {timeout} s; last events {[e.type for e in seen[-5:]]}")
+
+
+def steps_in_file(run_dir: Path) -> int:
+    """The highest step number in events.jsonl right now."""
+    top = 0
+    for line in (run_dir / "events.jsonl").read_bytes().splitlines():
+        if line.startswith(b'{"type":"step"'):
+            try:
+                top = max(top, json.loads(line)["step"])
+            except ValueError:
+                pass
+    return top
+
+
+def rate(events) -> float:
+    """Steps per second over a list of step events (by their wall-clock stamps)."""
+    steps = [e for e in events if e.type == "step"]
+    if len(steps) < 2 or steps[-1].t == steps[0].t:
+        return float("nan")
+    return (steps[-1].step - steps[0].step) / (steps[-1].t - steps[0].t)
+
+
+def hostile(run_dir, payload: bytes, timeout: float = 10.0) -> dict | None:
+    sock = channel.connect(run_dir, timeout=timeout)
+    try:
+        try:
+            sock.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        line = channel.read_line(sock, time.monotonic() + timeout, limit=1 << 20)
+    finally:
+        sock.close()
+    return json.loads(line) if line else None
+
+
+def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    engine = launch(ENGINE, run_dir, timeout=120)
+    try:
+        client = engine.client()
+        assert client.liveness() == "live"
+        history = list(client.history())  # up as soon as the socket exists: maybe only the schema so far
+        calm = collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 30)
+        assert history[0].type == "schema" and any(e.type == "run_started" for e in history + calm)
+
+        # pause: the ack arrives and the step count in events.jsonl stops
+        ack = client.send(control.pause(), timeout=10)
+        assert ack.type == "setting" and ack.new == "paused"
+        at_pause = steps_in_file(run_dir)
+        assert at_pause <= ack.step + 1
+        late = [e for e in client.poll(1.0) if e.type == "step" and e.step > ack.step]
+        assert late == [] and steps_in_file(run_dir) == at_pause, "no step is written while paused"
+
+        assert client.send(control.resume(), timeout=10).new == "running"
+        collect(client, lambda evs: any(e.type == "step" and e.step > at_pause for e in evs))
+
+        saved = client.send(control.checkpoint_now(), timeout=10)
+        assert saved.type == "setting" and saved.name == "checkpoint"
+        assert Path(saved.new).is_file() and Path(saved.new).parent == run_dir / "checkpoints"
+
+        refused = client.send(control.set_value("attn_backend", "math"), timeout=10)
+        assert refused.type == "refused" and "attn_backend" in refused.why
+
+        # hostile input next to a busy channel: each gets an error reply, the run goes on
+        silent: list = []
+        quiet = threading.Thread(target=lambda: silent.append(hostile(run_dir, b"")))
+        quiet.start()
+        assert "malformed JSON" in hostile(run_dir, b"{{{\n")["error"]
+        assert "unknown action" in hostile(run_dir, b'{"v": 1, "id": "z", "action": "rm -rf"}\n')["error"]
+        assert "over 65536 bytes" in hostile(run_dir, b"[" + b"1," * (5 << 20) + b"1]\n")["error"]
+
+        answers: dict = {}
+
+        def storm(i: int) -> None:
+            try:
+                if i % 2:
+                    answers[i] = client.hello(timeout=20)["type"]
+                else:
+                    answers[i] = client.send(control.set_value("lr", 1e-3), timeout=20).type
+            except SessionError as exc:
+                answers[i] = f"error: {exc}"
+
+        before = collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 20)
+        crowd = [threading.Thread(target=storm, args=(i,)) for i in range(50)]
+        for t in crowd:
+            t.start()
+        during = []
+        while any(t.is_alive() for t in crowd):
+            during += client.poll(0.1)
+        during += collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 10)
+        quiet.join(15)
+        assert sorted(answers) == list(range(50))
+        assert all(a in ("hello", "setting") for a in answers.values()), answers
+        assert silent and "no complete request line" in silent[0]["error"]
+        with capsys.disabled():
+            print(f"\n[channel e2e] toy steps/s: calm {rate(calm):.1f}, before the storm {rate(before):.1f}, "
+                  f"during 50 clients + hostile input {rate(during):.1f}")
+
+        if os.geteuid() == 0:  # another uid cannot even reach the socket (0700 directory, 0600 socket)
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    s = socket.socket(socket.AF_UNIX)
+                    try:
+                        s.connect(str(run_dir / "control.sock"))
+                        code = 1
+                    except PermissionError:
+                        code = 0
+                finally:
+                    os._exit(code)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, "uid 65534 must get EACCES"
+
+        # graceful abort: exit 0, a final checkpoint, socket gone
+        ack = client.send(control.abort("graceful"), timeout=10)
+        assert ack.type == "setting" and ack.new == "aborting"
+        assert engine.wait(60) == 0
+        assert (run_dir / "checkpoints" / "last.safetensors").is_file()
+        tail = collect(client, lambda evs: any(e.type == "run_finished" for e in evs), timeout=5)
+        assert [e for e in tail if e.type == "run_finished"][0].status == "aborted"
+        assert client.liveness() == "aborted"
+        assert not (run_dir / "control.sock").exists()
+        with pytest.raises(SessionError, match="not running"):
+            client.send(control.pause(), timeout=2)
+    finally:
+        if engine.poll() is None:
+            engine.process.kill()
+            engine.wait(10)
+
+
+def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    engine = launch(ENGINE, run_dir, timeout=120)
+    client = engine.client(read_only=True)
+    try:
+        collect(client, lambda evs: any(e.type == "step" for e in evs))
+        with pytest.raises(SessionError, match="read-only"):
+            client.send(control.pause())
+        os.kill(engine.pid, signal.SIGKILL)
+        assert engine.wait(10) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while client.liveness() != "crashed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.liveness() == "crashed"
+        assert client.resume_command() == f"sensorlm-tui train --resume {run_dir}"
+        with pytest.raises(SessionError, match=r"\(crashed\); resume with: sensorlm-tui train --resume"):
+            engine.client().send(control.pause(), timeout=2)
+        assert len(client.history()) > 3, "the log of a crashed run still opens"
+    finally:
+        if engine.poll() is None:
+            engine.process.kill()
+
+
+def test_launch_failure_reports_the_engines_own_error(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError) as info:
+        launch(["--task", "toy", "--threads", "1", "--batch-size", "0"], tmp_path / "bad", timeout=120)
+    message = str(info.value)
+    assert info.value.exit_code == 2
+    assert message.startswith("engine exited with code 2: ") and "batch" in message and "\n" not in message
+    assert not (tmp_path / "bad" / "events.jsonl").exists(), "nothing but the log was written"

@@ -1,0 +1,125 @@
+"""The vectorised events.jsonl reader equals decoding every line with events.from_json."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import events as ev
+from engine import history
+
+
+def _mixed_lines(n: int, seed: int = 0) -> list[str]:
+    """Step events of two shapes, rare variants, other types, garbage and torn lines, shuffled in bursts."""
+    rng = random.Random(seed)
+    lines = [ev.to_json(ev.Schema(t=1.0))]
+    for i in range(n):
+        roll = rng.random()
+        comps = {"mse": rng.random()} if i < n // 2 else {"mse": rng.random(), "clip": -rng.random() * 1e-7}
+        if roll < 0.80:
+            lines.append(ev.to_json(ev.StepLogged(step=i, epoch=i // 100, loss=rng.random(), lr=1e-3,
+                                                  grad_norm=rng.random() * 10, samples_per_s=3e3 * rng.random(),
+                                                  steps_per_s=100.0, batch_size=32, components=comps)))
+        elif roll < 0.82:  # non-finite loss, skipped: another skeleton (skipped true) and "nan" strings
+            lines.append(ev.to_json(ev.StepLogged(step=i, loss=float("nan"), grad_norm=float("inf"),
+                                                  lr=-0.0, skipped=True, components={"mse": float("-inf")})))
+        elif roll < 0.90:
+            lines.append(ev.to_json(ev.MemorySampled(step=i, allocated=i * 4096, peak=2 ** 40 + i,
+                                                     capacity=None, breakdown={"params": i, "acts": 1.5},
+                                                     source="torch", ratio=0.25)))
+        elif roll < 0.93:
+            lines.append(ev.to_json(ev.StateChanged(state="paused", reason=f"by request at 12:{i % 60:02d}",
+                                                    step=i)))
+        elif roll < 0.95:
+            lines.append(ev.to_json(ev.SettingChanged(name="lr", old=i, new=i + 0.5, request_id=f"9-{i}")))
+        elif roll < 0.96:
+            lines.append('{"type":"step","t":1.0,"step":7,"epo')  # torn mid-file (a crash, then a resume)
+        elif roll < 0.97:
+            lines.append('{"type":"from_the_future","t":1.0,"step":3}')
+        elif roll < 0.98:
+            lines.append("not json at all: 1,2,3")
+        elif roll < 0.99:
+            lines.append("")
+        else:  # a step written by a newer schema: an extra field, fields reordered
+            lines.append(json.dumps({"type": "step", "step": i, "t": 2.0, "loss": 0.5, "new_field": [1, 2]},
+                                    separators=(",", ":")))
+    return lines
+
+
+def _expected(lines: list[str]) -> list[ev.Event]:
+    return [e for e in (ev.from_json(line) for line in lines) if e is not None]
+
+
+@pytest.mark.parametrize("chunk_bytes,min_block", [(1 << 20, 64), (4096, 4), (300, 1)])
+def test_history_equals_from_json_line_by_line(tmp_path: Path, chunk_bytes: int, min_block: int) -> None:
+    lines = _mixed_lines(3000)
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    hist = history.read_history(path, chunk_bytes=chunk_bytes, min_block=min_block)
+    expected = _expected(lines)
+    assert len(hist) == len(expected)
+    got = list(hist)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        # Compared as JSON: NaN != NaN as floats, but both write "nan".
+        assert ev.to_json(a) == ev.to_json(b), f"event {i}: {a} != {b}"
+        assert type(a) is type(b)
+        assert a == b or ev.to_json(a).count("nan"), f"event {i}: equal unless NaN inside"
+    assert hist._blocks, "the vectorised path was used"
+    assert hist.offset == path.stat().st_size
+    # Events built from columns must not share mutable dicts.
+    steps = [e for e in got if e.type == "step"]
+    steps[0].components["mse"] = 123.0
+    assert hist[got.index(steps[0])].components["mse"] != 123.0
+
+
+def test_int_fields_stay_ints_and_special_floats_come_back(tmp_path: Path) -> None:
+    lines = _mixed_lines(800, seed=3)
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    hist = history.read_history(path, min_block=1)
+    assert {b.type for b in hist._blocks} >= {"step", "memory"}
+    for event in hist:
+        if event.type == "step":
+            assert type(event.step) is int and type(event.batch_size) is int
+            if event.skipped:
+                assert math.isnan(event.loss) and event.grad_norm == float("inf")
+                assert event.components["mse"] == "-inf"  # as from_json leaves a nested non-finite value
+        if event.type == "memory":
+            assert type(event.peak) is int and event.peak > 2 ** 40 and event.capacity is None
+    skipped = hist.column("step", "skipped")
+    assert skipped.sum() == sum(1 for e in hist if e.type == "step" and e.skipped) > 0
+    assert np.isnan(hist.column("step", "components.mse")[skipped == 1]).sum() == 0  # -inf, a number
+    assert (hist.column("step", "components.mse")[skipped == 1] == -np.inf).all()
+
+
+def test_columns_match_the_events(tmp_path: Path) -> None:
+    lines = _mixed_lines(2000, seed=5)
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    hist = history.read_history(path, chunk_bytes=8192, min_block=4)
+    steps = [e for e in _expected(lines) if e.type == "step"]
+    assert hist.count_type("step") == len(steps)
+    np.testing.assert_array_equal(hist.column("step", "step"), [e.step for e in steps])
+    np.testing.assert_array_equal(hist.column("step", "loss"), [e.loss for e in steps])
+    clip = [e.components.get("clip", float("nan")) for e in steps]
+    np.testing.assert_array_equal(hist.column("step", "components.clip"), clip)
+
+
+def test_torn_last_line_is_left_for_the_follower(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    whole = ev.to_json(ev.StepLogged(step=1, loss=0.5))
+    torn = ev.to_json(ev.StepLogged(step=2, loss=0.25))
+    path.write_bytes((whole + "\n" + torn[:40]).encode())
+    hist = history.read_history(path)
+    assert [e.step for e in hist] == [1]
+    assert hist.offset == len(whole) + 1
+
+
+def test_missing_file_is_an_empty_history(tmp_path: Path) -> None:
+    hist = history.read_history(tmp_path / "nope.jsonl")
+    assert len(hist) == 0 and hist.offset == 0 and list(hist) == []
