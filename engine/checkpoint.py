@@ -172,6 +172,8 @@ def read(path: Path) -> Loaded:
         manifest = json.loads(header.get("manifest", ""))
     except ValueError:
         raise CheckpointError(f"{path}: metadata is not valid JSON") from None
+    if not isinstance(meta, dict) or not isinstance(manifest, dict):
+        raise CheckpointError(f"{path}: metadata is not a JSON object")
     if set(manifest) != set(tensors):
         raise CheckpointError(f"{path}: tensor list does not match its manifest")
     for name, tensor in tensors.items():

@@ -36,6 +36,10 @@ from engine.tasks.base import Task, TaskError
 #: Exit codes of the engine (headless CLI and engine process).
 EXIT_FINISHED, EXIT_POLICY, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
+#: NaN rollbacks to the same checkpoint in a row before the run stops: data that is NaN at a fixed
+#: position replays identically after every rollback, and without a cap the run would loop forever.
+MAX_ROLLBACKS_TO_ONE_STEP = 3
+
 
 class _Stop(Exception):
     """Internal: leave the loop now (abort-now, second SIGINT)."""
@@ -109,6 +113,7 @@ class Trainer:
         self._abort_reason = ""
         self._saved_last_at = -1
         self._should_abort = False
+        self._rollback_point = (-1, 0)  # (step last rolled back to, rollbacks to it in a row)
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -293,10 +298,17 @@ class Trainer:
             self.bus.emit(ev.Warning(text=f"{reason}; still skipping (nan_policy=skip)", step=self.step))
             self.nan_guard.consecutive = 0
             return
+        self._log_pending()  # the failing step's event comes before the rollback's, in step order
         good = self._load_good_checkpoint()
         if good is None:
             raise _GracefulStop(f"stopped: {reason} and no good checkpoint to roll back to", EXIT_POLICY,
                                 checkpoint=False, status="failed")
+        point, count = self._rollback_point
+        self._rollback_point = (good, count + 1 if point == good else 1)
+        if self._rollback_point[1] > MAX_ROLLBACKS_TO_ONE_STEP:
+            raise _GracefulStop(f"stopped: {reason} again after {MAX_ROLLBACKS_TO_ONE_STEP} rollbacks to step {good} "
+                                f"(LR x{self.lr_scale:g}); the same steps keep giving non-finite values",
+                                EXIT_POLICY, checkpoint=False, status="failed")
         self.lr_scale *= t.rollback_lr_factor
         self.nan_guard.consecutive = 0
         self.bus.emit(ev.SettingChanged(name="lr", old=None, new=self.peak_lr * self.lr_scale, step=self.step,
@@ -310,9 +322,10 @@ class Trainer:
             loaded = ckpt.load_latest(self.checkpoint_dir)
         except ckpt.CheckpointError:
             return None
-        lr_scale = self.lr_scale
+        lr_scale, nan_total = self.lr_scale, self.nan_guard.total
         self._restore(loaded)
         self.lr_scale = lr_scale
+        self.nan_guard.total = nan_total  # the run's count of skipped steps survives the rollback
         return self.step
 
     # ------------------------------------------------------------------ controls
@@ -534,6 +547,11 @@ class Trainer:
 
     def _restore(self, loaded: ckpt.Loaded) -> None:
         meta, tensors = loaded.meta, loaded.tensors
+        try:  # metadata whose checksum was recomputed after an edit must fail here, not as a crash mid-run
+            _check_meta(meta)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ckpt.CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid ({exc})") \
+                from None
         model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         try:
             self.model.load_state_dict(model_state, strict=True)
@@ -541,10 +559,14 @@ class Trainer:
             first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
             raise ckpt.CheckpointError(f"{loaded.path}: checkpoint is from another model shape ({first[:160]})") \
                 from None
-        ckpt.restore_optimizer(self.optimizer, tensors, meta["optimizer"])
-        ckpt.rng_restore(tensors, meta["rng"])
-        if meta.get("scaler") and self.scaler.is_enabled():
-            self.scaler.load_state_dict(meta["scaler"])
+        try:
+            ckpt.restore_optimizer(self.optimizer, tensors, meta["optimizer"])
+            ckpt.rng_restore(tensors, meta["rng"])
+            if meta.get("scaler") and self.scaler.is_enabled():
+                self.scaler.load_state_dict(meta["scaler"])
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ckpt.CheckpointError(f"{loaded.path}: optimizer or RNG state is damaged ({type(exc).__name__}: "
+                                       f"{str(exc)[:120]})") from None
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
         self.batch_size, self.grad_accum = meta["batch_size"], meta["grad_accum"]
         self.peak_lr, self.lr_scale = meta["peak_lr"], meta["lr_scale"]
@@ -600,6 +622,22 @@ class Trainer:
         self.bus.emit(ev.RunFinished(status=status, best=self.abort_policy.best, steps=self.step, reason=reason,
                                      checkpoint=outcome.checkpoint, resume_command=resume, exit_code=exit_code))
         return outcome
+
+
+def _check_meta(meta: dict) -> None:
+    """ValueError/KeyError/TypeError naming the first field of checkpoint metadata _restore cannot use."""
+    for key, low in (("step", 0), ("epoch", 0), ("position", 0), ("batch_size", 1), ("grad_accum", 1)):
+        value = meta[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{key}={value!r}: must be an integer >= {low}")
+    for key in ("peak_lr", "lr_scale"):
+        value = meta[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not (0 < value < math.inf):
+            raise ValueError(f"{key}={value!r}: must be a positive number")
+    for key in ("optimizer", "rng", "abort", "nan"):
+        if not isinstance(meta[key], dict):
+            raise ValueError(f"{key}: must be a JSON object")
+    AbortPolicy(**meta["abort"]), NanGuard(**meta["nan"])  # TypeError on unknown or missing fields
 
 
 class _GracefulStop(Exception):

@@ -170,6 +170,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     except Exception as exc:  # training crashed: say so everywhere, save what can be saved
         text = traceback.format_exc()
         sys.stderr.write(text)
+        _log_crash(run_dir, text)
         bus.emit(ev.Warning(text=f"training crashed: {type(exc).__name__}: {exc}", step=trainer.step))
         path = None
         try:
@@ -186,6 +187,24 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     status.stop(state=final_state, exit_code=exit_code, step=trainer.step)
     bus.close()
     return exit_code
+
+
+def _log_crash(run_dir: RunDir, text: str) -> None:
+    """Append a crash's traceback to engine.log unless stderr already is engine.log (the dashboard's launch).
+
+    Headless, stderr is a terminal that may be gone (SSH dropped) by the time
+    anyone asks why the run died; the run directory is where they will look.
+    """
+    try:
+        log = run_dir.log
+        if log.exists():
+            here, there = os.fstat(2), os.stat(log)
+            if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                return
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError:
+        pass  # the traceback is on stderr already; a full disk must not hide the crash's own report
 
 
 def _status_sink(status):
