@@ -121,6 +121,24 @@ def connect(run_dir: RunDir | Path, timeout: float = 5.0) -> socket.socket:
     return sock
 
 
+def serving(run_dir: RunDir | Path) -> bool:
+    """True when an engine is listening on the run's control socket (a crashed one leaves only the file).
+
+    For ``--resume``: check this before touching a run another engine still serves.
+    """
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    try:
+        if not stat.S_ISSOCK(os.stat(rd.socket).st_mode):
+            return False
+    except OSError:
+        return False
+    try:
+        connect(rd, timeout=1.0).close()
+    except (OSError, ChannelError):
+        return False
+    return True
+
+
 def read_line(sock: socket.socket, deadline: float, limit: int = MAX_LINE) -> bytes | None:
     """One reply line (without the newline) before ``deadline`` (time.monotonic); None on EOF.
 
@@ -193,7 +211,7 @@ class ControlServer:
     def start(self) -> "ControlServer":
         """Bind the socket (0600, owner-only) and start accepting; ChannelError if another engine serves the run."""
         path = self.run_dir.socket
-        if self._someone_listens(path):
+        if serving(self.run_dir):
             raise ChannelError(f"{path}: another engine is serving this run directory")
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -261,19 +279,6 @@ class ControlServer:
                 os.unlink(path)
         except OSError:
             pass
-
-    @staticmethod
-    def _someone_listens(path: Path) -> bool:
-        try:
-            if not stat.S_ISSOCK(os.stat(path).st_mode):
-                return False
-        except OSError:
-            return False
-        try:
-            connect(path.parent, timeout=1.0).close()
-        except (OSError, ChannelError):
-            return False
-        return True
 
     # ------------------------------------------------------------------ bus side (training thread)
     def _on_event(self, event: ev.Event) -> None:

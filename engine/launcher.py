@@ -103,7 +103,7 @@ def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0) -> Launc
     try:
         process = subprocess.Popen(
             engine_command(argv, run_dir), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            close_fds=True, start_new_session=True, env=_environment(), cwd=os.getcwd())
+            close_fds=True, start_new_session=True, env=_environment())
     except OSError as exc:
         raise LaunchError(f"cannot start the engine ({exc.strerror})", log=rd.log) from None
     finally:
