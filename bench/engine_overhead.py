@@ -1,0 +1,99 @@
+"""Engine overhead vs plain PyTorch: the same SensorLM model, batch and data, the same number of steps.
+
+(a) a minimal hand-written loop: make_batch → forward → backward → AdamW step, nothing else;
+(b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off.
+Steps/s is timed between the end of the first and the end of the last step of each run, so set-up,
+the step-0 baseline eval and the checkpoints at both ends are outside the window in both variants.
+Goal: ratio (b)/(a) ≥ 0.98.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Section, fmt_stats, interleave, ratios, stats, verdict
+
+PRESET = "demo"
+
+
+def _config(steps: int, batch: int):
+    from engine import config as cfg
+
+    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "eval_every": 0, "batch_size": batch},
+                                              "checkpoint": {"every_steps": 0}})
+
+
+def plain_loop(steps: int, batch: int) -> float:
+    """Steps/s of the hand-written loop."""
+    import torch
+
+    from engine.tasks import load_task_class
+
+    config = _config(steps, batch)
+    torch.manual_seed(0)
+    task = load_task_class(config.task.name)(config)
+    task.setup(None)
+    model = task.build_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr)
+    marks = []
+    for step in range(steps):
+        indices = list(range(step * batch, (step + 1) * batch))
+        data = task.make_batch(indices, step, train=True)
+        loss, _ = task.loss(model, data, step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        float(loss.detach())  # the engine reads the loss every step; so does any loop that prints it
+        marks.append(time.perf_counter())
+    return (len(marks) - 1) / (marks[-1] - marks[0])
+
+
+def engine_loop(steps: int, batch: int) -> float:
+    """Steps/s of the Trainer with its default sinks (events.jsonl and console) attached."""
+    from engine.control import Controls
+    from engine.loop import Trainer
+    from engine.sinks import ConsoleSink, EventBus, JsonlSink
+
+    config = _config(steps, batch)
+    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
+        marks = []
+        jsonl = JsonlSink(Path(tmp) / "events.jsonl")
+
+        def clock(event) -> None:
+            if event.type == "step":
+                marks.append(time.perf_counter())
+
+        bus = EventBus([jsonl, ConsoleSink(devnull, print_every=config.train.print_every), clock])
+        Trainer(config, bus, Controls(), checkpoint_dir=Path(tmp) / "ckpt").run()
+        bus.close()
+    return (len(marks) - 1) / (marks[-1] - marks[0])
+
+
+def run(quick: bool = False) -> Section:
+    """Interleave the two loops and report the ratio."""
+    import torch
+
+    torch.set_num_threads(1)
+    steps, repeats, batch = (15, 3, 16) if quick else (60, 5, 16)
+    results = interleave({"plain": lambda: plain_loop(steps, batch), "engine": lambda: engine_loop(steps, batch)},
+                         repeats)
+    ratio = ratios(results["engine"], results["plain"])
+    body = "\n".join([
+        f"SensorLM `{PRESET}` preset, batch {batch}, {steps} steps per run, {repeats} interleaved rounds, "
+        "1 torch thread, CPU.", "",
+        "| variant | steps/s |", "|---|---|",
+        f"| plain PyTorch loop | {fmt_stats(results['plain'], '.2f')} |",
+        f"| engine (Trainer, default logging) | {fmt_stats(results['engine'], '.2f')} |",
+        f"| **ratio engine / plain** | **{fmt_stats(ratio)}** |",
+    ])
+    return Section("Engine overhead vs plain PyTorch", f"python -m bench --only engine_overhead{' --quick' if quick else ''}",
+                   body, [verdict("engine/plain steps/s", stats(ratio)[1], 0.98)])
+
+
+if __name__ == "__main__":
+    section = run(quick="--quick" in os.sys.argv)
+    print(section.body)
+    print("\n".join(section.verdicts))
