@@ -379,8 +379,12 @@ class ControlServer:
                 line = bytes(buf[:cut])
                 del buf[:cut + 1]
                 if line.strip():
+                    try:
+                        reply = self._handle(line)
+                    except Exception as exc:  # a bug here must cost one reply, never the channel or the run
+                        reply = error_reply(f"internal error: {type(exc).__name__}")
                     conn.settimeout(5.0)
-                    conn.sendall(self._handle(line))
+                    conn.sendall(reply)
                 deadline = time.monotonic() + self.line_timeout
                 continue
             remaining = deadline - time.monotonic()
@@ -404,6 +408,8 @@ class ControlServer:
             data = json.loads(line)
         except (ValueError, UnicodeDecodeError) as exc:
             return error_reply(f"malformed JSON: {str(exc).splitlines()[0][:200]}")
+        except RecursionError:  # "[[[[…" nested deeper than the decoder's stack
+            return error_reply("malformed JSON: nested too deeply")
         if isinstance(data, dict) and "op" in data:
             return self._op(data)
         rid = data.get("id") if isinstance(data, dict) else None

@@ -165,8 +165,9 @@ class RunClient(Session):
             sock.sendall(line.encode() + b"\n")
             raw = channel.read_line(sock, deadline)
         except TimeoutError:
-            raise SessionError(f"engine did not answer {what} within {timeout:g} s "
-                               f"(liveness: {self.liveness()})") from None
+            raise SessionError(f"engine did not answer {what} within {timeout:g} s (liveness: {self.liveness()}); "
+                               "a delivered request still applies at the next step boundary and its ack "
+                               "appears in the event log") from None
         except (OSError, ValueError) as exc:
             raise SessionError(f"control channel failed during {what}: {exc}") from None
         finally:

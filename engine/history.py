@@ -229,6 +229,15 @@ def _parse_numbers(text: bytes) -> np.ndarray | None:
             return None
 
 
+def _gather(c: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The bytes c[starts[i]:stops[i]] for every i, concatenated (one fancy index, no Python loop)."""
+    lengths = stops - starts
+    if not len(lengths):
+        return c[:0].copy()
+    out_start = np.cumsum(lengths) - lengths
+    return c[np.arange(int(lengths.sum())) + np.repeat(starts - out_start, lengths)]
+
+
 class _Chunk:
     """Value spans and per-line facts of one chunk of complete lines."""
 
@@ -297,26 +306,45 @@ class _Chunk:
         names[np.arange(width)[None, :] >= name_len[:, None]] = 0
         return names.view(f"S{width}").ravel(), ok
 
+    def _few(self, lines: np.ndarray) -> bool:
+        # Few lines: gather their byte ranges (cost ∝ their bytes). Many: one mask over the chunk
+        # (cost ∝ the chunk, but no int64 index per byte).
+        return len(lines) * 4 < len(self.ends)
+
+    def _spans_of(self, lines: np.ndarray) -> np.ndarray:
+        flag = np.zeros(len(self.ends), bool)
+        flag[lines] = True
+        return flag[self.span_line]
+
     def match(self, lines: np.ndarray, template_line: int) -> np.ndarray:
         """Which of ``lines`` have the template line's skeleton, byte for byte."""
         L, k = self.skeleton_len[template_line], self.nvals[template_line]
         cand = lines[(self.skeleton_len[lines] == L) & (self.nvals[lines] == k)]
         if not len(cand):
             return cand
-        flag = np.zeros(len(self.ends), bool)
-        flag[cand] = True
-        skel = self.c[np.repeat(flag, self.lens) & ~self.in_value].reshape(len(cand), L)
-        tpl = self.c[self.starts[template_line]:self.ends[template_line] + 1][
-            ~self.in_value[self.starts[template_line]:self.ends[template_line] + 1]]
-        return cand[(skel == tpl).all(1)]
+        if self._few(cand):  # the gaps between values, line by line
+            pick = self._spans_of(cand)
+            starts = np.sort(np.concatenate([self.starts[cand], self.ve[pick]]))
+            stops = np.sort(np.concatenate([self.vs[pick], self.ends[cand] + 1]))
+            skel = _gather(self.c, starts, stops).reshape(len(cand), L)
+        else:
+            flag = np.zeros(len(self.ends), bool)
+            flag[cand] = True
+            skel = self.c[np.repeat(flag, self.lens) & ~self.in_value].reshape(len(cand), L)
+        row = int(np.searchsorted(cand, template_line))
+        return cand[(skel == skel[row]).all(1)]
 
     def values(self, lines: np.ndarray, k: int) -> np.ndarray | None:
         """The k values of each of ``lines`` (which all match one template), as a (len, k) array."""
-        flag = np.zeros(len(self.ends), bool)
-        flag[lines] = True
-        take = self.in_value.copy()
-        take[self.ve] = True  # keep each value's delimiter as its separator
-        data = self.c[np.repeat(flag, self.lens) & take]
+        if self._few(lines):  # each value with its delimiter, which becomes the separator
+            pick = self._spans_of(lines)
+            data = _gather(self.c, self.vs[pick], self.ve[pick] + 1)
+        else:
+            flag = np.zeros(len(self.ends), bool)
+            flag[lines] = True
+            take = self.in_value.copy()
+            take[self.ve] = True  # keep each value's delimiter as its separator
+            data = self.c[np.repeat(flag, self.lens) & take]
         data[_TO_SPACE[data]] = 32
         out = _parse_numbers(data.tobytes())
         if out is None or len(out) != len(lines) * k:
@@ -376,6 +404,16 @@ class History(Sequence):
         if b < 0:
             return self._objects[int(self._row[i])]
         return self._blocks[b].event(int(self._row[i]))  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (History, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable like them
+
+    def __repr__(self) -> str:
+        return f"<History {len(self)} events, {len(self._blocks)} columnar blocks>"
 
     # Columns ----------------------------------------------------------------
     def count_type(self, event_type: str) -> int:

@@ -97,6 +97,7 @@ def test_hostile_input_is_rejected_and_the_run_goes_on(rig: Rig) -> None:
         b'{"v": 1, "id": "a", "action": "set", "name": "lr", "value": "fast"}\n': "lr must be float",
         b'{"v": 1, "op": "shell"}\n': "unknown op",
         b"\xff\xfe\n": "malformed JSON",
+        b"[" * 60000 + b"\n": "malformed JSON",
     }
     for payload, needle in cases.items():
         reply = raw(rig.run_dir, payload)
