@@ -1,0 +1,255 @@
+"""The SensorLM task: synthetic or CSV wearable days, captions, tokenizer, model, three losses, metrics.
+
+Batches (CPU tensors from ``make_batch``): ``x`` (B, T, C) float32 z-scored per channel with gaps
+set to 0 (the channel mean), ``valid`` (B, T, C) bool, ``patch_mask`` (B, P) bool (True = masked,
+exactly round(mask_ratio·P) per sample), ``tokens`` (B, L) int64 (<bos> caption <eos> <pad>…).
+The patch mask is drawn from a generator seeded by (data.seed, sample index, step) for training
+and by (data.seed, sample index) for validation, so batches are pure functions of their arguments
+and validation numbers only move when the model does.
+
+Task state (``state_dict``, saved in every checkpoint): the tokenizer's vocabulary and the
+per-channel normalisation statistics with the channel names they belong to. Both are fitted on
+training data at ``setup`` — synthetic: the first FIT_SAMPLES training windows; CSV: every
+training window — and restored verbatim on resume, so a resumed run sees identical tensors.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from engine.tasks.base import Task, TaskError
+from engine.tasks.sensorlm import captions as cap
+from engine.tasks.sensorlm import losses
+from engine.tasks.sensorlm.csv_data import CsvDataset, channel_stats
+from engine.tasks.sensorlm.data import CHANNELS, VAL_OFFSET, SyntheticWearables
+from engine.tasks.sensorlm.model import BACKENDS, SensorLM, build
+from engine.tasks.sensorlm.tokenizer import Tokenizer
+
+STATE_VERSION = 1
+
+
+def _unwrap(model: nn.Module) -> SensorLM:
+    """The SensorLM inside a torch.compile / DDP wrapper (or the model itself)."""
+    for attr in ("_orig_mod", "module"):
+        while hasattr(model, attr) and isinstance(getattr(model, attr), nn.Module):
+            model = getattr(model, attr)
+    return model  # type: ignore[return-value]
+
+
+class SensorLMTask(Task):
+    """Contrastive + captioning + masked reconstruction on wearable days; see the module docstring."""
+
+    name = "sensorlm"
+    supports = frozenset({"attn_backend", "attn_chunk"})
+    attn_backends = BACKENDS
+    primary_metric = ("psnr_db", True)
+    #: Synthetic training windows the tokenizer and the normalisation statistics are fitted on.
+    FIT_SAMPLES = 256
+    #: Validation windows kept in memory (they are re-read at every eval).
+    VAL_CACHE = 512
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self._ready = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def setup(self, state: dict | None = None) -> None:
+        """Open the data (generator or CSV), then restore or fit the tokenizer and normalisation statistics."""
+        d, m = self.config.data, self.config.model
+        self.minutes = d.minutes
+        self.caption_words = m.max_caption_tokens - 2  # the words' budget; <bos> and <eos> take two
+        self.csv: CsvDataset | None = None
+        self.gen: SyntheticWearables | None = None
+        if d.source == "synthetic":
+            if d.channels > len(CHANNELS):
+                raise TaskError(f"data.channels={d.channels}: synthetic data has at most {len(CHANNELS)} channels")
+            if d.train_samples >= VAL_OFFSET:
+                raise TaskError(f"data.train_samples={d.train_samples}: must be below {VAL_OFFSET}")
+            self.gen = SyntheticWearables(d.seed, d.channels, d.minutes)
+            self.channel_names = [c.name for c in self.gen.channels]
+        else:
+            if not d.path:
+                raise TaskError("data.path: required when data.source='csv'")
+            self.csv = CsvDataset(d.path, d.captions_path, d.minutes, d.val_fraction, d.channels)
+            self.channel_names = list(self.csv.channels)
+            # Windows without a caption get one from their own signals, once, deterministically.
+            for k, w in enumerate(self.csv.train + self.csv.val):
+                if w.caption is None:
+                    w.caption = cap.describe_signals(w.values, w.valid, self.channel_names, w.start_minute,
+                                                     d.seed, k, self.caption_words)
+        if m.patch_channels > len(self.channel_names) or len(self.channel_names) % m.patch_channels:
+            raise TaskError(f"model.patch_channels={m.patch_channels} must divide the {len(self.channel_names)} "
+                            "channels (data.channels)")
+        if d.minutes % m.patch_time:
+            raise TaskError(f"model.patch_time={m.patch_time} must divide data.minutes={d.minutes}")
+        self._val_item = lru_cache(maxsize=self.VAL_CACHE)(self._load_val)
+        if state:
+            self._restore(state)
+        else:
+            self._fit()
+        self._ready = True
+
+    def _fit(self) -> None:
+        if self.gen is not None:
+            n = min(self.FIT_SAMPLES, self.config.data.train_samples)
+            items = [self._train_item(i) for i in range(n)]
+        else:
+            items = [self._train_item(i) for i in range(len(self.csv.train))]
+        self.mean, self.std = channel_stats([(v, ok) for v, ok, _ in items])
+        self.tokenizer = Tokenizer.build([c for _, _, c in items], self.config.model.vocab_size)
+
+    def _restore(self, state: dict) -> None:
+        try:
+            if state.get("version") != STATE_VERSION:
+                raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
+            norm = state["norm"]
+            if list(norm["channels"]) != self.channel_names:
+                raise TaskError(f"checkpoint was trained on channels {norm['channels']}, the data has "
+                                f"{self.channel_names}")
+            self.mean = np.asarray(norm["mean"], np.float32)
+            self.std = np.asarray(norm["std"], np.float32)
+            self.tokenizer = Tokenizer.from_state(state["tokenizer"])
+        except TaskError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TaskError(f"task state is not a SensorLM state: {exc}") from None
+        if len(self.tokenizer) > self.config.model.vocab_size:
+            raise TaskError(f"checkpoint tokenizer has {len(self.tokenizer)} words > model.vocab_size="
+                            f"{self.config.model.vocab_size}")
+
+    def state_dict(self) -> dict:
+        """Tokenizer vocabulary and normalisation statistics (JSON-able)."""
+        self._ensure()
+        return {"version": STATE_VERSION, "tokenizer": self.tokenizer.state_dict(),
+                "norm": {"channels": list(self.channel_names), "mean": [float(x) for x in self.mean],
+                         "std": [float(x) for x in self.std]}}
+
+    def _ensure(self) -> None:
+        if not self._ready:
+            self.setup(None)
+
+    def build_model(self) -> nn.Module:
+        """A freshly initialised SensorLM for this data's channel count and window length."""
+        self._ensure()
+        return build(self.config, len(self.channel_names), self.minutes)
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the dashboard header: source, channels, patches (tokens), vocabulary."""
+        self._ensure()
+        m = self.config.model
+        patches = (self.minutes // m.patch_time) * (len(self.channel_names) // m.patch_channels)
+        return {"source": self.config.data.source, "channels": len(self.channel_names), "minutes": self.minutes,
+                "patches": patches, "caption_tokens": m.max_caption_tokens, "vocab": len(self.tokenizer),
+                "train_windows": self.train_size(), "val_windows": len(self.val_indices())}
+
+    # -- data ------------------------------------------------------------------------------
+    def _train_item(self, i: int) -> tuple[np.ndarray, np.ndarray, str]:
+        if self.gen is not None:
+            s = self.gen.sample(i)
+            return s.values, s.valid, cap.caption(s, self.config.data.seed, self.caption_words)
+        w = self.csv.train[i]
+        return w.values, w.valid, w.caption
+
+    def _load_val(self, j: int) -> tuple[np.ndarray, np.ndarray, str]:
+        if self.gen is not None:
+            s = self.gen.val_sample(j)
+            return s.values, s.valid, cap.caption(s, self.config.data.seed, self.caption_words)
+        w = self.csv.val[j]
+        return w.values, w.valid, w.caption
+
+    def train_size(self) -> int:
+        """Synthetic: data.train_samples; CSV: the number of training windows."""
+        self._ensure()
+        return self.config.data.train_samples if self.gen is not None else len(self.csv.train)
+
+    def val_indices(self) -> list[int]:
+        """data.val_samples validation windows (evenly spaced over the CSV validation split)."""
+        self._ensure()
+        k = self.config.data.val_samples
+        if self.gen is not None:
+            return list(range(k))
+        n = len(self.csv.val)
+        return sorted({int(round(x)) for x in np.linspace(0, n - 1, min(k, n))})
+
+    def caption_of(self, index: int, train: bool = True) -> str:
+        """The caption text of one window (for inspection and tests)."""
+        self._ensure()
+        return (self._train_item(index) if train else self._val_item(index))[2]
+
+    def _patch_mask(self, index: int, step: int, train: bool) -> np.ndarray:
+        m = self.config.model
+        P = (self.minutes // m.patch_time) * (len(self.channel_names) // m.patch_channels)
+        n = min(max(1, round(self.config.data.mask_ratio * P)), P - 1) if P > 1 else 1
+        key = [self.config.data.seed, 11, int(index), int(step), 1] if train else [self.config.data.seed, 12, int(index)]
+        mask = np.zeros(P, bool)
+        mask[np.random.default_rng(key).permutation(P)[:n]] = True
+        return mask
+
+    def make_batch(self, indices: Sequence[int], step: int, train: bool) -> dict[str, torch.Tensor]:
+        """x, valid, patch_mask, tokens for the given windows (training or validation indices)."""
+        self._ensure()
+        items = [self._train_item(int(i)) if train else self._val_item(int(i)) for i in indices]
+        values = np.stack([v for v, _, _ in items])
+        valid = np.stack([ok for _, ok, _ in items])
+        x = np.where(valid, (values - self.mean) / self.std, 0.0).astype(np.float32)
+        L = self.config.model.max_caption_tokens
+        tokens = np.array([self.tokenizer.encode(c, L) for _, _, c in items], np.int64)
+        mask = np.stack([self._patch_mask(int(i), step, train) for i in indices])
+        return {"x": torch.from_numpy(x), "valid": torch.from_numpy(valid),
+                "patch_mask": torch.from_numpy(mask), "tokens": torch.from_numpy(tokens)}
+
+    # -- objective -------------------------------------------------------------------------
+    def _forward(self, model: nn.Module, batch: dict):
+        out = model(batch["x"], batch["patch_mask"], batch["tokens"])
+        core = _unwrap(model)
+        patches = core.encoder.patchify(batch["x"])
+        patch_valid = core.encoder.patchify(batch["valid"])
+        m = self.config.model
+        contrastive, sim = losses.contrastive_loss(out["sensor_emb"], out["text_emb"], core.logit_scale,
+                                                   core.logit_bias, m.contrastive)
+        targets = batch["tokens"][:, 1:]
+        caption = losses.caption_loss(out["logits"], targets)
+        sse, count = losses.masked_patch_error(out["recon"], patches, patch_valid, batch["patch_mask"])
+        recon = sse / count.clamp_min(1.0)
+        total = m.w_contrastive * contrastive + m.w_caption * caption + m.w_recon * recon
+        return total, {"contrastive": contrastive, "caption": caption, "recon": recon}, out, sim, targets
+
+    def loss(self, model: nn.Module, batch: dict, step: int):
+        """Weighted sum of contrastive, caption and recon losses; the components come back detached by name."""
+        total, parts, *_ = self._forward(model, batch)
+        return total, {k: v.detach() for k, v in parts.items()}
+
+    def eval_batch(self, model: nn.Module, batch: dict) -> dict[str, float]:
+        """val_loss (and per objective), psnr_db on masked patches, retrieval top-1, caption token accuracy."""
+        with torch.no_grad():
+            total, parts, out, sim, targets = self._forward(model, batch)
+            # .item() calls below are device syncs; eval runs a handful of batches, so they are cheap here.
+            result = {"val_loss": total.item(), **{f"val_{k}": v.item() for k, v in parts.items()}}
+            result["psnr_db"] = losses.psnr_db(parts["recon"].item())
+            result["retrieval_top1"] = losses.retrieval_top1(sim)
+            result["retrieval_chance"] = 1.0 / len(sim)
+            result["token_accuracy"] = losses.token_accuracy(out["logits"], targets)
+        return result
+
+    # -- live settings -------------------------------------------------------------------------
+    def apply_setting(self, model: nn.Module, name: str, value: Any) -> None:
+        """Switch the sensor encoder's ``attn_backend`` or ``attn_chunk`` in place (no re-initialisation)."""
+        core = _unwrap(model)
+        if name == "attn_backend":
+            if value not in BACKENDS:
+                raise TaskError(f"attn_backend={value!r}: allowed {', '.join(BACKENDS)}")
+            core.set_attention(backend=value)
+        elif name == "attn_chunk":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TaskError(f"attn_chunk={value!r}: must be an integer ≥ 1")
+            core.set_attention(chunk=value)
+        else:
+            raise TaskError(f"task 'sensorlm' does not support changing {name}")
+
+
+__all__ = ["SensorLMTask"]
