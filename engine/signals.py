@@ -38,6 +38,9 @@ def _redirect_output(log_path: Path) -> None:
 def install(controls: Controls, on_hangup: str, log_path: Path, note=print) -> None:
     """Install the handlers above; ``note`` logs a line (the console sink, usually)."""
     interrupts = {"count": 0}
+    # Decided now, not in the handler: after a real hang-up the tty fds are dead and isatty() is False,
+    # which made a hung-up engine think it never had a terminal and keep writing into the void.
+    had_terminal = sys.stdout.isatty() or sys.stderr.isatty()
 
     def on_term(signum, frame):
         name = signal.Signals(signum).name
@@ -49,7 +52,7 @@ def install(controls: Controls, on_hangup: str, log_path: Path, note=print) -> N
         controls.request_graceful(f"{name}: checkpointed and stopped", EXIT_INTERRUPTED)
 
     def on_hup(signum, frame):
-        if not sys.stdout.isatty() and not sys.stderr.isatty() and on_hangup == "continue":
+        if not had_terminal and on_hangup == "continue":
             note("SIGHUP: no terminal attached; training goes on")
             return
         _redirect_output(log_path)
