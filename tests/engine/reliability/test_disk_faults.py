@@ -1,0 +1,122 @@
+"""A full disk, a checkpoint directory that turns read-only mid-run, a run directory that cannot be written.
+
+Saves that fail leave the previous checkpoint byte-for-byte intact and no
+temp file behind, report CheckpointFailed, and training goes on; a save after
+the disk is writable again succeeds. A run directory that cannot be created
+is a one-line error with exit 2. The full disk is a real tmpfs of 3 MiB
+and read-only is a real read-only bind mount (as root, chmod would not stop
+anyone); where mounting is not allowed those tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.engine.reliability.harness import TOY, events_of, verify_all
+
+
+def _mount(*args: str) -> None:
+    result = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise OSError(result.stderr.strip() or f"mount {' '.join(args)} failed")
+
+
+@contextmanager
+def _mounted(target: Path, *args: str):
+    """Mount something on ``target`` for the block (skips the test when mounting is not allowed here)."""
+    try:
+        _mount(*args, str(target))
+    except (OSError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot mount here ({exc}); needs root with CAP_SYS_ADMIN")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_disk_full_keeps_the_previous_checkpoint_and_training_goes_on(engines, tmp_path: Path) -> None:
+    from engine import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    checkpoints = run / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    # 3 MiB holds last + last.prev (1.2 MiB each once Adam has state) and not a third copy being written.
+    with _mounted(checkpoints, "-t", "tmpfs", "-o", "size=3m", "tmpfs"):
+        engine = engines.spawn([*TOY, "--max-steps", "60", "--eval-every", "0", "--checkpoint-every", "10",
+                                "--set", "checkpoint.save_best=false", "--run-dir", str(run)], tmp_path)
+        assert engine.wait(120) == 0, engine.stderr()
+        saved = [e for e in events_of(run, "checkpoint") if e["kind"] in ("last", "final")]
+        failed = events_of(run, "checkpoint_failed")
+        assert saved and failed, "the disk never filled up: the test proves nothing"
+        assert all("No space left on device" in e["error"] for e in failed), failed
+        assert any(e["step"] > failed[0]["step"] for e in events_of(run, "step"))  # trained on after the failure
+        assert events_of(run, "run_finished")[-1]["steps"] == 60
+        assert set(verify_all(checkpoints).values()) == {"ok"}
+        assert not list(checkpoints.glob(".*.tmp-*")), "a failed save must remove its partial temp file"
+        newest = ckpt.load_latest(checkpoints)
+        assert newest.meta["step"] == saved[-1]["step"] < failed[-1]["step"]
+        assert any(line.startswith(f"ckpt! step {failed[0]['step']} save failed, previous checkpoint kept")
+                   for line in engine.lines())
+
+
+def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Path) -> None:
+    from engine import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    checkpoints = run / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    with _mounted(checkpoints, "--bind", str(checkpoints)):
+        engine = engines.spawn([*TOY, "--max-steps", "100000", "--eval-every", "0", "--checkpoint-every", "5",
+                                "--set", "checkpoint.save_best=false", "--run-dir", str(run)], tmp_path)
+        engine.wait_for(r"^ckpt  step 5 last")
+        _mount("-o", "remount,ro,bind", str(checkpoints))
+        at = len(engine.lines())
+        first_failure = int(engine.wait_for(r"^ckpt! step (\d+) save failed", after=at).group(1))
+        good = ckpt.load_latest(checkpoints)
+        digest, good_step = _sha(good.path), good.meta["step"]
+        assert good_step < first_failure
+        engine.wait_for(rf"^ckpt! step {first_failure + 5} save failed")  # still training, still failing
+        assert _sha(good.path) == digest and ckpt.load_latest(checkpoints).meta["step"] == good_step
+        _mount("-o", "remount,rw,bind", str(checkpoints))
+        recovered = int(engine.wait_for(r"^ckpt  step (\d+) last", after=at).group(1))
+        assert recovered > first_failure + 5
+        engine.signal(signal.SIGTERM)
+        assert engine.wait(60) == 130
+        failed = events_of(run, "checkpoint_failed")
+        assert failed and all("Read-only file system" in e["error"] for e in failed), failed
+        assert set(verify_all(checkpoints).values()) == {"ok"}
+        assert ckpt.load_latest(checkpoints).meta["step"] >= recovered
+        assert not list(checkpoints.glob(".*.tmp-*"))
+
+
+def test_unwritable_run_directory_is_a_one_line_error(engines, tmp_path: Path) -> None:
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    with _mounted(parent, "--bind", str(parent)):
+        _mount("-o", "remount,ro,bind", str(parent))
+        engine = engines.spawn([*TOY, "--max-steps", "5", "--run-dir", str(parent / "run")], tmp_path)
+        assert engine.wait(60) == 2
+        err = engine.stderr().strip().splitlines()
+        assert err == [f"sensorlm-tui: error: {parent / 'run'}: cannot create run directory (Read-only file system)"]
+        assert engine.lines() == []
+
+
+def test_run_directory_under_proc_is_a_one_line_error(engines, tmp_path: Path) -> None:
+    """Needs no mount: /proc refuses new directories even to root."""
+    target = f"/proc/sensorlm-tui-test-{os.getpid()}/run"
+    engine = engines.spawn([*TOY, "--max-steps", "5", "--run-dir", target], tmp_path)
+    assert engine.wait(60) == 2
+    lines = engine.stderr().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sensorlm-tui: error: {target}: cannot create run directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["err-0.txt", "out-0.txt"]  # nothing else written
