@@ -77,3 +77,25 @@ def engines():
     yield start
     for proc in started:
         stop(proc)
+
+
+def screen_text(app) -> str:
+    """What the app's terminal shows right now, as plain text (one line per row).
+
+    Uses the compositor Textual's own screenshots use (``export_screenshot``),
+    without the SVG: the rows of the top screen including any modal.
+    """
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def until(pilot, condition: Callable[[], object], timeout: float = 30.0, what: str = "condition",
+                interval: float = 0.1):
+    """Let the app run until ``condition`` holds; fail the test with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; screen:\n{screen_text(pilot.app)}")
+        await pilot.pause(interval)

@@ -1,0 +1,138 @@
+"""How long `sensorlm-tui attach` takes to show a run with 1,000,000 logged steps: `python -m bench.attach_open`.
+
+Writes a synthetic finished run (``bench.open_run.write_run``: N step events
+in the engine's byte format plus memory / system samples every 100 steps and
+an eval every 10,000, ~330 MB at 1M steps), then measures "until the first
+frame with the history drawn" two ways, each ``--repeat`` times:
+
+- terminal: ``sensorlm-tui attach <run>`` started in a private tmux server
+  (120×40, UTF-8) until ``capture-pane`` shows the progress panel at the last
+  step (``step N/N``): process start, imports, reading the log, folding it
+  into the model, the first full render. Polled every 50 ms, so ±50 ms.
+  Skipped when tmux is missing.
+- in-process: ``AttachApp`` under ``App.run_test`` (no terminal, no process
+  start) until the rendered screen shows the same text: reading + folding +
+  rendering only.
+
+Prints plain lines; as a suite module (``run``) it returns a Section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench.common import ROOT, Section, fmt_stats
+from bench.open_run import write_run
+
+#: Poll interval of both measurements (s).
+POLL_S = 0.05
+#: Give up on one open after this long (s).
+TIMEOUT_S = 300.0
+
+
+def _done(text: str, steps: int) -> bool:
+    return re.search(rf"step {steps}/{steps}\b", text) is not None
+
+
+def terminal_open(run: Path, steps: int) -> float:
+    """Seconds from starting `sensorlm-tui attach` in tmux to the history on screen."""
+    socket = f"bench-attach-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    env = f"export LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color PYTHONPATH={shlex.quote(str(ROOT))};"
+    command = f"{env} exec {shlex.quote(sys.executable)} -m tui.cli attach {shlex.quote(str(run))}"
+    tmux = ["tmux", "-L", socket]
+    try:
+        start = time.perf_counter()
+        subprocess.run([*tmux, "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", command], check=True)
+        while time.perf_counter() - start < TIMEOUT_S:
+            text = subprocess.run([*tmux, "capture-pane", "-p", "-t", "b"], capture_output=True, text=True).stdout
+            if _done(text, steps):
+                return time.perf_counter() - start
+            time.sleep(POLL_S)
+        raise RuntimeError(f"attach did not show step {steps} within {TIMEOUT_S:.0f} s; screen:\n{text}")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def inprocess_open(run: Path, steps: int) -> float:
+    """Seconds from AttachApp start (run_test, no terminal) to the history on the rendered screen."""
+    from engine.client import RunClient
+    from tui.attach_app import AttachApp
+
+    async def body() -> float:
+        start = time.perf_counter()
+        app = AttachApp(lambda: RunClient(run, read_only=True), run, read_only=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            while time.perf_counter() - start < TIMEOUT_S:
+                text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+                if _done(text, steps):
+                    return time.perf_counter() - start
+                await pilot.pause(POLL_S)
+        raise RuntimeError(f"in-process attach did not show step {steps} within {TIMEOUT_S:.0f} s")
+
+    return asyncio.run(body())
+
+
+def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str, list[float] | str]:
+    """Build the run, time both opens ``repeat`` times; a skipped variant maps to its reason."""
+    out: dict[str, list[float] | str] = {}
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        run = Path(tmp) / "bench-attach"
+        start = time.perf_counter()
+        path = write_run(run, steps)
+        print(f"wrote {steps:,} steps, {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s",
+              flush=True)
+        if shutil.which("tmux"):
+            out["terminal"] = [terminal_open(run, steps) for _ in range(repeat)]
+        else:
+            out["terminal"] = "tmux not installed"
+        out["in-process"] = [inprocess_open(run, steps) for _ in range(repeat)]
+    return out
+
+
+def _cell(values) -> str:
+    return values if isinstance(values, str) else f"{fmt_stats(values, '.2f')} s"
+
+
+def run(quick: bool = False) -> Section:
+    """Suite entry: 1M steps (100k with --quick), best-of-3 (1)."""
+    steps, repeat = (100_000, 1) if quick else (1_000_000, 3)
+    results = measure(steps, repeat)
+    body = "\n".join([
+        f"Synthetic finished run with {steps:,} step events; time until the first frame shows the history "
+        f"(`step {steps}/{steps}` on screen), {repeat} repeat(s), 120×40.", "",
+        "| how | seconds |", "|---|---|",
+        f"| `sensorlm-tui attach RUN` in tmux (process start → frame) | {_cell(results['terminal'])} |",
+        f"| AttachApp under run_test (read + fold + render) | {_cell(results['in-process'])} |",
+    ])
+    return Section("attach: opening a long run", f"python -m bench --only attach_open{' --quick' if quick else ''}",
+                   body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: --steps, --repeat, --dir."""
+    parser = argparse.ArgumentParser(prog="python -m bench.attach_open", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write the run (default a temp dir)")
+    args = parser.parse_args(argv)
+    for name, values in measure(args.steps, args.repeat, args.dir).items():
+        if isinstance(values, str):
+            print(f"{name}: skipped ({values})")
+        else:
+            print(f"{name}: " + ", ".join(f"{v:.2f}" for v in values) + f" s  (median {_cell(values)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

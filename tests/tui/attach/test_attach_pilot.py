@@ -1,0 +1,107 @@
+"""A Pilot-driven dashboard attached (RunClient) to a real engine process: history, live steps, acked controls."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from engine.client import RunClient
+from engine.rundir import RunDir, pid_alive
+from tests.tui.attach.conftest import screen_text, status_step, until, wait_for_step
+from tui.app import DashboardApp
+
+SIZE = (120, 40)
+
+
+def _screen_step(app) -> int:
+    """The step the progress panel shows ("step N/100000"), or -1."""
+    found = re.search(r"step (\d+)/100000", screen_text(app))
+    return int(found.group(1)) if found else -1
+
+
+def _header(app) -> str:
+    return screen_text(app).splitlines()[0]
+
+
+def test_attach_shows_history_then_live_and_controls_round_trip(tmp_path: Path, engines) -> None:
+    run = tmp_path / "r"
+    proc = engines(run)
+    opened_at = wait_for_step(run, 30)
+
+    async def scenario() -> None:
+        app = DashboardApp(lambda: RunClient(run))
+        async with app.run_test(size=SIZE) as pilot:
+            # History: every step since 1 came from the log, not only what arrived after we opened.
+            await until(pilot, lambda: app.model.steps.total >= opened_at, what="history replayed")
+            assert app.model.steps.view()[0, 0] == 1
+            # Live: the screen keeps advancing past the step the run was at when we attached.
+            await until(pilot, lambda: _screen_step(app) > opened_at + 10, what="live steps on screen")
+
+            await pilot.press("space")
+            await until(pilot, lambda: "PAUSED" in _header(app), what="PAUSED in the header")
+            assert "pause: done" in app.status_text
+            assert RunDir(run).read_status()["state"] == "paused"
+            paused_at = status_step(run)
+            await pilot.pause(1.5)  # paused means no new steps, on screen or on disk
+            assert status_step(run) == paused_at
+
+            await pilot.press("space")
+            await until(pilot, lambda: "resume: done" in screen_text(app), what="resume ack on screen")
+            await until(pilot, lambda: "RUNNING" in _header(app), what="RUNNING in the header")
+
+            await pilot.press("c")
+            await until(pilot, lambda: "checkpoint now: done" in screen_text(app), what="checkpoint ack on screen")
+            assert (run / "checkpoints" / "last.safetensors").is_file()
+
+            # A tune the toy task cannot take: the engine's refusal comes back and is shown.
+            await pilot.press("t")
+            await until(pilot, lambda: app.screen.query("#tune-backend"), what="tune modal")
+            app.screen.query_one("#tune-backend").value = "math"
+            await pilot.press("enter")
+            await until(pilot, lambda: "refused" in screen_text(app) and "attn_backend" in screen_text(app),
+                        what="refused tune on screen")
+            assert "toy" in app.status_text and "attn_backend" in app.status_text
+            await pilot.press("escape")
+
+            # Quitting a live process-mode run offers detach; detaching leaves the engine training.
+            await pilot.press("q")
+            await until(pilot, lambda: "detach" in screen_text(app), what="quit modal offering detach")
+            assert "abort gracefully" in screen_text(app)
+            await pilot.press("d")
+            await until(pilot, lambda: app.return_code is not None, what="app exit after detach")
+        assert app.return_code == 0
+        assert f"sensorlm-tui attach {run}" in app.summary
+
+    asyncio.run(scenario())
+    before = status_step(run)
+    wait_for_step(run, before + 5)  # training goes on without any viewer
+    assert proc.poll() is None and pid_alive(proc.pid)
+
+
+def test_two_viewers_one_read_only(tmp_path: Path, engines) -> None:
+    run = tmp_path / "r"
+    engines(run)
+    wait_for_step(run, 10)
+
+    async def scenario() -> None:
+        steer = DashboardApp(lambda: RunClient(run))
+        watch = DashboardApp(lambda: RunClient(run, read_only=True), read_only=True)
+        async with steer.run_test(size=SIZE) as ps, watch.run_test(size=SIZE) as pw:
+            await until(pw, lambda: _screen_step(watch) > 10 and _screen_step(steer) > 10, what="both viewers live")
+            assert "read-only" in _header(watch) and "read-only" not in _header(steer)
+
+            for key in ("space", "c", "a", "t"):  # every control key: nothing sent, the reason is shown
+                await pw.press(key)
+                await until(pw, lambda: "read-only" in watch.status_text, what=f"read-only notice for {key}")
+                assert "controls are disabled" in watch.status_text
+                assert len(watch.screen_stack) == 1  # no abort / tune modal opened
+            assert RunDir(run).read_status()["state"] == "running"
+
+            await ps.press("space")
+            await until(ps, lambda: "PAUSED" in _header(steer), what="PAUSED on the steering viewer")
+            await until(pw, lambda: "PAUSED" in _header(watch), what="PAUSED on the read-only viewer")
+            await ps.press("space")
+            await until(pw, lambda: "RUNNING" in _header(watch), what="RUNNING again on the read-only viewer")
+
+    asyncio.run(scenario())

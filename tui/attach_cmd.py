@@ -1,0 +1,73 @@
+"""`sensorlm-tui attach [RUN] [--read-only]`: open the dashboard on a run started anywhere.
+
+RUN is a run directory, or a bare name under ./runs; without one, the newest
+live run under ./runs. The session is an ``engine.client.RunClient`` on that
+directory: the history is rebuilt from events.jsonl, then the log is
+followed live, and controls go over the run's control socket — so any
+number of viewers, in any terminals (SSH sessions, tmux panes), can watch
+the same run at once. ``--read-only`` disables every control key (each says
+why). Quitting offers detach / abort gracefully / cancel; a hang-up of the
+viewer's terminal detaches; the engine trains on either way. A run whose
+engine is gone (crashed, aborted) can be resumed from the viewer
+(tui/attach_app.py).
+
+Errors (no such run, no live run, no terminal, bad --theme/--refresh) are one
+line and exit 2, listing the runs that do exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tui.run_index import DEFAULT_ROOT, RunLookupError, resolve
+
+EXIT_BAD_INPUT = 2
+
+
+def _error(text: str) -> int:
+    sys.stderr.write(f"sensorlm-tui: error: {text}\n")
+    return EXIT_BAD_INPUT
+
+
+def _has_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def main(args: argparse.Namespace, root: Path = DEFAULT_ROOT) -> int:
+    """Resolve the run, open the dashboard on it, return the exit code (2 for bad input)."""
+    try:
+        run_dir = resolve(args.run, root).absolute()
+    except RunLookupError as exc:
+        return _error(str(exc))
+    if not _has_terminal():
+        # A Textual app without a TTY busy-spins its input thread (research); say what works instead.
+        return _error(f"attach {args.run or run_dir}: needs a terminal (stdin and stdout are not a TTY); "
+                      f"`sensorlm-tui runs` lists runs, {run_dir / 'events.jsonl'} has every event")
+    return open_dashboard(run_dir, read_only=args.read_only, theme=args.theme, refresh=args.refresh, ansi=args.ansi)
+
+
+def open_dashboard(run_dir: Path, *, read_only: bool = False, theme: str | None = None,
+                   refresh: float | None = None, ansi: bool = False) -> int:
+    """Run the attach dashboard on ``run_dir`` until the user quits; prints the summary line after."""
+    import themes
+    from engine.client import RunClient
+    from tui.app import check_refresh
+
+    try:
+        themes.resolve(theme)
+        check_refresh(refresh)
+    except ValueError as exc:
+        return _error(str(exc))
+    from tui.attach_app import AttachApp
+    from tui.estimate import default_estimator
+
+    app = AttachApp(lambda: RunClient(run_dir, read_only=read_only), run_dir, estimator=default_estimator(),
+                    theme=theme, refresh=refresh, read_only=read_only, ansi=ansi)
+    app.run()
+    # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.
+    code = app.return_code if app.return_code is not None else 0
+    if app.summary:
+        (sys.stderr if app.summary_is_error else sys.stdout).write(app.summary + "\n")
+    return code
