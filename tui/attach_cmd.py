@@ -69,5 +69,10 @@ def open_dashboard(run_dir: Path, *, read_only: bool = False, theme: str | None 
     # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.
     code = app.return_code if app.return_code is not None else 0
     if app.summary:
-        (sys.stderr if app.summary_is_error else sys.stdout).write(app.summary + "\n")
+        stream = sys.stderr if app.summary_is_error else sys.stdout
+        try:
+            stream.write(app.summary + "\n")
+            stream.flush()
+        except OSError:  # the terminal hung up (SIGHUP detach): nobody to tell, the run's log has it all
+            pass
     return code
