@@ -264,8 +264,9 @@ class ControlServer:
                 conn.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
+        deadline = time.monotonic() + 3.0  # a client that does not read its reply costs at most this
         for thread in threads:
-            thread.join(timeout=2)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._listener.close()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
