@@ -74,14 +74,18 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
         assert history[0].type == "schema" and any(e.type == "run_started" for e in history + calm)
 
         # pause: the ack arrives and the step count in events.jsonl stops
+        sent = time.perf_counter()
         ack = client.send(control.pause(), timeout=10)
+        pause_ms = (time.perf_counter() - sent) * 1e3
         assert ack.type == "setting" and ack.new == "paused"
         at_pause = steps_in_file(run_dir)
         assert at_pause <= ack.step + 1
         late = [e for e in client.poll(1.0) if e.type == "step" and e.step > ack.step]
         assert late == [] and steps_in_file(run_dir) == at_pause, "no step is written while paused"
 
+        sent = time.perf_counter()
         assert client.send(control.resume(), timeout=10).new == "running"
+        resume_ms = (time.perf_counter() - sent) * 1e3
         collect(client, lambda evs: any(e.type == "step" and e.step > at_pause for e in evs))
 
         saved = client.send(control.checkpoint_now(), timeout=10)
@@ -124,7 +128,8 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
         assert silent and "no complete request line" in silent[0]["error"]
         with capsys.disabled():
             print(f"\n[channel e2e] toy steps/s: calm {rate(calm):.1f}, before the storm {rate(before):.1f}, "
-                  f"during 50 clients + hostile input {rate(during):.1f}")
+                  f"during 50 clients + hostile input {rate(during):.1f}; ack round trip: pause {pause_ms:.0f} ms "
+                  f"(at a step boundary), resume {resume_ms:.0f} ms (paused engine)")
 
         if os.geteuid() == 0:  # another uid cannot even reach the socket (0700 directory, 0600 socket)
             pid = os.fork()
