@@ -55,6 +55,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
     except cfg.ConfigError as exc:
         raise UsageError(str(explain_flag_error(exc))) from None
     name = config.name or (Path(args.run_dir).name if args.run_dir else default_name())
+    if "/" in name or "\0" in name or name in (".", ".."):  # it becomes runs/<name>: no escaping that
+        raise UsageError(f"name={name[:80]!r}: a run name cannot contain '/' or be '.' or '..'")
     config = config.model_copy(update={"name": name})
     root = Path(args.run_dir) if args.run_dir else Path("runs") / name
     if (root / "events.jsonl").exists():
@@ -78,6 +80,11 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
     run_dir = RunDir(root)
     if not run_dir.config.is_file():
         raise UsageError(f"--resume {root}: not a run directory (no config.toml)")
+    from engine.channel import serving
+
+    if serving(run_dir):  # a live engine owns this directory: appending to its log would corrupt the run
+        raise UsageError(f"--resume {root}: an engine is still running this run; watch it with "
+                         f"`sensorlm-tui attach {root}`")
     try:
         config = cfg.load_resolved(run_dir.config)
         if overrides:
