@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from engine.presets import PRESETS
 
@@ -29,6 +30,16 @@ class _Section(BaseModel):
     """Strict base: unknown keys are errors and values are re-validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info) -> Any:
+        # Lax mode would read `batch_size = true` as 1; a boolean where a number belongs is a mistake.
+        if isinstance(value, bool):
+            annotation = cls.model_fields[info.field_name].annotation
+            if annotation in (int, float) or (annotation is not bool and float in getattr(annotation, "__args__", ())):
+                raise PydanticCustomError("bool_not_number", "expected a number, not true/false")
+        return value
 
 
 class TaskConfig(_Section):
@@ -196,6 +207,11 @@ def _describe(error: dict) -> tuple[str, str]:
     return loc, msg
 
 
+def _clip(text: str, limit: int = 80) -> str:
+    """At most ``limit`` characters: a 1 MB key or value must not become a 1 MB error line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def validate(data: dict, origin: str = "config", text: str | None = None) -> RunConfig:
     """Validate a merged dict; raise ConfigError naming the first bad field (with file:line when known)."""
     try:
@@ -210,10 +226,10 @@ def validate(data: dict, origin: str = "config", text: str | None = None) -> Run
             if line:
                 place = f"{origin}:{line}"
         value = error.get("input")
-        shown = "" if isinstance(value, dict) or error.get("type") == "missing" else f"={value!r}"
+        shown = "" if isinstance(value, dict) or error.get("type") == "missing" else f"={_clip(repr(value), 60)}"
         if error.get("type") == "value_error":
-            raise ConfigError(f"{place}: {msg.removeprefix('Value error, ')}") from None
-        raise ConfigError(f"{place}: {field}{shown}: {msg}") from None
+            raise ConfigError(f"{place}: {_clip(msg.removeprefix('Value error, '), 200)}") from None
+        raise ConfigError(f"{place}: {_clip(field)}{shown}: {_clip(msg, 200)}") from None
 
 
 def preset_dict(task: str, preset: str) -> dict:
@@ -244,6 +260,8 @@ def read_toml(path: str | Path) -> tuple[dict, str]:
         raise ConfigError(f"{path}:{line}: not valid UTF-8 text") from None
     try:
         data = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses per nesting level: `a = [[[[…` thousands deep
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         match = re.search(r"\(at line (\d+), column (\d+)\)", message)

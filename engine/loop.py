@@ -40,6 +40,10 @@ EXIT_FINISHED, EXIT_POLICY, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: position replays identically after every rollback, and without a cap the run would loop forever.
 MAX_ROLLBACKS_TO_ONE_STEP = 3
 
+#: Largest training set the loop accepts: each epoch's order is a permutation held in memory (8 bytes a sample,
+#: 800 MB here); a typo like data.train_samples = 1e12 must be a one-line error, not a 7 TiB MemoryError mid-run.
+MAX_TRAIN_SAMPLES = 100_000_000
+
 
 class _Stop(Exception):
     """Internal: leave the loop now (abort-now, second SIGINT)."""
@@ -127,6 +131,9 @@ class Trainer:
         self.device = dev.resolve(t.device)
         self.task: Task = make_task(self.config)  # also attaches the test fault hook (engine.tasks.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
+        if self._train_n() > MAX_TRAIN_SAMPLES:
+            raise TaskError(f"data.train_samples={self._train_n():,}: at most {MAX_TRAIN_SAMPLES:,} (each epoch's "
+                            "sample order is held in memory)")
         self.model = self.task.build_model().to(self.device)
         self.params = sum(p.numel() for p in self.model.parameters())
         decay = [p for p in self.model.parameters() if p.ndim >= 2]
