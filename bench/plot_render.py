@@ -1,0 +1,114 @@
+"""Loss-plot frame time against history length: `python -m bench.plot_render [--quick]`.
+
+One frame = what the dashboard does per plot redraw on the full-history view:
+numpy min/max per column over the whole ring, plotext build, ANSI → Rich
+Text. Measured at 1k / 10k / 100k / 1M logged steps at the 120×40 layout's
+loss-plot size (78×16 cells inside its border), interleaved across sizes.
+For contrast, the same frame with the raw points handed to plotext (what a
+naive plot does) at the sizes where that finishes in reasonable time.
+Goal: flat in the number of points, < 20 ms a frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bench.common import Section, fmt_stats, interleave, stats, verdict
+from tui.ema import LEVELS, EmaState, ema_extend
+from tui.model import RunModel
+from tui.widgets.loss_plot import LossPlot
+
+#: Content size of the loss plot at 120×40 (inside its border).
+WIDTH, HEIGHT = 78, 16
+SIZES = (1_000, 10_000, 100_000, 1_000_000)
+#: Raw plotext costs ~10-40 µs a point: only these sizes are timed raw.
+RAW_SIZES = (1_000, 10_000)
+GOAL_MS = 20.0
+
+
+def model_with(points: int) -> RunModel:
+    """A model whose loss history holds ``points`` steps (filled in bulk, as an attach replays a log)."""
+    model = RunModel(capacity=max(points, 1))
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, points + 1, dtype=np.float64)
+    loss = 2.0 * np.exp(-steps / (points / 5)) + 0.1 + 0.05 * rng.standard_normal(points)
+    rows = np.empty((points, model.steps.width))
+    rows[:, 0], rows[:, 1] = steps, loss
+    for column, level in enumerate(LEVELS[1:], start=2):
+        rows[:, column] = ema_extend(loss, level, EmaState())
+    model.steps.append_many(rows)
+    model.versions["loss"] += 1
+    return model
+
+
+def plot_for(model: RunModel) -> LossPlot:
+    """A LossPlot on ``model`` with fixed colours (no running app needed), full-history view."""
+    plot = LossPlot()
+    plot._model = model
+    plot.window = "full"
+    plot.color = lambda role: {"raw": (156, 140, 242), "ema": (78, 161, 255)}.get(role, (245, 166, 35))
+    return plot
+
+
+def frame_ms(plot: LossPlot) -> float:
+    """One dashboard frame, milliseconds."""
+    start = time.perf_counter()
+    plot.build(WIDTH, HEIGHT)
+    return (time.perf_counter() - start) * 1000
+
+
+def raw_frame_ms(model: RunModel) -> float:
+    """The same picture with every point given to plotext (no min/max reduction), milliseconds."""
+    from rich.text import Text
+    from textual_plotext.plot import Plot
+
+    steps, loss, ema = (model.steps.column(i) for i in (0, 1, 4))
+    start = time.perf_counter()
+    p = Plot()
+    p.theme("clear")
+    p.plotsize(WIDTH, HEIGHT)
+    p._set_size(WIDTH, HEIGHT)
+    p.plot(steps.tolist(), loss.tolist(), marker="braille", color=(156, 140, 242))
+    p.plot(steps.tolist(), ema.tolist(), marker="braille", color=(78, 161, 255))
+    Text.from_ansi(p.build())
+    return (time.perf_counter() - start) * 1000
+
+
+def run(quick: bool = False) -> Section:
+    """Measure and return the results section for docs/BENCHMARKS.md."""
+    repeats = 5 if quick else 15
+    models = {n: model_with(n) for n in SIZES}
+    plots = {n: plot_for(m) for n, m in models.items()}
+    for plot in plots.values():  # warm plotext's caches once
+        frame_ms(plot)
+    timed = interleave({f"{n}": (lambda p=plots[n]: frame_ms(p)) for n in SIZES}, repeats)
+    raw = interleave({f"{n}": (lambda m=models[n]: raw_frame_ms(m)) for n in RAW_SIZES}, 3 if quick else 5)
+    base = stats(timed[str(SIZES[0])])[1]
+    lines = ["| logged steps | frame (ms) | vs 1k | raw plotext, no reduction (ms) |", "|---:|---:|---:|---:|"]
+    for n in SIZES:
+        mid = stats(timed[str(n)])[1]
+        raw_cell = fmt_stats(raw[str(n)], ".0f") if str(n) in raw else "not run (≈ 10–40 µs × points)"
+        lines.append(f"| {n:,} | {fmt_stats(timed[str(n)], '.1f')} | {mid / base:.2f}× | {raw_cell} |")
+    worst = max(stats(v)[1] for v in timed.values())
+    flat = stats(timed[str(SIZES[-1])])[1] / base
+    body = "\n".join(lines) + (f"\n\nPlot area {WIDTH}×{HEIGHT} cells (the 120×40 layout), full-history view, "
+                               f"median (min–max) of {repeats} interleaved rounds.")
+    verdicts = [verdict("loss-plot frame at 1M steps", worst, GOAL_MS, higher_is_better=False, unit=" ms"),
+                verdict("frame time 1M ÷ 1k steps", flat, 1.5, higher_is_better=False, unit="×")]
+    return Section("Loss-plot frame time vs history length", "python -m bench --only plot_render", body, verdicts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    section = run(quick=parser.parse_args().quick)
+    print(section.body)
+    for line in section.verdicts:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

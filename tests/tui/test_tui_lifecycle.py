@@ -1,0 +1,91 @@
+"""Dashboard lifecycle: first frame before the session, hang-up, a broken panel, a finished run, a failed open."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from engine import events as ev
+from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
+from tui.app import DashboardApp
+from tui.scripted import ScriptedSession, demo_run
+
+
+@pilot_test
+async def test_the_factory_runs_on_a_worker_after_the_first_frame():
+    release = threading.Event()
+    seen: list = []
+    session = ScriptedSession(history=demo_run(20))
+
+    def slow_factory():  # as an in-process session importing torch would be
+        seen.append(threading.current_thread() is threading.main_thread())
+        release.wait(5)
+        return session
+
+    app = DashboardApp(slow_factory)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: seen, "factory called")
+        header = app.dashboard.query_one("#header-badge")
+        assert "CONNECTING" in str(header.render()), "the dashboard is up while the session is still opening"
+        release.set()
+        await loaded(pilot, app, steps=20)
+    assert seen == [False]
+
+
+@pilot_test
+async def test_sighup_detaches_and_closes_the_session():
+    session = ScriptedSession(history=demo_run(50), detachable=True, run_dir="runs/demo-run")
+    app, _ = make(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app, steps=50)
+        os.kill(os.getpid(), signal.SIGHUP)
+        await wait_for(pilot, lambda: app.return_code is not None, "exit on hang-up")
+    await_closed = session.closed.wait(5)
+    assert await_closed and session.sent == []
+    assert "terminal hung up" in app.summary and "sensorlm-tui attach runs/demo-run" in app.summary
+
+
+@pilot_test
+async def test_a_failing_panel_is_reported_and_the_session_lives_on():
+    app, session = make(ScriptedSession(history=demo_run(50), interval=0.01,
+                                        events=[ev.StepLogged(step=s, loss=1.0) for s in range(51, 80)]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.dashboard.query_one("#system")
+
+        def broken(model, force=False):
+            raise RuntimeError("boom")
+
+        panel.update_from = broken
+        await wait_for(pilot, lambda: "panel system failed (RuntimeError: boom)" in app.status_text, "error shown")
+        await wait_for(pilot, lambda: app.model.step == 79, "events still flowing")
+        assert not session.closed.is_set() and app.return_code is None
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.model.state == "paused", "controls still work")
+
+
+@pilot_test
+async def test_a_finished_run_stays_on_screen_until_quit():
+    app, session = make(ScriptedSession(history=demo_run(100, finished=True), liveness="finished"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app, steps=100)
+        await wait_for(pilot, lambda: app.status_text.endswith("— q quits"), "finished notice")
+        assert app.return_code is None
+        await pilot.press("space")
+        assert "the run has ended" in app.status_text
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit")
+    assert app.return_code == 0 and session.sent == []
+    assert app.summary.startswith("demo-run: finished at step 100")
+
+
+@pilot_test
+async def test_a_session_that_cannot_open_exits_1_with_the_reason():
+    def factory():
+        raise FileNotFoundError("runs/nope: not a run directory")
+
+    app = DashboardApp(factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.return_code is not None, "exit")
+    assert app.return_code == 1 and app.summary_is_error
+    assert app.summary == "sensorlm-tui: error: FileNotFoundError: runs/nope: not a run directory"

@@ -1,0 +1,420 @@
+"""The dashboard app: one Session owned by a worker thread, panels redrawn at the UI's own pace.
+
+Threads: the session worker (tui.pump.SessionPump) opens the session, so
+torch — if the session needs it — is imported after the first frame; it
+polls, batches ~80 ms of events into one message, and posts it. Controls are
+sent from short-lived thread workers so the UI never blocks on an ack. Only
+``post_message`` crosses threads (``call_from_thread`` blocks the caller and
+raises after shutdown). Widgets read a ``RunModel`` on the UI thread: text at
+≤ 4 Hz, plots at ≤ 2 Hz (``refresh``), each only when its data moved.
+
+Exits: ``app.return_code`` is the run's exit code when it ended (RunFinished),
+0 after a detach, 1 when no session could be opened; ``app.summary`` is the
+line to print after the terminal is restored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from functools import partial
+from typing import Callable
+
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import get_current_worker
+
+import themes
+from engine import control
+from engine.events import Refused, SettingChanged
+from engine.session import Session
+from tui.commands import DashboardCommands
+from tui.messages import ControlDone, EventBatch, LivenessChanged, SessionFailed, SessionReady
+from tui.model import RunModel
+from tui.pump import BATCH_S, SessionPump
+from tui.screens.confirm import AbortScreen, QuitScreen
+from tui.screens.dashboard import DashboardScreen
+from tui.screens.help import HelpScreen
+from tui.screens.tune import TuneScreen
+
+#: Seconds a control may wait for its ack before it is reported as failed.
+SEND_TIMEOUT = 10.0
+#: Allowed plot refresh rates (Hz): above 2 Hz the UI costs training throughput (research, 4 Hz: −15-25 %).
+MAX_REFRESH_HZ = 2.0
+#: Text panels redraw at most this often (Hz).
+MAX_TEXT_HZ = 4.0
+
+
+def check_refresh(hz: float | None) -> float:
+    """Plot redraws per second: None → 1; ValueError naming --refresh unless 0 < hz ≤ 2."""
+    if hz is None:
+        return 1.0
+    if not (isinstance(hz, (int, float)) and 0 < hz <= MAX_REFRESH_HZ):
+        raise ValueError(f"--refresh {hz!r}: plot redraws per second must be > 0 and <= {MAX_REFRESH_HZ:g}")
+    return float(hz)
+
+
+def _describe_request(request: control.Request) -> str:
+    if request.action == "set":
+        return f"set {request.name}={request.value}"
+    if request.action == "abort":
+        return f"abort ({request.mode})"
+    return request.action.replace("_", " ")
+
+
+class DashboardApp(App[int]):
+    """The training dashboard. ``session_factory`` is called on the worker thread and returns a Session."""
+
+    CSS_PATH = themes.CSS_PATHS
+    TITLE = "sensorlm-tui"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
+    COMMANDS = App.COMMANDS | {DashboardCommands}
+    BINDINGS = [Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
+                Binding("ctrl+c", "request_quit", "quit", show=False, priority=True)]
+
+    def __init__(self, session_factory: Callable[[], Session], estimator: Callable | None = None,
+                 theme: str | None = None, refresh: float | None = None, read_only: bool = False,
+                 ansi: bool = False, capacity: int = 1 << 20, batch_s: float = BATCH_S,
+                 in_process: bool = False, config=None) -> None:
+        theme_name = themes.resolve("ansi" if ansi else theme)
+        plot_hz = check_refresh(refresh)
+        super().__init__(ansi_color=True if ansi else None)
+        themes.register(self)
+        self.theme = theme_name
+        #: Everything the panels show.
+        self.model = RunModel(capacity)
+        self.estimator = estimator
+        #: Seconds between plot / text redraws.
+        self.plot_period = 1.0 / plot_hz
+        # Text at the plot rate (1 Hz by default): a step counter needs no more, and bytes matter over SSH.
+        self.text_period = max(1.0 / MAX_TEXT_HZ, min(1.0, self.plot_period))
+        self.read_only = read_only
+        #: The Trainer runs inside this process: quitting stops it, so there is no detach.
+        self.in_process = in_process
+        #: The resolved RunConfig the estimator plans with (else rebuilt from RunStarted.config).
+        self.run_config = config
+        #: True when quitting may leave the engine running (process mode); set when the session opens.
+        self.detachable = False
+        self.run_dir: str | None = None
+        #: The line to print after the app exits (how the run ended, checkpoint, resume / attach command).
+        self.summary = ""
+        #: True when ``summary`` is an error (print it to stderr).
+        self.summary_is_error = False
+        self._pump = SessionPump(session_factory, self.post_message, read_only=read_only, batch_s=batch_s)
+        self._exit_when_ended = False
+        self._said_ended = False
+        self._failed_panels: set[str] = set()
+        self._sighup = False
+
+    # ------------------------------------------------------------ lifecycle
+    def get_default_screen(self) -> DashboardScreen:
+        return DashboardScreen(id="dashboard")
+
+    def on_mount(self) -> None:
+        self.model.set_viewer(read_only=self.read_only)
+        self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
+        self.set_interval(self.text_period, self._tick_text, name="text")
+        self.set_interval(self.plot_period, self._tick_plots, name="plots")
+        self.theme_changed_signal.subscribe(self, lambda _theme: self.redraw(force=True))
+        try:  # Textual installs no SIGHUP handler: without one an SSH drop kills us before any cleanup
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
+            self._sighup = True
+        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+            pass  # not the main thread, or no SIGHUP on this platform
+
+    def on_unmount(self) -> None:
+        self._pump.stop.set()  # the worker closes the session after its current poll (≤ batch_s / 2)
+        if self._sighup:
+            try:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            except (RuntimeError, ValueError):
+                pass
+            self._sighup = False
+
+    def _pump_body(self) -> None:
+        worker = get_current_worker()
+        self._pump.run(cancelled=lambda: worker.is_cancelled)
+
+    @property
+    def session(self) -> Session | None:
+        """The open session (None before it opened and after it closed)."""
+        return self._pump.session
+
+    @property
+    def session_closed(self) -> bool:
+        """True once the worker has closed the session."""
+        return self._pump.closed.is_set()
+
+    def _leave(self, code: int, summary: str, error: bool = False) -> None:
+        self.summary, self.summary_is_error = summary, error
+        self._pump.stop.set()
+        self.exit(result=code, return_code=code)
+
+    # ------------------------------------------------------------- drawing
+    @property
+    def dashboard(self) -> DashboardScreen:
+        """The main screen, at the bottom of the stack (also while a modal is on top)."""
+        return self.screen_stack[0]  # type: ignore[return-value]
+
+    def _panels(self, kind: str) -> list:
+        screen = self.dashboard
+        if kind == "plots":
+            return [screen.query_one("#loss"), screen.query_one("#psnr")]
+        return [screen.query_one(f"#{name}") for name in ("header", "progress", "memory", "system", "log")]
+
+    def _tick_text(self) -> None:
+        for panel in self._panels("text"):
+            self._safe(panel, panel.update_from, self.model)
+
+    def _tick_plots(self) -> None:
+        for panel in self._panels("plots"):
+            self._safe(panel, panel.update_from, self.model)
+
+    def redraw(self, force: bool = False) -> None:
+        """Update every panel now (``force`` even if nothing changed: theme switch, tests)."""
+        try:
+            panels = self._panels("text") + self._panels("plots")
+        except Exception:  # noqa: BLE001 - before the screen is composed
+            return
+        for panel in panels:
+            self._safe(panel, panel.update_from, self.model, force)
+
+    def _safe(self, panel, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - one broken panel must not end the session or the run
+            self.report_widget_error(panel, exc)
+
+    def report_widget_error(self, panel, exc: BaseException) -> None:
+        """Show a panel's failure once (log + status line); the session and the engine keep going."""
+        name = getattr(panel, "id", None) or type(panel).__name__
+        if name in self._failed_panels:
+            return
+        self._failed_panels.add(name)
+        text = f"panel {name} failed ({type(exc).__name__}: {exc}); the run continues"
+        self.model.note("error", text)
+        self.say(text, "error")
+
+    def say(self, text: str, kind: str = "info") -> None:
+        """Put a line in the status bar."""
+        try:
+            self.dashboard.query_one("#status").say(text, kind)
+        except Exception:  # noqa: BLE001 - no status bar yet / any more
+            pass
+
+    @property
+    def status_text(self) -> str:
+        """What the status bar shows (tests read it)."""
+        try:
+            return self.dashboard.query_one("#status").message
+        except Exception:  # noqa: BLE001
+            return ""
+
+    # ------------------------------------------------------------- messages
+    def on_event_batch(self, message: EventBatch) -> None:
+        try:
+            self.model.ingest(message.events)
+        except Exception as exc:  # noqa: BLE001 - a malformed event is reported, not fatal
+            self.model.note("error", f"could not show an event batch ({type(exc).__name__}: {exc})")
+        if message.history:
+            self.redraw()
+        self._check_ended()
+
+    def on_session_ready(self, message: SessionReady) -> None:
+        self.read_only = message.read_only
+        self.detachable = message.detachable and not self.in_process
+        self.run_dir = message.run_dir
+        self.model.set_viewer(connection="connected", read_only=message.read_only)
+        self.say("read-only viewer: watching only" if message.read_only else "connected", "info")
+
+    def on_session_failed(self, message: SessionFailed) -> None:
+        if message.fatal:
+            self.model.set_viewer(connection=f"failed: {message.error}")
+            self._leave(1, f"sensorlm-tui: error: {message.error}", error=True)
+            return
+        self.model.note("error", message.error)
+        self.say(message.error, "error")
+
+    def on_liveness_changed(self, message: LivenessChanged) -> None:
+        self.model.set_liveness(message.liveness)
+        self._check_ended()
+
+    def on_control_done(self, message: ControlDone) -> None:
+        label = _describe_request(message.request)
+        ack = message.ack
+        if ack is not None:
+            self.model.ingest_ack(ack)
+        if isinstance(ack, SettingChanged):
+            self.say(f"{label}: done ({ack.name}: {ack.old} → {ack.new})", "ok")
+        elif isinstance(ack, Refused):
+            self.say(f"{label}: refused — {ack.why}", "refused")
+        else:
+            self.say(f"{label}: failed — {message.error or 'no answer'}", "error")
+            self.model.note("error", f"{label}: failed — {message.error or 'no answer'}")
+        if isinstance(self.screen, TuneScreen):
+            self._safe(self.screen, self.screen.show_result, message.request, ack, message.error)
+        self._check_ended()
+
+    def _check_ended(self) -> None:
+        if not self.model.ended:
+            return
+        if self._exit_when_ended:
+            fin = self.model.finished
+            self._leave(fin.exit_code if fin else 0, self.model.summary())
+        elif not self._said_ended:
+            self._said_ended = True
+            self.say(f"{self.model.summary()} — q quits", "info")
+
+    # ------------------------------------------------------------- controls
+    def control_allowed(self, what: str) -> bool:
+        """True if a control may be sent now; otherwise the status bar says why not."""
+        if self.read_only:
+            self.say(f"{what}: read-only viewer — controls are disabled (attached with --read-only)", "warning")
+            return False
+        if self._pump.session is None:
+            self.say(f"{what}: not connected to the engine yet", "warning")
+            return False
+        if self.model.ended:
+            self.say(f"{what}: the run has ended — nothing to control (q quits)", "warning")
+            return False
+        return True
+
+    def send_controls(self, requests: list[control.Request], label: str) -> None:
+        """Send requests in order from a thread worker; each answer comes back as a ControlDone message."""
+        if not requests:
+            return
+        self.say(f"{label}: sent, waiting for the engine…", "pending")
+        self.run_worker(partial(self._send_blocking, list(requests)), thread=True, exit_on_error=False,
+                        group="control", name=f"control: {label}")
+
+    def _send_blocking(self, requests: list[control.Request]) -> None:
+        for request in requests:
+            session = self._pump.session
+            if session is None:
+                self.post_message(ControlDone(request, None, "the session is closed"))
+                continue
+            try:
+                ack = session.send(request, timeout=SEND_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - SessionError or a broken channel: shown, not raised
+                self.post_message(ControlDone(request, None, str(exc).splitlines()[0] if str(exc) else
+                                              type(exc).__name__))
+                continue
+            self.post_message(ControlDone(request, ack))
+
+    def action_toggle_pause(self) -> None:
+        """space: pause, or resume when paused."""
+        if not self.control_allowed("pause/resume"):
+            return
+        request = control.resume() if self.model.state == "paused" else control.pause()
+        self.send_controls([request], request.action)
+
+    def action_checkpoint(self) -> None:
+        """c: checkpoint now."""
+        if self.control_allowed("checkpoint"):
+            self.send_controls([control.checkpoint_now()], "checkpoint")
+
+    def action_abort(self) -> None:
+        """a: the abort modal (g graceful, n now, escape cancel)."""
+        if not self.control_allowed("abort"):
+            return
+        last = self.model.checkpoints[-1].path if self.model.checkpoints else None
+        self.push_screen(AbortScreen(self._run_name(), self.model.step, last), self._abort_chosen)
+
+    def _abort_chosen(self, choice: str | None) -> None:
+        if choice is None:
+            self.say("abort cancelled", "info")
+            return
+        self.abort_with(choice)
+
+    def abort_with(self, mode: str) -> None:
+        """Send abort(mode); the app exits (printing the summary) once the engine has stopped."""
+        if not self.control_allowed(f"abort ({mode})"):
+            return
+        self._exit_when_ended = True
+        self.send_controls([control.abort(mode)], f"abort ({mode})")
+        self.say(f"abort ({mode}) sent: the dashboard closes when the engine has stopped", "pending")
+
+    def action_request_quit(self) -> None:
+        """q: quit; while training, ask: abort gracefully / now, detach (process mode), or stay."""
+        if isinstance(self.screen, QuitScreen):
+            return
+        if self.model.ended or self._pump.session is None:
+            fin = self.model.finished
+            code = fin.exit_code if fin else (1 if self.model.connection.startswith("failed") else 0)
+            self._leave(code, self.model.summary() if self.model.started else "")
+            return
+        if self.read_only:
+            self.detach()
+            return
+        self.push_screen(QuitScreen(self._run_name(), self.model.step, self.detachable, self.run_dir),
+                         self._quit_chosen)
+
+    def _quit_chosen(self, choice: str | None) -> None:
+        if choice is None:
+            self.say("still watching", "info")
+        elif choice == "detach":
+            self.detach()
+        else:
+            self.abort_with(choice)
+
+    def detach(self, reason: str = "") -> None:
+        """Close the dashboard and leave the engine running; the summary says how to re-attach."""
+        where = self.run_dir or "<run_dir>"
+        why = f" ({reason})" if reason else ""
+        self._leave(0, f"detached from {self._run_name()} at step {self.model.step}{why}; the engine keeps "
+                       f"running. Re-attach: sensorlm-tui attach {where}")
+
+    def _on_hangup(self) -> None:
+        # The terminal is gone: nothing can be drawn or asked; detach (a process-mode engine keeps training).
+        self.detach("terminal hung up")
+
+    def action_tune(self) -> None:
+        """t: the tune modal."""
+        if not self.control_allowed("tune"):
+            return
+        current = {name: self.model.setting(name) for name in control.SETTABLE}
+        self.push_screen(TuneScreen(current, self.estimate_config(), self.model.budget_bytes(), self.estimator,
+                                    self.send_controls))
+
+    def estimate_config(self):
+        """What the estimator gets as ``config``: the RunConfig given, else RunStarted.config validated."""
+        if self.run_config is not None:
+            return self.run_config
+        raw = self.model.started.config if self.model.started else {}
+        try:
+            from engine.config import ConfigError, validate  # torch-free (pydantic)
+
+            return validate(raw, "RunStarted.config")
+        except (ImportError, ConfigError, TypeError, ValueError):
+            return raw  # an estimator that takes the dict still works
+
+    # -------------------------------------------------------------- toggles
+    def action_toggle_log_y(self) -> None:
+        """l: log-y on the loss plot."""
+        plot = self.dashboard.query_one("#loss")
+        plot.toggle_log_y()
+        self.say(f"loss plot: log-y {'on' if plot.log_y else 'off'}")
+
+    def action_cycle_smoothing(self) -> None:
+        """s: next EMA smoothing weight."""
+        level = self.dashboard.query_one("#loss").cycle_smoothing()
+        self.say(f"loss plot: smoothing {level:g}" if level else "loss plot: smoothing off (raw)")
+
+    def action_toggle_window(self) -> None:
+        """h: recent 1000 steps ↔ full history."""
+        window = self.dashboard.query_one("#loss").toggle_window()
+        self.say(f"loss plot: {'full history' if window == 'full' else 'last 1000 steps'}")
+
+    def action_help(self) -> None:
+        """?: the help screen."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(read_only=self.read_only))
+
+    def set_theme(self, name: str) -> None:
+        """Switch theme (command palette)."""
+        self.theme = themes.resolve(name)
+
+    def _run_name(self) -> str:
+        return self.model.started.name if self.model.started and self.model.started.name else "the run"
+

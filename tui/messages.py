@@ -1,0 +1,54 @@
+"""Messages the session worker posts to the UI (``post_message`` only, never ``call_from_thread``)."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from engine.control import Request
+from engine.events import Event
+
+
+class EventBatch(Message):
+    """Events gathered over one batching window (~80 ms), or the whole history on connect."""
+
+    def __init__(self, events: list[Event], history: bool = False) -> None:
+        super().__init__()
+        self.events = events
+        self.history = history
+
+
+class SessionReady(Message):
+    """The session factory returned: whether controls are allowed, whether detaching is possible, the run dir."""
+
+    def __init__(self, read_only: bool, detachable: bool, run_dir: str | None) -> None:
+        super().__init__()
+        self.read_only = read_only
+        self.detachable = detachable
+        self.run_dir = run_dir
+
+
+class SessionFailed(Message):
+    """The session could not be opened (``fatal``) or one read failed and is being retried; one line for the user."""
+
+    def __init__(self, error: str, fatal: bool = True) -> None:
+        super().__init__()
+        self.error = error
+        self.fatal = fatal
+
+
+class LivenessChanged(Message):
+    """``Session.liveness()`` changed (live / finished / aborted / failed / crashed / unknown)."""
+
+    def __init__(self, liveness: str) -> None:
+        super().__init__()
+        self.liveness = liveness
+
+
+class ControlDone(Message):
+    """A control request came back: ``ack`` is the engine's SettingChanged/Refused, or ``error`` says why not."""
+
+    def __init__(self, request: Request, ack: Event | None, error: str | None = None) -> None:
+        super().__init__()
+        self.request = request
+        self.ack = ack
+        self.error = error

@@ -1,0 +1,408 @@
+"""What the dashboard knows about a run: events folded into plain state and numpy history.
+
+The UI thread owns one ``RunModel``; batches of events from the session worker
+are folded in with ``ingest``. Widgets never see events, only this model, and
+each panel redraws only when its ``versions`` counter moved, which is what
+keeps the bytes on the wire low. Torch- and Textual-free, so it is tested on
+its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from engine import events as ev
+from engine.control import SETTABLE
+from tui.ema import LEVELS, EmaState, ema_extend
+from tui.format import human_bytes, short_float
+from tui.history import Ring
+
+#: States in which the engine no longer runs.
+ENDED_STATES = ("finished", "aborted", "failed")
+#: Liveness answers that mean the engine is gone.
+ENDED_LIVENESS = ("finished", "aborted", "failed", "crashed")
+#: Warm-up before an ETA is shown (Burn's rule: at least 10 steps and more than 10 s).
+ETA_MIN_STEPS = 10
+ETA_MIN_SECONDS = 10.0
+#: SettingChanged names drawn as loss-plot markers: the settables plus OOM recovery's grad_accum.
+#: ("state", "checkpoint", "reserved_bytes" acks are control replies, not training settings.)
+MARKED_SETTINGS = tuple(SETTABLE) + ("grad_accum",)
+#: RunFinished.status → the state it leaves the run in.
+_FINAL_STATE = {"finished": "finished", "aborted": "aborted", "interrupted": "aborted", "failed": "failed"}
+
+# Columns of the step ring: step, raw loss, then one EMA per non-zero smoothing level.
+_STEP, _LOSS = 0, 1
+# Columns of the memory ring.
+MEM_COLUMNS = ("step", "allocated", "reserved", "peak", "nvml_used", "predicted")
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One line for the log panel: ``kind`` picks its colour (eval, checkpoint, setting, refused, …)."""
+
+    kind: str
+    text: str
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A setting change drawn as a vertical line on the loss plot."""
+
+    step: int
+    name: str
+    old: Any
+    new: Any
+
+
+class RunModel:
+    """Everything the panels draw, folded from events; ``versions[area]`` counts changes per panel."""
+
+    def __init__(self, capacity: int = 1 << 20) -> None:
+        self.capacity = capacity
+        self.versions: Counter[str] = Counter()
+        self.started: ev.RunStarted | None = None
+        self.state = "starting"
+        self.state_reason = ""
+        self.liveness = "unknown"
+        self.finished: ev.RunFinished | None = None
+        self.last_step: ev.StepLogged | None = None
+        self.steps = Ring(capacity, 2 + len(LEVELS) - 1)
+        self._ema = [EmaState() for _ in LEVELS[1:]]
+        self._rate: deque[tuple[float, int]] = deque(maxlen=256)  # (t, step) for steps/s and ETA
+        self._first_step: tuple[float, int] | None = None
+        self.evals: list[ev.EvalDone] = []
+        self.memory = Ring(min(capacity, 1 << 16), len(MEM_COLUMNS))
+        self.last_memory: ev.MemorySampled | None = None
+        self.system: ev.SystemSampled | None = None
+        self.markers: list[Marker] = []
+        self.checkpoints: list[ev.CheckpointSaved] = []
+        self.pending_log: list[LogEntry] = []
+        self._acked: set[str] = set()
+        self.last_t: float | None = None
+        #: Viewer side: "connecting", "connected" or "failed: <why>".
+        self.connection = "connecting"
+        #: True when this viewer may not send controls.
+        self.read_only = False
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, batch: Iterable[ev.Event]) -> None:
+        """Fold a batch of events in; consecutive step events are appended to the history in one go."""
+        steps: list[ev.StepLogged] = []
+        for event in batch:
+            if isinstance(event, ev.StepLogged):
+                steps.append(event)
+                continue
+            if steps:
+                self._ingest_steps(steps)
+                steps = []
+            self._ingest_one(event)
+        if steps:
+            self._ingest_steps(steps)
+
+    def ingest_ack(self, ack: ev.Event) -> None:
+        """An ack returned by ``Session.send``: folded in unless the event stream already brought it."""
+        self._ingest_one(ack)
+
+    def _ingest_steps(self, steps: list[ev.StepLogged]) -> None:
+        loss = np.fromiter((s.loss for s in steps), dtype=np.float64, count=len(steps))
+        rows = np.empty((len(steps), self.steps.width))
+        rows[:, _STEP] = np.fromiter((s.step for s in steps), dtype=np.float64, count=len(steps))
+        rows[:, _LOSS] = loss
+        for column, (level, state) in enumerate(zip(LEVELS[1:], self._ema), start=2):
+            rows[:, column] = ema_extend(loss, level, state)
+        self.steps.append_many(rows)
+        last = steps[-1]
+        self.last_step = last
+        self.last_t = last.t
+        if self._first_step is None:
+            self._first_step = (steps[0].t, steps[0].step)
+        self._rate.extend((s.t, s.step) for s in steps[-self._rate.maxlen:])
+        if self.state == "starting":
+            self.state = "running"
+            self.versions["header"] += 1
+        self.versions["loss"] += 1
+        self.versions["progress"] += 1
+
+    def _ingest_one(self, event: ev.Event) -> None:
+        self.last_t = event.t
+        rid = getattr(event, "request_id", None)
+        if isinstance(event, (ev.SettingChanged, ev.Refused)) and rid is not None:
+            if rid in self._acked:
+                return  # the same ack, once from send() and once from the stream
+            self._acked.add(rid)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _log(self, kind: str, text: str, step: int | None = None) -> None:
+        self.pending_log.append(LogEntry(kind, text, step))
+        self.versions["log"] += 1
+
+    def take_log(self) -> list[LogEntry]:
+        """Log entries not yet shown (the log panel drains them at its own pace)."""
+        out, self.pending_log = self.pending_log, []
+        return out
+
+    def note(self, kind: str, text: str) -> None:
+        """A line from the dashboard itself (control acks, read-only refusals, widget errors)."""
+        self._log(kind, text, self.step)
+
+    def set_viewer(self, *, connection: str | None = None, read_only: bool | None = None) -> None:
+        """Viewer facts the header shows (connection state, read-only)."""
+        if connection is not None:
+            self.connection = connection
+        if read_only is not None:
+            self.read_only = read_only
+        self.versions["header"] += 1
+
+    def set_liveness(self, liveness: str) -> None:
+        """The session's liveness answer; a crash with no RunFinished marks the run failed."""
+        if liveness == self.liveness:
+            return
+        self.liveness = liveness
+        if liveness == "crashed" and self.finished is None and self.state not in ENDED_STATES:
+            self.state, self.state_reason = "failed", "engine process died without finishing"
+            self._log("error", "engine crashed: no heartbeat and the process is gone", self.step)
+        self.versions["header"] += 1
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def step(self) -> int:
+        """The newest step seen (the resume step before the first StepLogged)."""
+        if self.last_step is not None:
+            return self.last_step.step
+        return self.started.start_step if self.started else 0
+
+    @property
+    def total_steps(self) -> int:
+        """Planned optimizer steps (0 when unknown)."""
+        return self.started.total_steps if self.started else 0
+
+    @property
+    def ended(self) -> bool:
+        """True once the engine has stopped (finished, aborted, failed or crashed)."""
+        return self.finished is not None or self.state in ENDED_STATES or self.liveness in ENDED_LIVENESS
+
+    @property
+    def train_config(self) -> dict:
+        """RunStarted.config['train'] (empty before the run starts)."""
+        if self.started is None:
+            return {}
+        return dict(self.started.config.get("train", {}) or {})
+
+    def steps_per_s(self) -> float | None:
+        """Recent steps/s from event timestamps (deterministic for replayed runs)."""
+        if len(self._rate) < 2:
+            return self.last_step.steps_per_s or None if self.last_step else None
+        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+        if t1 <= t0 or s1 <= s0:
+            return None
+        return (s1 - s0) / (t1 - t0)
+
+    def eta_seconds(self) -> float | None:
+        """Seconds to the last step, only after warm-up (≥10 steps and >10 s since the first step)."""
+        if self._first_step is None or self.last_step is None or not self.total_steps:
+            return None
+        t0, s0 = self._first_step
+        if self.last_step.step - s0 < ETA_MIN_STEPS or self.last_step.t - t0 <= ETA_MIN_SECONDS:
+            return None
+        rate = self.steps_per_s()
+        if not rate:
+            return None
+        return max(0, self.total_steps - self.last_step.step) / rate
+
+    def elapsed(self) -> float | None:
+        """Seconds from RunStarted to the newest event."""
+        if self.started is None or self.last_t is None:
+            return None
+        return max(0.0, self.last_t - self.started.t)
+
+    def psnr_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, PSNR dB) of every eval that reported a PSNR."""
+        pairs = [(e.step, e.psnr_db) for e in self.evals if e.psnr_db is not None]
+        if not pairs:
+            return np.empty(0), np.empty(0)
+        arr = np.asarray(pairs, dtype=np.float64)
+        return arr[:, 0], arr[:, 1]
+
+    def val_loss_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, val loss) of every eval."""
+        if not self.evals:
+            return np.empty(0), np.empty(0)
+        arr = np.asarray([(e.step, e.val_loss) for e in self.evals], dtype=np.float64)
+        return arr[:, 0], arr[:, 1]
+
+    def best_psnr(self) -> tuple[int, float] | None:
+        """(step, dB) of the best PSNR so far."""
+        xs, ys = self.psnr_series()
+        finite = np.isfinite(ys)
+        if not finite.any():
+            return None
+        i = int(np.nanargmax(np.where(finite, ys, -np.inf)))
+        return int(xs[i]), float(ys[i])
+
+    def abort_threshold(self) -> float | None:
+        """PSNR below which the engine's abort policy counts an eval as bad: best − train.abort_drop_db."""
+        best = self.best_psnr()
+        train = self.train_config
+        if best is None or not train.get("abort_patience", 2):
+            return None
+        return best[1] - float(train.get("abort_drop_db", 1.5))
+
+    def budget_bytes(self) -> int | None:
+        """The memory budget: the newest MemorySampled.budget, else RunStarted.budget['budget' | 'bytes']."""
+        if self.last_memory is not None and self.last_memory.budget:
+            return self.last_memory.budget
+        return _first_int(self.started.budget if self.started else {}, "budget", "bytes", "budget_bytes", "limit")
+
+    def capacity_bytes(self) -> int | None:
+        """Device capacity: the newest MemorySampled.capacity, else RunStarted.budget['capacity']."""
+        if self.last_memory is not None and self.last_memory.capacity:
+            return self.last_memory.capacity
+        return _first_int(self.started.budget if self.started else {}, "capacity", "total", "capacity_bytes")
+
+    def setting(self, name: str) -> Any:
+        """The current value of a settable (batch_size, lr, attn_backend, attn_chunk), newest change first.
+
+        ``lr`` is the peak LR the schedule scales (what ``set lr`` changes), not
+        the scheduled value of the last step (``last_step.lr``).
+        """
+        for marker in reversed(self.markers):
+            if marker.name == name:
+                return marker.new
+        if name == "batch_size" and self.last_step is not None and self.last_step.batch_size:
+            return self.last_step.batch_size
+        config = self.started.config if self.started else {}
+        section = "model" if name.startswith("attn") else "train"
+        return (config.get(section) or {}).get(name)
+
+    def summary(self) -> str:
+        """One line for after the app exits: how the run ended, its checkpoint and how to resume."""
+        name = self.started.name if self.started and self.started.name else "run"
+        fin = self.finished
+        status = fin.status if fin else self.state
+        parts = [f"{name}: {status} at step {fin.steps if fin else self.step}"]
+        best = self.best_psnr()
+        if best is not None:
+            parts.append(f"best PSNR {best[1]:.2f} dB @ {best[0]}")
+        checkpoint = (fin.checkpoint if fin else None) or (self.checkpoints[-1].path if self.checkpoints else None)
+        parts.append(f"checkpoint {checkpoint}" if checkpoint else "no checkpoint")
+        if fin and fin.resume_command:
+            parts.append(f"resume: {fin.resume_command}")
+        return " · ".join(parts)
+
+
+def _first_int(d: dict, *keys: str) -> int | None:
+    for key in keys:
+        value = d.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return None
+
+
+# ---------------------------------------------------------------- handlers
+def _on_started(m: RunModel, e: ev.RunStarted) -> None:
+    m.started = e
+    if m.state == "starting":
+        m.state = "running"
+    where = f" (resumed from {e.resumed_from} at step {e.start_step})" if e.resumed_from else ""
+    m._log("state", f"run {e.name or '?'} started: {e.task}/{e.preset}, {e.total_steps} steps on {e.device}{where}",
+           e.start_step)
+    for area in ("header", "progress", "memory", "psnr", "loss"):
+        m.versions[area] += 1
+
+
+def _on_eval(m: RunModel, e: ev.EvalDone) -> None:
+    m.evals.append(e)
+    psnr = f", PSNR {e.psnr_db:.2f} dB" if e.psnr_db is not None else ""
+    extra = "".join(f", {k} {short_float(v)}" for k, v in list(e.extra.items())[:3] if isinstance(v, (int, float)))
+    m._log("eval", f"eval: val loss {short_float(e.val_loss)}{psnr}{extra}{' (best)' if e.is_best else ''}"
+           f" in {e.seconds:.1f}s", e.step)
+    m.versions["psnr"] += 1
+    m.versions["loss"] += 1
+
+
+def _on_memory(m: RunModel, e: ev.MemorySampled) -> None:
+    m.last_memory = e
+    row = [e.step] + [np.nan if getattr(e, c) is None else getattr(e, c) for c in MEM_COLUMNS[1:]]
+    m.memory.append_many(np.asarray([row], dtype=np.float64))
+    m.versions["memory"] += 1
+
+
+def _on_system(m: RunModel, e: ev.SystemSampled) -> None:
+    m.system = e
+    m.versions["system"] += 1
+
+
+def _on_checkpoint(m: RunModel, e: ev.CheckpointSaved) -> None:
+    m.checkpoints.append(e)
+    m._log("checkpoint", f"checkpoint ({e.kind}) {e.path} · {human_bytes(e.bytes)} in {e.seconds:.2f}s", e.step)
+    m.versions["header"] += 1
+
+
+def _on_checkpoint_failed(m: RunModel, e: ev.CheckpointFailed) -> None:
+    m._log("error", f"checkpoint FAILED {e.path}: {e.error} (previous checkpoint intact)", e.step)
+
+
+def _on_state(m: RunModel, e: ev.StateChanged) -> None:
+    if e.state != m.state:
+        m._log("state", f"state → {e.state}" + (f": {e.reason}" if e.reason else ""), e.step)
+    m.state, m.state_reason = e.state, e.reason
+    m.versions["header"] += 1
+    m.versions["progress"] += 1
+
+
+def _on_setting(m: RunModel, e: ev.SettingChanged) -> None:
+    why = f" ({e.reason})" if e.reason else ""
+    m._log("setting", f"{e.name}: {e.old} → {e.new}{why}", e.step)
+    if e.name in MARKED_SETTINGS and e.old != e.new:
+        m.markers.append(Marker(e.step, e.name, e.old, e.new))
+        m.versions["loss"] += 1
+        m.versions["progress"] += 1
+
+
+def _on_refused(m: RunModel, e: ev.Refused) -> None:
+    req = e.request or {}
+    what = req.get("action", "?")
+    if what == "set":
+        what = f"set {req.get('name')}={req.get('value')}"
+    m._log("refused", f"refused {what}: {e.why}", e.step)
+
+
+def _on_warning(m: RunModel, e: ev.Warning) -> None:
+    m._log("warning", e.text, e.step)
+
+
+def _on_logline(m: RunModel, e: ev.LogLine) -> None:
+    m._log("stderr" if e.stream == "stderr" else "output", e.text)
+
+
+def _on_finished(m: RunModel, e: ev.RunFinished) -> None:
+    m.finished = e
+    m.state = _FINAL_STATE.get(e.status, "finished" if e.exit_code == 0 else "failed")
+    m.state_reason = e.reason
+    where = f"; checkpoint {e.checkpoint}" if e.checkpoint else ""
+    m._log("finished", f"run {e.status} after {e.steps} steps" + (f": {e.reason}" if e.reason else "") + where, e.steps)
+    for area in ("header", "progress"):
+        m.versions[area] += 1
+
+
+_HANDLERS = {
+    ev.RunStarted: _on_started,
+    ev.EvalDone: _on_eval,
+    ev.MemorySampled: _on_memory,
+    ev.SystemSampled: _on_system,
+    ev.CheckpointSaved: _on_checkpoint,
+    ev.CheckpointFailed: _on_checkpoint_failed,
+    ev.StateChanged: _on_state,
+    ev.SettingChanged: _on_setting,
+    ev.Refused: _on_refused,
+    ev.Warning: _on_warning,
+    ev.LogLine: _on_logline,
+    ev.RunFinished: _on_finished,
+}

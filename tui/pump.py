@@ -1,0 +1,143 @@
+"""The session worker's loop: open the session, replay history, poll, batch, post.
+
+Runs in a Textual thread worker. ``Session.poll`` blocks without holding the
+GIL, so waiting costs the UI nothing; events are gathered for ``batch_s``
+(~80 ms) and posted as one message, because a message per step cost a 2 000
+steps/s loop 40-50 % of its speed (research/textual-in-process.md). The
+session factory is called here, not on the UI thread, so an engine session
+that imports torch (in-process) does it after the first frame is on screen.
+Textual-free apart from the messages it builds: ``post`` is any callable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable
+
+from engine.session import Session
+from tui.messages import EventBatch, LivenessChanged, SessionFailed, SessionReady
+
+#: How long events are gathered before one batch is posted (seconds).
+BATCH_S = 0.08
+#: How often liveness is asked (it may stat files / send a heartbeat probe).
+LIVENESS_S = 1.0
+#: A batch is posted early when it gets this big, so memory stays bounded in a flood.
+MAX_BATCH = 20_000
+
+
+def is_detachable(session: Session) -> bool:
+    """True when quitting may leave the engine running: a process-mode session with a run directory.
+
+    A session may say so itself with a ``detachable`` attribute; otherwise an
+    ``in_process`` attribute (the Trainer runs in this process) rules it out.
+    """
+    explicit = getattr(session, "detachable", None)
+    if explicit is not None:
+        return bool(explicit)
+    if getattr(session, "in_process", False):
+        return False
+    try:
+        return session.run_dir() is not None
+    except Exception:  # noqa: BLE001 - a broken run_dir() just means "cannot detach"
+        return False
+
+
+def _run_dir_text(session: Session) -> str | None:
+    try:
+        rd = session.run_dir()
+    except Exception:  # noqa: BLE001
+        return None
+    if rd is None:
+        return None
+    if isinstance(rd, (str, os.PathLike)):  # (a Path has a .root too: "" or "/", not the run directory)
+        return str(rd)
+    return str(getattr(rd, "root", rd))  # engine.rundir.RunDir
+
+
+class SessionPump:
+    """Owns one Session on a worker thread; ``stop`` is the flag the loop checks between polls."""
+
+    def __init__(self, factory: Callable[[], Session], post: Callable, read_only: bool = False,
+                 batch_s: float = BATCH_S) -> None:
+        self.factory = factory
+        self.post = post
+        self.force_read_only = read_only
+        self.batch_s = batch_s
+        self.stop = threading.Event()
+        #: The session once the factory returned (send() uses it from other threads).
+        self.session: Session | None = None
+        self.ready = threading.Event()
+        self.closed = threading.Event()
+
+    def run(self, cancelled: Callable[[], bool] = lambda: False) -> None:
+        """The worker body: returns when ``stop`` is set (or the worker is cancelled), closing the session."""
+        try:
+            try:
+                session = self.factory()
+            except Exception as exc:  # noqa: BLE001 - any failure to open is shown, never raised into Textual
+                self.post(SessionFailed(_one_line(exc)))
+                return
+            self.session = session
+            self.ready.set()
+            self.post(SessionReady(self.force_read_only or bool(getattr(session, "read_only", False)),
+                                   is_detachable(session), _run_dir_text(session)))
+            try:
+                history = session.history()
+            except Exception as exc:  # noqa: BLE001
+                self.post(SessionFailed(f"cannot read the run's history: {_one_line(exc)}", fatal=False))
+                history = []
+            if history:
+                self.post(EventBatch(list(history), history=True))
+            self._loop(session, cancelled)
+        finally:
+            self.ready.set()
+            self._close()
+
+    def _loop(self, session: Session, cancelled: Callable[[], bool]) -> None:
+        pending: list = []
+        window_start = time.monotonic()
+        next_liveness = 0.0
+        liveness = None
+        failures = 0
+        while not self.stop.is_set() and not cancelled():
+            try:
+                pending.extend(session.poll(timeout=self.batch_s / 2))
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - a flaky channel is reported, then retried
+                failures += 1
+                if failures == 1:
+                    self.post(SessionFailed(f"reading events failed (retrying): {_one_line(exc)}", fatal=False))
+                self.stop.wait(min(2.0, 0.1 * failures))
+            now = time.monotonic()
+            if pending and (now - window_start >= self.batch_s or len(pending) >= MAX_BATCH):
+                self.post(EventBatch(pending))
+                pending = []
+            if not pending:
+                window_start = now
+            if now >= next_liveness:
+                next_liveness = now + LIVENESS_S
+                try:
+                    current = session.liveness()
+                except Exception:  # noqa: BLE001
+                    current = "unknown"
+                if current != liveness:
+                    liveness = current
+                    self.post(LivenessChanged(current))
+        if pending:
+            self.post(EventBatch(pending))
+
+    def _close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            try:
+                session.close()
+            except Exception:  # noqa: BLE001 - closing is best effort on the way out
+                pass
+        self.closed.set()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -1,0 +1,53 @@
+"""The one function the CLI calls to show the dashboard: run it, restore the terminal, print the summary.
+
+``tui/cli.py`` (bare ``sensorlm-tui``, ``train`` on a terminal, ``attach``)
+builds a session factory and calls ``run_dashboard``; the factory runs on the
+dashboard's worker thread, after the first frame. The summary line (how the
+run ended, its checkpoint and resume command, or how to re-attach after a
+detach) is printed after the app has given the terminal back, so it stays in
+the scrollback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import themes
+from engine.session import Session
+
+#: Exit code for bad dashboard options (--theme, --refresh), as everywhere in the CLI.
+EXIT_BAD_INPUT = 2
+
+
+def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None = None,
+                  refresh: float | None = None, read_only: bool = False, estimator: Callable | None = None,
+                  ansi: bool = False, in_process: bool = False, config=None) -> int:
+    """Show the dashboard until the user quits or an abort finished; returns the exit code to use.
+
+    ``estimator`` None means the analytic memory model when it is importable
+    (tests pass a fake). ``refresh`` is plot redraws per second (0 < Hz ≤ 2,
+    default 1). ``ansi`` switches to the terminal's 16 colours. ``in_process``
+    (the Trainer runs in this process) rules out detaching. ``config`` is the
+    resolved RunConfig the estimator plans with (default: RunStarted.config).
+    """
+    from tui.app import DashboardApp, check_refresh  # textual only once we know a dashboard is wanted
+
+    try:
+        themes.resolve(theme)
+        check_refresh(refresh)
+    except ValueError as exc:
+        sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+        return EXIT_BAD_INPUT
+    if estimator is None:
+        from tui.estimate import default_estimator
+
+        estimator = default_estimator()
+    app = DashboardApp(session_factory, estimator=estimator, theme=theme, refresh=refresh,
+                       read_only=read_only, ansi=ansi, in_process=in_process, config=config)
+    app.run()
+    # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.
+    code = app.return_code if app.return_code is not None else 0
+    if app.summary:
+        (sys.stderr if app.summary_is_error else sys.stdout).write(app.summary + "\n")
+    return code

@@ -1,0 +1,46 @@
+"""The help screen: every key, what it does, and the command palette."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+#: Key → what it does (longer than the footer's labels).
+HELP = [
+    ("space", "pause / resume training (the engine finishes the step in flight)"),
+    ("c", "checkpoint now (atomic; shown in the log with path, size and seconds)"),
+    ("a", "abort: g graceful (checkpoint, then stop) · n now · esc cancel"),
+    ("t", "tune batch size, attention backend/chunk and LR with a live memory estimate"),
+    ("l", "loss plot: log-scaled y axis on/off"),
+    ("s", "loss plot: cycle EMA smoothing (none, 0.6, 0.9, 0.97, 0.99)"),
+    ("h", "loss plot: last 1000 steps ↔ full history (min/max per column)"),
+    ("q", "quit; while training asks: abort gracefully / now, or detach (engine keeps running)"),
+    ("ctrl+p", "command palette: run: … / tune: … / view: … / theme: …"),
+    ("?", "this help"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and what they do; any of escape, ? or q closes it."""
+
+    BINDINGS = [Binding("escape", "close", "close"), Binding("question_mark", "close", show=False),
+                Binding("q", "close", show=False)]
+
+    def __init__(self, read_only: bool = False) -> None:
+        super().__init__()
+        self.read_only = read_only
+
+    def compose(self):
+        rows = "\n".join(f"[b][$accent]{key:>7}[/][/b]  {text}" for key, text in HELP)
+        note = ("\n\n[$warning]read-only viewer: control keys (space, c, a, t) are disabled[/]"
+                if self.read_only else "")
+        with Vertical(classes="dialog wide", id="help-dialog"):
+            yield Static("[b]sensorlm-tui keys[/b]", classes="dialog-title")
+            yield Static(rows + note, classes="dialog-body")
+            yield Static("[$text-muted]esc / ? close[/]", classes="dialog-hint")
+
+    def action_close(self) -> None:
+        """Close the help."""
+        self.dismiss(None)

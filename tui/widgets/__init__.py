@@ -1,0 +1,1 @@
+"""Dashboard panels: header, loss and PSNR plots, memory, progress, system, log, status line."""

@@ -1,0 +1,162 @@
+"""Base of the plotext charts: build only when data, size, options or theme changed; never raise.
+
+A plotext frame costs ~10-40 ms of Python (GIL the training thread wants), so
+``update_from`` only marks the chart stale when its model area moved, and
+``render`` rebuilds only when that (or the size/theme) changed; the app calls
+``update_from`` at the plot rate (≤ 1-2 Hz). Canvas, axes and ticks use the
+terminal-default colour (plotext's "clear" theme): no escape codes for them,
+and the widget's CSS colours show through, which roughly halves the bytes of
+a frame. Data colours come from the app theme: RGB normally, the 16 ANSI
+names in an ansi theme, none at all under NO_COLOR.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.color import Color
+from textual.geometry import Region
+from textual.widget import Widget
+from textual_plotext.plot import Plot
+
+# Theme variable behind each data role ("default": the widget's CSS colour, the same as the axes).
+_ROLE_VARIABLE = {"raw": "default", "ema": "primary", "val": "warning", "marker": "default",
+                  "best": "success", "threshold": "error", "line": "primary"}
+# The same roles in the terminal's own palette (ansi themes).
+_ROLE_ANSI = {"raw": "default", "ema": "blue", "val": "yellow", "marker": "default", "best": "green",
+              "threshold": "red", "line": "blue"}
+
+
+class Chart(Widget):
+    """A plotext chart fed from a RunModel area; subclasses implement ``draw(plot, model, width, height)``."""
+
+    #: Which ``RunModel.versions`` counter this chart follows.
+    area = ""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._plot = Plot()
+        self._model = None
+        self._seen = -1
+        self._built_key: tuple | None = None
+        self._text = Text("waiting for data…")
+        #: Frames built so far (the bench and tests read it).
+        self.builds = 0
+        #: The last build error, if any (shown in the chart instead of the plot).
+        self.error: str | None = None
+        #: The one-line title shown above the chart (in the ``#<id>-title`` sibling).
+        self.title_text = ""
+
+    # ----------------------------------------------------------------- hooks
+    def options_key(self) -> tuple:
+        """Anything besides the data that changes the picture (log-y, smoothing, window)."""
+        return ()
+
+    def draw(self, plot: Plot, model, width: int, height: int) -> None:  # pragma: no cover - abstract
+        """Issue plotext calls for one frame."""
+        raise NotImplementedError
+
+    def describe(self, model) -> str:
+        """The title line for the current model and options (cheap; called with every update)."""
+        return ""
+
+    def _sync_title(self) -> None:
+        # A title row instead of a CSS border: a border costs two escape runs on every plot row
+        # (measured: ~20 % of a frame's bytes), a title row is repainted only when its text changes.
+        text = self.describe(self._model) if self._model is not None else ""
+        if text == self.title_text:
+            return
+        self.title_text = text
+        if self.parent is not None and self.id:
+            for label in self.parent.query_children(f"#{self.id}-title"):
+                label.update(text, layout=False)
+
+    # ---------------------------------------------------------------- driving
+    def update_from(self, model, force: bool = False) -> bool:
+        """Rebuild if the model's area moved (or ``force``) and repaint only the rows that changed.
+
+        Textual repaints a widget's whole region on ``refresh()``; passing the
+        changed rows' regions instead sends only those rows to the terminal
+        (the axis box, the tick labels and any part of the curve that did not
+        move stay put). Returns True when anything was queued.
+        """
+        version = model.versions[self.area]
+        if not force and version == self._seen and self._model is model:
+            return False
+        self._model, self._seen = model, version
+        self._sync_title()
+        if not self.is_mounted or force:
+            self._built_key = None
+            self.refresh()
+            return True
+        before = self._text
+        width = self.size.width
+        after = self.render()  # rebuilds now: the key moved with the version
+        rows = _changed_rows(before, after)
+        if rows is None:
+            self.refresh()
+        elif rows:
+            self.refresh(*(Region(0, y, width, 1) for y in rows))
+        return rows is None or bool(rows)
+
+    def invalidate(self) -> None:
+        """Options changed (a toggle): rebuild at the next render."""
+        self._built_key = None
+        self._sync_title()
+        self.refresh()
+
+    def render(self):
+        """The cached frame, rebuilt when data, size, options or theme changed."""
+        if self._model is None:
+            return self._text
+        width, height = self.size.width, self.size.height
+        key = (self._seen, width, height, self.options_key(), self.app.theme, self.app.no_color)
+        if key == self._built_key:
+            return self._text
+        self._built_key = key
+        if width < 10 or height < 4:
+            self._text = Text("(too small)")
+            return self._text
+        try:
+            self._text = self.build(width, height)
+            self.error = None
+        except Exception as exc:  # noqa: BLE001 - a bad frame must never take the dashboard (or the run) down
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._text = Text(f"plot error: {self.error}")
+            report = getattr(self.app, "report_widget_error", None)
+            if report is not None:
+                report(self, exc)
+        return self._text
+
+    def build(self, width: int, height: int) -> Text:
+        """One frame as Rich Text (plotext's ANSI output parsed)."""
+        plot = self._plot
+        plot.clear_figure()
+        plot.theme("clear")
+        plot.plotsize(width, height)
+        plot._set_size(width, height)  # belt and braces, as textual-plotext does (its issue #5)
+        self.draw(plot, self._model, width, height)
+        self.builds += 1
+        return Text.from_ansi(plot.build(), no_wrap=True, overflow="crop")
+
+    def color(self, role: str):
+        """A plotext colour for a data role, from the current theme ("default" under NO_COLOR)."""
+        app = self.app
+        if app.no_color or _ROLE_VARIABLE[role] == "default":
+            return "default"
+        if app.current_theme.ansi or app.ansi_color:
+            return _ROLE_ANSI[role]
+        value = app.theme_variables.get(_ROLE_VARIABLE[role])
+        try:
+            return Color.parse(value).rgb if value else "default"
+        except Exception:  # noqa: BLE001 - an odd theme value degrades to the terminal colour
+            return "default"
+
+
+def _changed_rows(before: Text, after: Text) -> list[int] | None:
+    """Row indices whose text or styling differ; None when the frames cannot be compared row by row."""
+    old, new = before.split("\n"), after.split("\n")
+    if len(old) != len(new):
+        return None
+    return [y for y, (a, b) in enumerate(zip(old, new)) if a.plain != b.plain or a.spans != b.spans]

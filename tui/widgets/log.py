@@ -1,0 +1,55 @@
+"""The run's log: evals, checkpoints (path, size, seconds), settings, refusals, warnings, captured output.
+
+Entries are drained from the model at the text rate, not per event, so a
+training script that prints in a loop costs one repaint per tick.
+Colours are resolved from the theme when a line is written (a RichLog keeps
+rendered lines), so lines written before a theme switch keep their colours.
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.color import Color
+from textual.widgets import RichLog
+
+#: Theme variable per entry kind.
+KIND_VARIABLE = {"eval": "primary", "checkpoint": "success", "setting": "accent", "refused": "error",
+                 "warning": "warning", "error": "error", "state": "secondary", "finished": "success",
+                 "output": "foreground", "stderr": "warning", "control": "accent"}
+
+
+class RunLog(RichLog):
+    """Append-only log panel fed from ``RunModel.take_log()``."""
+
+    area = "log"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_lines=2000, wrap=False, markup=False, highlight=False, **kwargs)
+        self._seen = -1
+        #: Plain text of every line written (tests assert on it; bounded like the widget).
+        self.plain: list[str] = []
+
+    def update_from(self, model, force: bool = False) -> bool:
+        """Write pending entries; returns True if any."""
+        version = model.versions[self.area]
+        if version == self._seen and not force:
+            return False
+        self._seen = version
+        entries = model.take_log()
+        for entry in entries:
+            prefix = f"{entry.step:>7} │ " if entry.step is not None else "        │ "
+            line = Text(prefix, style=self._style("state", dim=True))
+            line.append(entry.text, style=self._style(entry.kind))
+            self.write(line)
+            self.plain.append(prefix + entry.text)
+        if len(self.plain) > 2000:
+            del self.plain[:-2000]
+        return bool(entries)
+
+    def _style(self, kind: str, dim: bool = False) -> Style:
+        value = self.app.theme_variables.get(KIND_VARIABLE.get(kind, "foreground"))
+        try:
+            return Style(color=Color.parse(value).rich_color, dim=dim) if value else Style(dim=dim)
+        except Exception:  # noqa: BLE001 - an odd theme value falls back to the default colour
+            return Style(dim=dim)

@@ -1,0 +1,139 @@
+"""Memory: one gauge with measured peak, predicted peak, budget and device capacity; the breakdown; history.
+
+Which number is "the" memory confuses users (pytorch #37250): allocated is
+live tensors, reserved is what the caching allocator holds, NVML is what the
+driver says the process uses (context and workspaces included). All three are
+shown side by side, with the prediction the engine plans against and their
+ratio, so a drifting estimate is visible at a glance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from textual.markup import escape
+
+from tui.format import human_bytes
+from tui.model import MEM_COLUMNS
+from tui.widgets.panel import TextPanel
+
+#: Predicted/budget ratios: ≤ FITS is comfortable, ≤ 1 is tight, above does not fit.
+FITS = 0.85
+
+
+def fit_class(need: float | None, budget: float | None) -> str:
+    """'fits', 'tight' or 'over' for a need against a budget ('unknown' without one)."""
+    if not need or not budget:
+        return "unknown"
+    ratio = need / budget
+    return "fits" if ratio <= FITS else ("tight" if ratio <= 1.0 else "over")
+
+
+#: Theme variable per fit class.
+FIT_COLOR = {"fits": "$success", "tight": "$warning", "over": "$error", "unknown": "$foreground"}
+
+
+def gauge(width: int, measured: int | None, predicted: int | None, budget: int | None,
+          capacity: int | None) -> str:
+    """A one-line bar scaled to the capacity: █ measured, ▒ predicted beyond it, ┃ the budget, ─ free."""
+    width = max(10, width)
+    scale = capacity or (max(v or 0 for v in (measured, predicted, budget)) * 1.15) or 1
+
+    def cell(value: int | None) -> int:
+        return min(width, int(round(value / scale * width))) if value else 0
+
+    used = fit_class(measured, budget)
+    m, p = cell(measured), cell(predicted)
+    cells = [("█", FIT_COLOR[used])] * m
+    cells += [("▒", "$primary")] * max(0, p - m)
+    cells += [("─", "$panel-lighten-2")] * (width - len(cells))
+    if budget:
+        b = min(width - 1, max(0, cell(budget) - 1))
+        cells[b] = ("┃", "$error" if used == "over" else "$warning")
+    out, i = [], 0
+    while i < width:  # run-length encode: one markup tag per colour run keeps the escapes few
+        j = i
+        while j < width and cells[j][1] == cells[i][1]:
+            j += 1
+        out.append(f"[{cells[i][1]}]{''.join(c for c, _ in cells[i:j])}[/]")
+        i = j
+    return "".join(out)
+
+
+#: Eighth-blocks for the one-line history.
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def spark_line(values: np.ndarray, width: int) -> str:
+    """Measured memory history as one line of eighth-blocks, max per column (numpy, not a Python bucket loop).
+
+    One colour for the whole line on purpose: Textual's Sparkline colours
+    every cell on a gradient, one escape sequence per cell, which made the
+    memory panel 40 % of the dashboard's bytes on the wire.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not len(values) or width < 1:
+        return ""
+    if len(values) > width:
+        edges = np.linspace(0, len(values), width + 1).astype(np.int64)[:-1]
+        values = np.maximum.reduceat(values, edges)
+    low, high = float(values.min()), float(values.max())
+    span = high - low
+    levels = np.zeros(len(values), dtype=np.int64) if span <= 0 else \
+        np.minimum(len(_BLOCKS) - 1, ((values - low) / span * len(_BLOCKS)).astype(np.int64))
+    return "".join(_BLOCKS[i] for i in levels)
+
+
+class MemoryPanel(TextPanel):
+    """Gauge, numbers, predicted breakdown and a one-line history of measured peak memory."""
+
+    area = "memory"
+
+    def content(self, model) -> str:
+        width = max(10, self.size.width or 40)
+        markup = self.gauge_and_numbers(model, width)
+        if len(model.memory):
+            values = model.memory.column(MEM_COLUMNS.index("peak"))
+            if not np.isfinite(values).any():
+                values = model.memory.column(MEM_COLUMNS.index("allocated"))
+            line = spark_line(values, width - 5)
+            if line:
+                markup += f"\n[$text-muted]hist[/] [$warning]{line}[/]"
+        return markup
+
+    @staticmethod
+    def gauge_and_numbers(model, width: int) -> str:
+        """Gauge and numbers as markup."""
+        mem = model.last_memory
+        budget, capacity = model.budget_bytes(), model.capacity_bytes()
+        if mem is None:
+            predicted = _first(model.started.budget, "predicted", "total") if model.started else None
+            if predicted is None and budget is None:
+                return "[$text-muted]no memory sample yet[/]"
+            return (gauge(width, None, predicted, budget, capacity) + "\n"
+                    f"pred {human_bytes(predicted)} · budget {human_bytes(budget)} · cap {human_bytes(capacity)}")
+        measured = mem.peak or mem.allocated
+        cls = fit_class(measured, budget)
+        ratio = mem.ratio if mem.ratio is not None else (
+            measured / mem.predicted if measured and mem.predicted else None)
+        lines = [
+            gauge(width, measured, mem.predicted, budget, capacity),
+            f"[{FIT_COLOR[cls]}]peak {human_bytes(measured)}[/] · [$primary]pred {human_bytes(mem.predicted)}[/]"
+            + (f" · meas/pred [b]{ratio:.2f}[/b]" if ratio is not None else ""),
+            f"budget {human_bytes(budget)} · capacity {human_bytes(capacity)}",
+            f"alloc {human_bytes(mem.allocated)} · reserved {human_bytes(mem.reserved)} · "
+            f"nvml {human_bytes(mem.nvml_used)}",
+        ]
+        if mem.breakdown:
+            top = sorted(mem.breakdown.items(), key=lambda kv: -(kv[1] or 0))[:3]
+            lines.append("[$text-muted]pred: " + " · ".join(f"{escape(str(k))} {human_bytes(v)}" for k, v in top)
+                         + "[/]")
+        return "\n".join(lines)
+
+
+def _first(d: dict, *keys: str):
+    for key in keys:
+        value = d.get(key)
+        if isinstance(value, (int, float)) and value:
+            return value
+    return None

@@ -1,0 +1,50 @@
+"""Progress: step/total with a bar, epoch, throughput, elapsed and ETA, LR, batch size, best PSNR.
+
+The ETA appears only after warm-up (≥ 10 steps and > 10 s since the first
+step, Burn's rule): before that, start-up and the first evals make any
+estimate wildly wrong. Rates come from event timestamps, not the wall clock,
+so a replayed run reads the same on any machine.
+"""
+
+from __future__ import annotations
+
+from tui.format import human_duration, short_float
+from tui.widgets.panel import TextPanel
+
+
+class ProgressPanel(TextPanel):
+    """Where the run is and how fast it goes."""
+
+    area = "progress"
+
+    def content(self, model) -> str:
+        step, total = model.step, model.total_steps
+        width = max(10, self.size.width or 30)
+        if total:
+            frac = min(1.0, step / total)
+            filled = int(round(frac * width))
+            bar = f"[$primary]{'█' * filled}[/][$panel-lighten-2]{'░' * (width - filled)}[/]"
+            head = f"step [b]{step}[/b]/{total}  {100 * frac:.1f}%"
+        else:
+            bar, head = "", f"step [b]{step}[/b]"
+        last = model.last_step
+        rate = model.steps_per_s()
+        lines = [head, bar] if bar else [head]
+        eta = model.eta_seconds()
+        if model.ended:
+            eta_text = "done"
+        elif model.state == "paused":
+            eta_text = "paused"
+        else:
+            eta_text = human_duration(eta) if eta is not None else "warming up"
+        lines.append(f"ETA {eta_text} · elapsed {human_duration(model.elapsed())}")
+        lr = last.lr if last is not None and last.lr else model.setting("lr")  # the scheduled LR now
+        batch = model.setting("batch_size")
+        epoch = last.epoch if last is not None else 0
+        lines.append(f"epoch {epoch} · lr {short_float(lr, 3)} · batch {batch if batch is not None else '–'}")
+        best = model.best_psnr()
+        if best is not None:
+            lines.append(f"best PSNR [$success]{best[1]:.2f} dB[/] @ {best[0]}")
+        if last is not None:
+            lines.append(f"{short_float(rate, 3) if rate else '–'} steps/s · {last.samples_per_s:.0f} samples/s")
+        return "\n".join(lines)
