@@ -67,3 +67,25 @@ def test_crashed_run_is_offered_for_resume_and_the_viewer_follows_the_new_engine
         if pid and pid != proc.pid and pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
             wait_until(lambda: not pid_alive(pid), 30, "the resumed engine to stop")
+
+
+def test_attaching_to_a_finished_run_shows_its_final_state(tmp_path: Path, engines) -> None:
+    run = tmp_path / "done"
+    assert engines(run, "--eval-every", "10", max_steps=20).wait(120) == 0
+
+    async def scenario() -> None:
+        app = AttachApp(lambda: RunClient(run), run)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: "FINISHED" in screen_text(app).splitlines()[0], what="FINISHED in the header")
+            await until(pilot, lambda: "finished at step 20" in app.status_text, what="the final summary")
+            assert "q quits" in app.status_text and "step 20/20" in screen_text(app)
+            await pilot.press("r")  # nothing to resume, and no offer was made
+            await until(pilot, lambda: "nothing to resume" in app.status_text, what="r refused")
+            assert len(app.screen_stack) == 1
+            await pilot.press("space")
+            await until(pilot, lambda: "the run has ended" in app.status_text, what="controls refused after the end")
+            await pilot.press("q")  # an ended run quits at once, with its exit code
+            await until(pilot, lambda: app.return_code is not None, what="exit")
+        assert app.return_code == 0 and "finished at step 20" in app.summary
+
+    asyncio.run(scenario())
