@@ -142,3 +142,13 @@ def test_crash_in_training_logs_checkpoints_and_resumes(engines, tmp_path: Path)
     assert resumed.wait(60) == 0, resumed.stderr()
     assert resumed.wait_for(r"^start .* at step (\d+)").group(1) == "13"
     assert resumed.lines()[-1].startswith("done  finished at step 20")
+
+
+def test_a_bad_fault_spec_is_a_one_line_error(engines, tmp_path: Path) -> None:
+    engine = engines.spawn([*QUICK, "--max-steps", "5", "--run-dir", str(tmp_path / "run")], tmp_path,
+                           faults="nan@7,explode@3")
+    assert engine.wait(60) == 2
+    assert engine.stderr().splitlines() == [
+        "sensorlm-tui: error: SENSORLM_TUI_FAULTS: 'explode@3': unknown fault; allowed: nan@N, nan@A-B, oom@N, "
+        "raise@N (a trailing * repeats), slow_save=SECONDS"]
+    assert not (tmp_path / "run").exists()
