@@ -4,8 +4,8 @@ Saves that fail leave the previous checkpoint byte-for-byte intact and no
 temp file behind, report CheckpointFailed, and training goes on; a save after
 the disk is writable again succeeds. A run directory that cannot be created
 is a one-line error with exit 2. The full disk is a real tmpfs of 3 MiB
-and read-only is a real read-only bind mount (as root, chmod would not stop
-anyone); where mounting is not allowed those tests skip and say why.
+and read-only is a real read-only bind mount as root (chmod would not stop
+root; other users get chmod); where mounting is not allowed the tmpfs test skips and says why.
 """
 
 from __future__ import annotations
@@ -39,6 +39,20 @@ def _mounted(target: Path, *args: str):
         yield target
     finally:
         subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+@contextmanager
+def _read_only_switch(target: Path):
+    """Yields (set_read_only(bool), the OS error text to expect): a read-only bind mount as root (permission
+    bits do not stop root), chmod for anyone else."""
+    if os.geteuid() != 0:
+        try:
+            yield (lambda ro: target.chmod(0o555 if ro else 0o755)), "Permission denied"
+        finally:
+            target.chmod(0o755)
+        return
+    with _mounted(target, "--bind", str(target)):
+        yield (lambda ro: _mount("-o", f"remount,{'ro' if ro else 'rw'},bind", str(target))), "Read-only file system"
 
 
 def _sha(path: Path) -> str:
@@ -76,11 +90,11 @@ def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Pa
     run = tmp_path / "run"
     checkpoints = run / "checkpoints"
     checkpoints.mkdir(parents=True)
-    with _mounted(checkpoints, "--bind", str(checkpoints)):
+    with _read_only_switch(checkpoints) as (set_read_only, os_error):
         engine = engines.spawn([*TOY, "--max-steps", "100000", "--eval-every", "0", "--checkpoint-every", "5",
                                 "--set", "checkpoint.save_best=false", "--run-dir", str(run)], tmp_path)
         engine.wait_for(r"^ckpt  step 5 last")
-        _mount("-o", "remount,ro,bind", str(checkpoints))
+        set_read_only(True)
         at = len(engine.lines())
         first_failure = int(engine.wait_for(r"^ckpt! step (\d+) save failed", after=at).group(1))
         good = ckpt.load_latest(checkpoints)
@@ -88,13 +102,13 @@ def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Pa
         assert good_step < first_failure
         engine.wait_for(rf"^ckpt! step {first_failure + 5} save failed")  # still training, still failing
         assert _sha(good.path) == digest and ckpt.load_latest(checkpoints).meta["step"] == good_step
-        _mount("-o", "remount,rw,bind", str(checkpoints))
+        set_read_only(False)
         recovered = int(engine.wait_for(r"^ckpt  step (\d+) last", after=at).group(1))
         assert recovered > first_failure + 5
         engine.signal(signal.SIGTERM)
         assert engine.wait(60) == 130
         failed = events_of(run, "checkpoint_failed")
-        assert failed and all("Read-only file system" in e["error"] for e in failed), failed
+        assert failed and all(os_error in e["error"] for e in failed), failed
         assert set(verify_all(checkpoints).values()) == {"ok"}
         assert ckpt.load_latest(checkpoints).meta["step"] >= recovered
         assert not list(checkpoints.glob(".*.tmp-*"))
@@ -103,13 +117,14 @@ def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Pa
 def test_unwritable_run_directory_is_a_one_line_error(engines, tmp_path: Path) -> None:
     parent = tmp_path / "ro"
     parent.mkdir()
-    with _mounted(parent, "--bind", str(parent)):
-        _mount("-o", "remount,ro,bind", str(parent))
+    with _read_only_switch(parent) as (set_read_only, os_error):
+        set_read_only(True)
         engine = engines.spawn([*TOY, "--max-steps", "5", "--run-dir", str(parent / "run")], tmp_path)
         assert engine.wait(60) == 2
-        err = engine.stderr().strip().splitlines()
-        assert err == [f"sensorlm-tui: error: {parent / 'run'}: cannot create run directory (Read-only file system)"]
-        assert engine.lines() == []
+        why = "cannot create run directory (Read-only file system)" if os_error.startswith("Read-only") \
+            else "run directory is not writable"
+        assert engine.stderr().strip().splitlines() == [f"sensorlm-tui: error: {parent / 'run'}: {why}"]
+        assert engine.lines() == [] and list(parent.iterdir()) == []
 
 
 def test_run_directory_under_proc_is_a_one_line_error(engines, tmp_path: Path) -> None:
