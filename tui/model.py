@@ -264,7 +264,7 @@ class RunModel:
         """Device capacity: the newest MemorySampled.capacity, else RunStarted.budget['capacity']."""
         if self.last_memory is not None and self.last_memory.capacity:
             return self.last_memory.capacity
-        return _first_int(self.started.budget if self.started else {}, "capacity", "total", "capacity_bytes")
+        return _first_int(self.started.budget if self.started else {}, "capacity", "capacity_bytes", "device_total")
 
     def setting(self, name: str) -> Any:
         """The current value of a settable (batch_size, lr, attn_backend, attn_chunk), newest change first.
@@ -350,16 +350,24 @@ def _on_checkpoint_failed(m: RunModel, e: ev.CheckpointFailed) -> None:
 
 
 def _on_state(m: RunModel, e: ev.StateChanged) -> None:
-    if e.state != m.state:
+    # Checkpointing and back is what every checkpoint does: the badge shows it, the log keeps the
+    # CheckpointSaved line only (three lines per checkpoint buried everything else).
+    routine = {e.state, m.state} == {"running", "checkpointing"}
+    if e.state != m.state and not routine:
         m._log("state", f"state → {e.state}" + (f": {e.reason}" if e.reason else ""), e.step)
     m.state, m.state_reason = e.state, e.reason
     m.versions["header"] += 1
     m.versions["progress"] += 1
 
 
+#: Acks whose news another event already logs (StateChanged, CheckpointSaved).
+_ACK_ONLY = ("state", "checkpoint")
+
+
 def _on_setting(m: RunModel, e: ev.SettingChanged) -> None:
     why = f" ({e.reason})" if e.reason else ""
-    m._log("setting", f"{e.name}: {e.old} → {e.new}{why}", e.step)
+    if e.name not in _ACK_ONLY:
+        m._log("setting", f"{e.name}: {e.old} → {e.new}{why}", e.step)
     if e.name in MARKED_SETTINGS and e.old != e.new:
         m.markers.append(Marker(e.step, e.name, e.old, e.new))
         m.versions["loss"] += 1

@@ -24,7 +24,7 @@ KEYS = [
     Binding("t", "app.tune", "tune"),
     Binding("l", "app.toggle_log_y", "log-y"),
     Binding("s", "app.cycle_smoothing", "smooth"),
-    Binding("h", "app.toggle_window", "history"),
+    Binding("h", "app.toggle_window", "hist"),
     Binding("question_mark", "app.help", "help", key_display="?"),
     Binding("q", "app.request_quit", "quit"),
 ]

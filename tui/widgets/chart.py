@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from rich.text import Text
 from textual.color import Color
 from textual.geometry import Region
@@ -56,6 +57,10 @@ class Chart(Widget):
     def draw(self, plot: Plot, model, width: int, height: int) -> None:  # pragma: no cover - abstract
         """Issue plotext calls for one frame."""
         raise NotImplementedError
+
+    def placeholder(self, model) -> str | None:
+        """A message to show instead of an empty plot (no axes drawn), or None when there is data."""
+        return None
 
     def describe(self, model) -> str:
         """The title line for the current model and options (cheap; called with every update)."""
@@ -131,6 +136,11 @@ class Chart(Widget):
 
     def build(self, width: int, height: int) -> Text:
         """One frame as Rich Text (plotext's ANSI output parsed)."""
+        waiting = self.placeholder(self._model)
+        if waiting is not None:  # an empty frame of axes says nothing; a sentence does
+            self.builds += 1
+            pad = "\n" * max(0, height // 2 - 1)
+            return Text(pad + waiting.center(width), no_wrap=True, overflow="crop", style="dim")
         plot = self._plot
         plot.clear_figure()
         plot.theme("clear")
@@ -160,3 +170,20 @@ def _changed_rows(before: Text, after: Text) -> list[int] | None:
     if len(old) != len(new):
         return None
     return [y for y, (a, b) in enumerate(zip(old, new)) if a.plain != b.plain or a.spans != b.spans]
+
+
+def step_ticks(plot: Plot, lo: float, hi: float, count: int = 5) -> None:
+    """Integer step ticks (1.2k, 250 …) instead of plotext's floats (2.0, 90.2 …)."""
+    if hi <= lo:
+        return
+    ticks = sorted({int(round(v)) for v in np.linspace(lo, hi, count)})
+    plot.xticks(ticks, [_short_int(t) for t in ticks])
+
+
+def _short_int(n: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if abs(n) >= 10 * size:
+            return f"{n / size:.0f}{unit}"
+        if abs(n) >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)

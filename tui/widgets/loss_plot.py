@@ -12,7 +12,7 @@ import numpy as np
 
 from tui.ema import LEVELS
 from tui.history import mean_columns, minmax_columns
-from tui.widgets.chart import Chart
+from tui.widgets.chart import Chart, step_ticks
 
 #: Steps shown by the "recent" window.
 RECENT_STEPS = 1000
@@ -83,16 +83,17 @@ class LossPlot(Chart):
             out["val"] = (vx[keep], vy[keep])
         return out
 
+    def placeholder(self, model) -> str | None:
+        if not len(model.steps) or not np.isfinite(model.steps.column(1, RECENT_STEPS)).any():
+            return "waiting for the first step…"
+        if self.log_y and not (model.steps.column(1) > 0).any():
+            return "log-y: no positive loss to show (l turns it off)"
+        return None
+
     def draw(self, plot, model, width: int, height: int) -> None:
         data = self.series(model, max(8, width - 8))  # ~8 columns go to the y tick labels
-        if "raw" not in data or not len(data["raw"][0]):
-            plot.text("waiting for the first step…", 0.5, 0.5)
-            return
         if self.log_y:
             data = {k: _positive(*v) for k, v in data.items()}
-            if not len(data["raw"][0]):
-                plot.text("log-y: no positive loss to show (press l)", 0.5, 0.5)
-                return
             plot.yscale("log")
         raw_x, raw_y = data["raw"]
         plot.plot(raw_x.tolist(), raw_y.tolist(), marker="braille", color=self.color("raw" if self.smoothing else "ema"))
@@ -106,6 +107,7 @@ class LossPlot(Chart):
             plot.vertical_line(marker.step, color=self.color("marker"))
         if hi > lo:
             plot.xlim(float(lo), float(hi))
+            step_ticks(plot, float(lo), float(hi))
 
 
 def _positive(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

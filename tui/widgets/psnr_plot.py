@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.widgets.chart import Chart
+from tui.widgets.chart import Chart, step_ticks
 
 
 class PsnrPlot(Chart):
@@ -17,22 +17,23 @@ class PsnrPlot(Chart):
     area = "psnr"
 
     def describe(self, model) -> str:
-        parts = ["[b]val PSNR[/b]"]
+        parts = ["[b]PSNR[/b] dB"]
         best = model.best_psnr()
         threshold = model.abort_threshold()
         if best is not None:
-            parts.append(f"[$success]★ {best[1]:.2f} dB[/] @{best[0]}")
+            parts.append(f"[$success]★{best[1]:.2f}[/] @{best[0]}")
         if threshold is not None:
-            parts.append(f"[$error]abort < {threshold:.2f}[/]")
+            parts.append(f"[$error]abort <{threshold:.2f}[/]")
         return " · ".join(parts)
+
+    def placeholder(self, model) -> str | None:
+        ys = model.psnr_series()[1]
+        return None if np.isfinite(ys).any() else "no eval with PSNR yet"
 
     def draw(self, plot, model, width: int, height: int) -> None:
         xs, ys = model.psnr_series()
         keep = np.isfinite(ys)
         xs, ys = xs[keep], ys[keep]
-        if not len(xs):
-            plot.text("no eval with PSNR yet", 0.5, 0.5)
-            return
         plot.plot(xs.tolist(), ys.tolist(), marker="braille", color=self.color("line"))
         plot.scatter(xs.tolist(), ys.tolist(), marker="•", color=self.color("line"))
         best = model.best_psnr()
@@ -47,3 +48,4 @@ class PsnrPlot(Chart):
         plot.ylim(low - pad, high + pad)
         if xs[-1] > xs[0]:
             plot.xlim(float(xs[0]), float(xs[-1]))
+            step_ticks(plot, float(xs[0]), float(xs[-1]), count=4)
