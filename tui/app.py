@@ -106,6 +106,7 @@ class DashboardApp(App[int]):
         self._said_ended = False
         self._failed_panels: set[str] = set()
         self._sighup = False
+        self._quit_armed = False
 
     # ------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> DashboardScreen:
@@ -338,6 +339,12 @@ class DashboardApp(App[int]):
     def action_request_quit(self) -> None:
         """q: quit; while training, ask: abort gracefully / now, detach (process mode), or stay."""
         if isinstance(self.screen, QuitScreen):
+            return
+        if self._pump.session is None and not self._pump.closed.is_set() and not self._quit_armed:
+            # Still connecting: the engine may be starting and would be left running unseen.
+            self._quit_armed = True
+            self.say("still connecting to the engine — q again quits anyway (a starting engine keeps running; "
+                     "see sensorlm-tui runs)", "warning")
             return
         if self.model.ended or self._pump.session is None:
             fin = self.model.finished

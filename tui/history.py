@@ -117,17 +117,20 @@ def minmax_columns(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarr
 
 
 def mean_columns(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reduce a smooth series (an EMA) to one mean point per column; short series pass through."""
+    """Reduce a smooth series (an EMA) to one point per column: the bin's mean y at its middle x.
+
+    ``x`` must be sorted (steps are): the middle of a bin is then the mean of its
+    first and last x, which saves a pass over a million steps.
+    """
     x, y = _finite(x, y)
     n = len(y)
     columns = max(1, int(columns))
     if n <= columns:
         return x, y
     k, r, split = _bins(n, columns)
-    out = []
-    for series in (x, y):
-        parts = [series[split:].reshape(columns - r, k).mean(axis=1)]
-        if r:
-            parts.insert(0, series[:split].reshape(r, k + 1).mean(axis=1))
-        out.append(np.concatenate(parts))
-    return out[0], out[1]
+    parts = [y[split:].reshape(columns - r, k).mean(axis=1)]
+    if r:
+        parts.insert(0, y[:split].reshape(r, k + 1).mean(axis=1))
+    starts = np.concatenate((np.arange(r) * (k + 1), split + np.arange(columns - r) * k))
+    ends = np.append(starts[1:], n) - 1
+    return (x[starts] + x[ends]) / 2, np.concatenate(parts)

@@ -40,7 +40,7 @@ def test_short_series_pass_through_and_mean_columns_reduce():
     x = np.arange(10.0)
     assert minmax_columns(x, x, 80)[1].tolist() == x.tolist()
     xs, ys = mean_columns(np.arange(1000.0), np.arange(1000.0), 10)
-    assert len(xs) == 10 and ys[0] == 49.5
+    assert len(xs) == 10 and ys[0] == 49.5 and xs[0] == 49.5 and xs[-1] == 949.5
 
 
 def test_vectorised_ema_matches_the_recursion_and_skips_nan():

@@ -28,6 +28,8 @@ async def test_the_factory_runs_on_a_worker_after_the_first_frame():
         await wait_for(pilot, lambda: seen, "factory called")
         header = app.dashboard.query_one("#header-badge")
         assert "CONNECTING" in str(header.render()), "the dashboard is up while the session is still opening"
+        app.redraw(force=True)
+        assert "waiting for the first step…" in str(app.dashboard.query_one("#loss").render())
         release.set()
         await loaded(pilot, app, steps=20)
     assert seen == [False]
@@ -89,3 +91,21 @@ async def test_a_session_that_cannot_open_exits_1_with_the_reason():
         await wait_for(pilot, lambda: app.return_code is not None, "exit")
     assert app.return_code == 1 and app.summary_is_error
     assert app.summary == "sensorlm-tui: error: FileNotFoundError: runs/nope: not a run directory"
+
+
+@pilot_test
+async def test_quit_while_connecting_asks_twice():
+    release = threading.Event()
+
+    def slow_factory():
+        release.wait(5)
+        return ScriptedSession(history=demo_run(10))
+
+    app = DashboardApp(slow_factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        assert "still connecting" in app.status_text and app.return_code is None
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit on the second q")
+        release.set()
+    assert app.return_code == 0

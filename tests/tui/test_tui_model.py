@@ -67,3 +67,17 @@ def test_current_settings_follow_changes_then_steps_then_config():
     assert m.setting("batch_size") == 32  # changed at step 150
     assert m.setting("attn_backend") == "sdpa"  # from RunStarted.config['model']
     assert m.budget_bytes() == 8 << 30 and m.capacity_bytes() == 16 << 30
+
+
+def test_routine_checkpoint_states_and_duplicate_acks_stay_out_of_the_log():
+    m = RunModel()
+    m.ingest(demo_run(5))
+    m.take_log()
+    m.ingest([ev.StateChanged(state="checkpointing", step=5), ev.CheckpointSaved(step=5, path="ck/last", bytes=2048),
+              ev.StateChanged(state="running", step=5),
+              ev.SettingChanged(name="checkpoint", old=None, new="ck/last", request_id="1-1"),
+              ev.StateChanged(state="paused", reason="paused by request", step=5),
+              ev.SettingChanged(name="state", old="running", new="paused", request_id="1-2")])
+    assert [e.text for e in m.take_log()] == ["checkpoint (last) ck/last · 2 KiB in 0.00s",
+                                              "state → paused: paused by request"]
+    assert m.state == "paused"
