@@ -21,6 +21,7 @@ MODULES = [
     "bench.engine_overhead",
     "bench.dashboard_overhead",
     "bench.plot_render",
+    "bench.dashboard_bytes",
     "bench.attention",
     "bench.memory_accuracy",
     "bench.planner_speed",
