@@ -1,0 +1,15 @@
+"""Memory budget of a training step: predict it, trace it, measure it, plan and guard with it.
+
+- ``analytic``: closed-form upper bound per task, pure arithmetic (no torch, < 1 ms).
+- ``trace``: two real optimizer steps under FakeTensorMode + MemTracker, in a
+  subprocess, cached by config hash (seconds, any batch size, no real memory).
+- ``truth``: ground truth for tests and benchmarks (allocator events on CPU,
+  ``max_memory_allocated`` on CUDA).
+- ``measure``: what a running engine samples (CUDA allocator, NVML) and the
+  calibration that folds context and allocator overhead into predictions.
+- ``plan`` / ``guard`` / ``hook``: largest batch per backend, refusal at start
+  with options, and the object the Trainer consults for live changes.
+
+Only ``step``, ``trace_worker``, ``truth`` and the CUDA parts of ``measure``
+import torch; everything a ``sensorlm-tui plan`` needs is torch-free.
+"""

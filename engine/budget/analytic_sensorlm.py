@@ -1,0 +1,251 @@
+"""The SensorLM step as a ledger (engine.budget.ledger): every tensor autograd keeps, stage by stage.
+
+Torch-free. Read against engine/tasks/sensorlm/model.py and task.py (the
+batch, ``_forward`` and the losses); the per-block forms are in
+engine.budget.blocks. Symbols: B micro-batch, T minutes, C channels, P patches
+(= N tokens of the encoder), K = patch_time·patch_channels (so B·P·K = B·T·C),
+D/F/H the encoder's width/MLP width/heads, Dt/Ft/Ht the text side's, L caption
+tokens and L' = L − 1 decoder positions, V vocabulary, E embedding size.
+``lp`` is the bytes of a matmul output (2 under autocast, else 4); the
+residual streams are fp32 in every precision (a bf16 branch added to the fp32
+sum of embedding and positions promotes).
+
+Stages in forward order (backward runs them in reverse; what each keeps):
+
+- ``sensor input``: patchify's copy of x kept by patch_embed (4·BTC; its
+  autocast copy lp·BTC); positions and mask-token ``where`` are transient.
+- ``encoder block i``: blocks.saved (or only its input under activation
+  checkpointing, the rest recomputed during its backward).
+- ``encoder norm``: its input, mean/rstd, and the output the three heads keep
+  (fp32: one tensor shared; autocast: one lp copy per consuming Linear).
+- ``recon head``: nothing new; its B·T·C output lives until the loss returns.
+- ``pool``: kv of the tokens (2·lp·BPD) and a few (B, D) tensors.
+- ``text encoder``: text blocks (masked SDPA) and the masked mean's weights.
+- ``memory``: Linear(D→Dt) output (lp·BPDt), kept by every decoder cross-attention.
+- ``decoder``: decoder blocks (causal self-attention, cross-attention keeping
+  kv of the memory, 2·lp·BPDt per block), dec_norm and its output.
+- ``loss``: log_softmax of the logits (4·BL'V), the int64 targets copy, the
+  recon weight and difference (2 · 4·BTC), the contrastive B×B maps. At its
+  forward peak (the squared error of the recon loss) also alive: logits,
+  their fp32 copy under autocast, recon and its fp32 copy, patchified targets
+  and validity (4 + 1 bytes·BTC), the square and the weighted square.
+
+Pending gradients: the recon gradient (from the loss's backward to the recon
+head's), the memory's gradient (accumulated by the decoder's cross-attention
+backward, consumed by ``memory``) and the encoder output's gradient (from
+``memory`` to ``encoder norm``, the pool and recon head adding into it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.budget import blocks
+from engine.budget.blocks import BlockShape
+from engine.budget.ledger import Pending, Stage
+
+F32 = 4
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The SensorLM dimensions one estimate needs, read once from a RunConfig (plain ints)."""
+
+    T: int
+    C: int
+    pt: int
+    pc: int
+    D: int
+    depth: int
+    H: int
+    F: int
+    Dt: int
+    text_depth: int
+    dec_depth: int
+    Ht: int
+    Ft: int
+    L: int
+    V: int
+    E: int
+    dropout: bool = False
+
+    @property
+    def P(self) -> int:
+        return (self.T // self.pt) * (self.C // self.pc)
+
+    @property
+    def K(self) -> int:
+        return self.pt * self.pc
+
+    @classmethod
+    def of(cls, config) -> "Shape":
+        """Dimensions of ``config`` (data.channels is the channel count: true for synthetic data and for
+        CSV files with at least that many channels)."""
+        m, d = config.model, config.data
+        return cls(T=d.minutes, C=d.channels, pt=m.patch_time, pc=m.patch_channels, D=m.dim, depth=m.depth,
+                   H=m.heads, F=int(m.dim * m.mlp_ratio), Dt=m.text_dim, text_depth=m.text_depth,
+                   dec_depth=m.decoder_depth, Ht=m.text_heads, Ft=int(m.text_dim * m.mlp_ratio),
+                   L=m.max_caption_tokens, V=m.vocab_size, E=m.embed_dim, dropout=m.dropout > 0)
+
+
+def param_tensors(s: Shape) -> dict[str, list[int]]:
+    """Element counts of every parameter tensor, grouped by the stage whose backward makes its gradient."""
+    D, Dt = s.D, s.Dt
+    cross = [Dt * Dt, Dt, 2 * Dt * Dt, 2 * Dt, Dt * Dt, Dt]
+    dec_block = [Dt, Dt, 3 * Dt * Dt, 3 * Dt, Dt * Dt, Dt, Dt, Dt] + cross + [Dt, Dt, s.Ft * Dt, s.Ft, Dt * s.Ft, Dt]
+    return {
+        "sensor input": [s.K * D, D, D, (s.T // s.pt) * D, (s.C // s.pc) * D],
+        "encoder blocks": blocks.params(D, s.F) * s.depth,
+        "encoder norm": [D, D],
+        "recon head": [D * s.K, s.K],
+        "pool": [D, D * D, D, 2 * D * D, 2 * D, D * D, D, D, D, s.E * D],
+        "text encoder": blocks.params(Dt, s.Ft) * s.text_depth + [Dt, Dt, s.E * Dt],
+        "memory": [Dt * D, Dt],
+        "decoder": dec_block * s.dec_depth + [Dt, Dt, s.L * Dt],
+        "loss": [s.V * Dt, 1, 1],  # tok_embed (tied: its first gradient is the logits'), logit scale and bias
+    }
+
+
+#: Tensors an autocast forward casts once and keeps (Linear weights and biases, the tied LM head).
+def cast_params(s: Shape) -> int:
+    """Elements of parameters autocast copies to lp (everything a matmul reads; not norms or embeddings)."""
+    groups = param_tensors(s)
+    total = sum(sum(v) for v in groups.values())
+    norms = 2 * s.D * (2 * s.depth + 2) + 2 * s.Dt * (2 * s.text_depth + 3 * s.dec_depth + 2)
+    embeds = (s.T // s.pt) * s.D + (s.C // s.pc) * s.D + 2 * s.D + s.L * s.Dt + 2
+    return total - norms - embeds  # tok_embed stays: F.linear(…, tok_embed.weight) casts it
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Element sizes for one precision on one device (see blocks.py)."""
+
+    lp: int
+    ln: int
+    softmax_bytes: int
+    autocast: bool
+    cuda: bool
+
+    @classmethod
+    def of(cls, precision: str, device: str) -> "Numerics":
+        autocast = precision != "fp32"
+        cuda = device == "cuda"
+        lp = 2 if autocast else 4
+        # CUDA autocast runs softmax in fp32 and the following matmul keeps a bf16 copy: 4 + 2 bytes.
+        softmax = (4 + 2) if (autocast and cuda) else lp
+        return cls(lp=lp, ln=lp, softmax_bytes=softmax, autocast=autocast, cuda=cuda)
+
+
+def _block(s: Shape, n: Numerics, B: int, N: int, d: int, f: int, heads: int, backend: str, chunk: int,
+           masked: bool = False) -> BlockShape:
+    return BlockShape(B=B, N=N, d=d, f=f, heads=heads, backend=backend, chunk=chunk, masked=masked,
+                      lp=n.lp, ln=n.ln, softmax_bytes=n.softmax_bytes, cuda=n.cuda, dropout=s.dropout)
+
+
+def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: Numerics
+           ) -> tuple[list[Stage], list[Pending]]:
+    """The SensorLM step's stages and pending gradients for micro-batch ``B`` (module docstring)."""
+    lp, R = n.lp, F32
+    P, K, D, Dt, Lp = s.P, s.K, s.D, s.Dt, s.L - 1
+    btc = B * P * K
+    u = B * P * D          # encoder activations
+    um = B * P * Dt        # the memory the decoder attends to
+    groups = param_tensors(s)
+    g = {k: F32 * sum(v) for k, v in groups.items()}
+    cast_w = (lambda k: lp * sum(groups[k])) if n.autocast else (lambda k: 0)  # bf16 weight-grad before fp32
+
+    out: list[Stage] = []
+    out.append(Stage(
+        "sensor input", saved={"activations: sensor encoder": (lp if n.autocast else R) * btc},
+        grads=g["sensor input"],
+        fwd_extra=2 * lp * u + R * u + R * P * D,           # patch_embed out, where out, h + pos, pos
+        bwd_extra=2 * R * u + R * P * D + cast_w("sensor input"),  # where grads (h, mask token), pos grad
+        grad_in=R * u))
+
+    blk = _block(s, n, B, P, D, s.F, s.H, backend, chunk)
+    per_block_params = F32 * sum(blocks.params(D, s.F))
+    full = blocks.saved(blk)
+    nn_saved = blk.softmax_bytes * blk.nn if backend == "math" else 0
+    for i in range(s.depth):
+        if checkpointing:
+            # Only the block's input survives the forward; its backward first recomputes the whole block.
+            saved = {"activations: sensor encoder": R * u}
+            bwd = full - R * u + max(blocks.forward_extra(blk), blocks.backward_extra(blk))
+            fwd = full - R * u + blocks.forward_extra(blk)
+        else:
+            saved = {"activations: sensor encoder": full - nn_saved}
+            if nn_saved:
+                saved["attention N×N: sensor encoder"] = nn_saved
+            bwd = blocks.backward_extra(blk)
+            fwd = blocks.forward_extra(blk)
+        out.append(Stage(f"encoder block {i}", saved=saved, grads=per_block_params, fwd_extra=fwd,
+                         bwd_extra=bwd + (lp * per_block_params // F32 if n.autocast else 0), grad_in=R * u))
+
+    heads_copies = 3 * lp * u if n.autocast else R * u  # the encoder output as the three heads keep it
+    out.append(Stage("encoder norm",
+                     saved={"activations: sensor encoder": R * u + 8 * B * P + heads_copies},
+                     grads=g["encoder norm"], fwd_extra=R * u, bwd_extra=R * u))
+    out.append(Stage("recon head", saved={}, grads=g["recon head"], fwd_extra=lp * btc,
+                     bwd_extra=lp * u + 2 * R * u + cast_w("recon head")))  # its input grad, cast, accumulate
+    small = 10 * R * B * max(D, s.E) + 4 * B * s.H
+    out.append(Stage("pool", saved={"activations: pool": 2 * lp * u + small}, grads=g["pool"],
+                     fwd_extra=2 * lp * u,
+                     # SDPA backward: k and v grads beside the saved kv; then kv's input grad, its
+                     # fp32 cast and the accumulate into the encoder-output gradient.
+                     bwd_extra=max(2 * lp * u, lp * u + R * u + (R * u if n.autocast else 0)) + cast_w("pool"),
+                     grad_in=R * B * s.E))
+
+    ut = B * s.L * Dt
+    tblk = _block(s, n, B, s.L, Dt, s.Ft, s.Ht, "sdpa", chunk, masked=True)
+    # Blocks, then text_norm's input and stats, the masked mean's weights (B, L, 1) and divisor, and
+    # text_proj's input (and its autocast copy). The embedding backward writes a dense (V, Dt) gradient
+    # before adding it into the tied tok_embed's.
+    text_saved = blocks.saved(tblk) * s.text_depth + R * ut + 8 * B * s.L + 4 * B * s.L + 4 * B \
+        + (R + (lp if n.autocast else 0)) * B * Dt
+    out.append(Stage("text encoder", saved={"activations: text encoder": text_saved}, grads=g["text encoder"],
+                     fwd_extra=2 * R * ut + blocks.forward_extra(tblk),
+                     bwd_extra=blocks.backward_extra(tblk) + F32 * s.V * Dt + cast_w("text encoder"),
+                     grad_in=R * ut))
+    out.append(Stage("memory", saved={"activations: caption decoder cross-attention":
+                                      lp * um + (lp * u if n.autocast else 0)},
+                     grads=g["memory"], fwd_extra=0,
+                     bwd_extra=lp * u + R * u + cast_w("memory")))  # the encoder-output grad and its cast
+
+    # Decoder block (forward order): ln1 input, stats, ln1 output's copy, qkv (3), self-attention output,
+    # logsumexp | x_mid1, stats, ln2 output's copy, q, cross-attention output, logsumexp, kv of the memory
+    # (2·lp·um) | x_mid2, stats, ln3 output's copy, fc1 output, GELU output. Then dec_norm's input,
+    # stats and output (what the tied LM head keeps).
+    ud = B * Lp * Dt
+    dblk = _block(s, n, B, Lp, Dt, s.Ft, s.Ht, "sdpa", chunk)
+    self_part = (R + n.ln + 4 * lp) * ud + 8 * B * Lp + 4 * B * s.Ht * Lp
+    cross_part = (R + n.ln + 2 * lp) * ud + 8 * B * Lp + 4 * B * s.Ht * Lp + 2 * lp * um
+    mlp_part = (R + n.ln) * ud + 8 * B * Lp + 2 * lp * B * Lp * s.Ft + (3 * lp * ud if s.dropout else 0)  # 3 masks
+    dec_head = R * ud + 8 * B * Lp + n.ln * ud
+    # Cross-attention backward: k, v grads (2·lp·um) beside the saved kv, then their stack and the
+    # reshape copy (2·lp·um each) with kv freed, then kv's grad into the memory and the accumulate.
+    cross_bwd = 2 * lp * um + 2 * lp * um
+    out.append(Stage("decoder",
+                     saved={"activations: caption decoder self-attention + MLP":
+                            s.dec_depth * (self_part + mlp_part) + dec_head,
+                            "activations: caption decoder cross-attention": s.dec_depth * cross_part},
+                     grads=g["decoder"],
+                     fwd_extra=2 * R * ud + max(blocks.forward_extra(dblk), 2 * lp * um),
+                     bwd_extra=max(blocks.backward_extra(dblk), cross_bwd) + F32 * s.V * Dt + cast_w("decoder"),
+                     grad_in=R * ud))
+
+    blv = B * Lp * s.V
+    contrastive = F32 * (4 * B * s.E + 6 * B * B + 4 * B)
+    loss_saved = F32 * blv + 8 * B * Lp + 2 * F32 * btc + contrastive
+    # At the squared error: logits (+ fp32 copy), recon (+ fp32 copy), patches, validity, square, product.
+    loss_fwd = lp * blv + (F32 * blv if n.autocast else 0) + lp * btc + (F32 * btc if n.autocast else 0) \
+        + F32 * btc + btc + 2 * F32 * btc + F32 * B * B
+    # Backward: recon branch (grad of the square, pow's two temporaries) or the caption CE (nll and
+    # log_softmax grads, the cast back to lp, the logits' input and weight grads and the weight's clone).
+    loss_bwd = max(3 * F32 * btc, 2 * F32 * blv + (lp * blv if n.autocast else 0) + lp * ud + F32 * s.V * Dt)
+    out.append(Stage("loss", saved={"loss": loss_saved}, grads=g["loss"], fwd_extra=loss_fwd,
+                     bwd_extra=loss_bwd + cast_w("loss")))
+
+    pending = [Pending("loss", "recon head", lp * btc),
+               Pending("decoder", "memory", lp * um),
+               Pending("memory", "encoder norm", R * u)]
+    return out, pending

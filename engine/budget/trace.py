@@ -1,0 +1,162 @@
+"""Traced estimate: the task's real model, two real optimizer steps, fake tensors — in a subprocess, cached.
+
+``trace(config, ...)`` runs ``engine.budget.trace_worker`` in a child Python
+(so this module stays torch-free and a crash in tracing is an error message,
+not a dead engine) and caches the result as JSON under a key hashed from
+everything that changes memory: the memory-relevant config fields, the torch
+version, the device type, and the source of the step harness and the task.
+Constant time in batch size (measured: research/memory.md, 0.5-3.5 s).
+
+Fake CUDA is asked for only when the caller says the device is CUDA; the
+caller (guard, hook) knows that from a CUDA build with a GPU. On a CPU-only
+build fake CUDA tensors abort the interpreter in backward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata, util
+from pathlib import Path
+
+from engine.budget.estimate import Estimate
+from engine.budget.settings import describe, with_settings
+from engine.config import RunConfig
+
+#: Config fields that cannot change the memory of a step; left out of the cache key.
+IRRELEVANT = {
+    "name": None,
+    "checkpoint": None,
+    "budget": None,
+    "train": {"max_steps", "epochs", "steps_per_epoch", "lr", "eval_every", "log_every", "overfit",
+              "abort_drop_db", "abort_patience", "nan_policy", "nan_patience", "rollback_lr_factor",
+              "threads", "on_hangup", "oom_recovery", "schedule", "warmup_frac", "cooldown_frac",
+              "min_lr_frac", "device"},
+    "data": {"train_samples", "val_samples", "val_fraction"},
+}
+
+
+class TraceError(RuntimeError):
+    """The trace failed (model error, crash, timeout); ``str()`` is one line."""
+
+
+def default_cache_dir() -> Path:
+    """``$SENSORLM_TUI_CACHE/traces`` or ``~/.cache/sensorlm-tui/traces``."""
+    root = os.environ.get("SENSORLM_TUI_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sensorlm-tui")
+    return Path(root) / "traces"
+
+
+def _source_files(task_name: str) -> list[Path]:
+    """The step harness, the worker, and the task's module or package sources (their text is in the key)."""
+    from engine.tasks import BUILTIN_TASKS
+
+    here = Path(__file__).resolve().parent
+    files = [here / "step.py", here / "trace_worker.py"]
+    target = BUILTIN_TASKS.get(task_name, "")
+    module = target.partition(":")[0]
+    if module:
+        spec = util.find_spec(module)
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin)
+            files += sorted(origin.parent.glob("*.py")) if origin.name == "__init__.py" else [origin]
+    return files
+
+
+def cache_key(config: RunConfig, device: str) -> str:
+    """Hex digest of what decides a trace: memory-relevant config, torch version, device, harness and task code."""
+    data = config.model_dump(mode="json")
+    for section, fields in IRRELEVANT.items():
+        if fields is None:
+            data.pop(section, None)
+        else:
+            for f in fields:
+                data.get(section, {}).pop(f, None)
+    digest = hashlib.sha256()
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "?"
+    digest.update(json.dumps({"config": data, "device": device, "torch": torch_version}, sort_keys=True).encode())
+    for path in _source_files(config.task.name):
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            pass
+    return digest.hexdigest()[:24]
+
+
+def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float) -> Estimate:
+    settings = describe(config) | {"device": device}
+    return Estimate(
+        total=int(result["peak"]),
+        breakdown={k: int(v) for k, v in result["breakdown"].items() if v},
+        upper_bound=False,
+        source="trace",
+        settings=settings,
+        modules={k: int(v) for k, v in result.get("modules", {}).items()},
+        seconds=seconds,
+    )
+
+
+def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0) -> dict:
+    """Run the trace subprocess and return its raw result dict; TraceError on any failure."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory(prefix="sensorlm-trace-") as tmp:
+        request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        request.write_text(json.dumps({"config": config.model_dump(mode="json"), "device": device}))
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "engine.budget.trace_worker", str(request), str(result)],
+                env=env, capture_output=True, text=True, timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise TraceError(f"memory trace timed out after {timeout:.0f} s") from None
+        if proc.returncode != 0 or not result.exists():
+            lines = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+            last = lines[-1] if lines else f"exit status {proc.returncode}"
+            raise TraceError(f"memory trace failed: {last}")
+        return json.loads(result.read_text())
+
+
+def trace(
+    config: RunConfig,
+    batch_size: int | None = None,
+    attn_backend: str | None = None,
+    attn_chunk: int | None = None,
+    precision: str | None = None,
+    checkpointing: bool | None = None,
+    device: str = "cpu",
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    timeout: float = 600.0,
+) -> Estimate:
+    """Peak of two optimizer steps traced on fake tensors (see module docstring); cached by config hash."""
+    config = with_settings(config, batch_size=batch_size, attn_backend=attn_backend, attn_chunk=attn_chunk,
+                           precision=precision, checkpointing=checkpointing)
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = directory / f"{cache_key(config, device)}.json"
+    if use_cache and path.exists():
+        try:
+            cached = json.loads(path.read_text())
+            return _to_estimate(cached, config, device, 0.0)
+        except (OSError, ValueError, KeyError):
+            pass  # a torn cache file: trace again and overwrite it
+    start = time.perf_counter()
+    result = run_worker(config, device, timeout)
+    seconds = time.perf_counter() - start
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs the next caller a trace
+    return _to_estimate(result, config, device, seconds)
