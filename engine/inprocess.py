@@ -91,9 +91,12 @@ class InProcessSession(Session):
     def run_dir(self):
         return self.prepared.run_dir
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Checkpoint and stop the trainer (a hang-up in in-process mode), waiting up to ``timeout`` s."""
-        self.controls.request_graceful("viewer closed: checkpointed and stopped (in-process mode)", 130)
+    def stop(self, timeout: float = 30.0, reason: str | None = None) -> None:
+        """Checkpoint and stop the trainer (a hang-up in in-process mode), waiting up to ``timeout`` s.
+
+        ``reason`` is what the run's log (StateChanged / RunFinished) says; the first one asked for wins.
+        """
+        self.controls.request_graceful(reason or "viewer closed: checkpointed and stopped (in-process mode)", 130)
         self._thread.join(timeout)
 
     def wait(self, timeout: float | None = None) -> int | None:

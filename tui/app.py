@@ -366,15 +366,33 @@ class DashboardApp(App[int]):
             self.abort_with(choice)
 
     def detach(self, reason: str = "") -> None:
-        """Close the dashboard and leave the engine running; the summary says how to re-attach."""
-        where = self.run_dir or "<run_dir>"
+        """Close the dashboard and leave the engine running; the summary says how to re-attach.
+
+        Without a detachable engine (in-process: the Trainer lives in this
+        process) closing stops the run; the summary says so and how to resume.
+        """
         why = f" ({reason})" if reason else ""
+        if not self.detachable and not self.read_only:
+            resume = f" · resume: sensorlm-tui train --resume {self.run_dir}" if self.run_dir else ""
+            self._leave(0, f"{self._run_name()}: dashboard closed{why} at step {self.model.step}; the in-process "
+                           f"run stops with it{resume}")
+            return
+        where = self.run_dir or "<run_dir>"
         self._leave(0, f"detached from {self._run_name()} at step {self.model.step}{why}; the engine keeps "
                        f"running. Re-attach: sensorlm-tui attach {where}")
 
     def _on_hangup(self) -> None:
         # The terminal is gone: nothing can be drawn or asked; detach (a process-mode engine keeps training).
-        self.detach("terminal hung up")
+        if self.detachable or self._pump.session is None:
+            self.detach("terminal hung up")
+            return
+        # In-process the trainer dies with this process: ask it to checkpoint and stop, with the reason the run's
+        # log will carry; the session worker then waits for it when it closes the session (InProcessSession.close).
+        reason = "terminal hung up (SIGHUP): checkpointed and stopped (in-process mode)"
+        stop = getattr(self._pump.session, "stop", None)
+        if stop is not None:
+            stop(timeout=0, reason=reason)
+        self._leave(130, f"{self._run_name()}: {reason}")
 
     def action_tune(self) -> None:
         """t: the tune modal."""
