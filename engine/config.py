@@ -76,6 +76,9 @@ class ModelConfig(_Section):
     w_contrastive: float = Field(1.0, ge=0, le=1000, description="Weight of the sensor-caption contrastive loss.")
     w_caption: float = Field(1.0, ge=0, le=1000, description="Weight of the captioning cross-entropy.")
     w_recon: float = Field(1.0, ge=0, le=1000, description="Weight of the masked-patch reconstruction MSE.")
+    contrastive_encoder_grad: float = Field(
+        0.0, ge=0, le=1, description="Scale of the contrastive gradient reaching the sensor encoder "
+        "(0: only the pooler and projections learn from it; 1: end-to-end).")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

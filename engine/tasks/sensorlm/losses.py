@@ -3,6 +3,7 @@
 All three are computed from one forward pass (``SensorLM.forward``) and combined as
 ``w_contrastive·contrastive + w_caption·caption + w_recon·recon`` (``model.w_*``).
 
+* both contrastive losses score batch-centred embeddings (see ``contrastive_loss`` for why);
 * ``infonce``: symmetric cross-entropy over the B×B cosine-similarity matrix scaled by
   exp(logit_scale) (clamped to 100, as CLIP); the matching caption is the diagonal.
 * ``siglip``: sigmoid loss on every pair, +1 on the diagonal and −1 elsewhere, with a learned
@@ -32,9 +33,21 @@ PSNR_PEAK = 6.0
 
 def contrastive_loss(sensor: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor,
                      logit_bias: torch.Tensor, kind: str = "infonce") -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, B×B similarity logits) for L2-normalised sensor and text embeddings."""
-    s = F.normalize(sensor.float(), dim=-1)
-    t = F.normalize(text.float(), dim=-1)
+    """(loss, B×B similarity logits) of batch-centred, L2-normalised sensor and text embeddings.
+
+    Centring (subtracting each side's batch mean before normalising) removes the one direction
+    every embedding shares. Without it, both towers collapsed onto a common vector within ~10 steps
+    (mean pairwise cosine 0.999; Adam moves biases by ~lr per step in a consistent direction, which
+    dwarfs the 1/√L sample-to-sample variation of a pooled embedding at init), the loss sat exactly
+    at log(B) and its gradient vanished; with it, a fixed batch of 16 pairs is matched in ~10 steps.
+    Similarities are therefore relative to the batch: retrieval is scored within a batch (B ≥ 2).
+    """
+    sensor, text = sensor.float(), text.float()
+    if len(sensor) > 1:
+        sensor = sensor - sensor.mean(0, keepdim=True)
+        text = text - text.mean(0, keepdim=True)
+    s = F.normalize(sensor, dim=-1)
+    t = F.normalize(text, dim=-1)
     scale = logit_scale.float().clamp(max=math.log(100.0)).exp()
     logits = scale * s @ t.T
     if kind == "infonce":

@@ -121,3 +121,31 @@ def test_saved_tensors_match_the_docstring(backend):
     x = torch.randn(B, N, D, requires_grad=True)
     extra = {"sdpa": B * H * N, "math": B * H * N * N, "chunked": 0}[backend]
     assert _saved_elements(block, x) == (8 + 2 * M) * B * N * D + 4 * B * N + extra
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_contrastive_encoder_grad_scales_what_reaches_the_encoder(alpha):
+    model = _small("sdpa", contrastive_encoder_grad=alpha)
+    x, mask, tokens = _inputs()
+    model(x, mask, tokens)["sensor_emb"].pow(2).sum().backward()
+    grad = model.encoder.patch_embed.weight.grad
+    assert model.pool.query.grad is not None and model.pool.query.grad.abs().sum() > 0
+    if alpha == 0.0:
+        assert grad is None
+    else:
+        ref = _small("sdpa", contrastive_encoder_grad=1.0)
+        ref(x, mask, tokens)["sensor_emb"].pow(2).sum().backward()
+        torch.testing.assert_close(grad, alpha * ref.encoder.patch_embed.weight.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_centred_contrastive_loss_is_shift_invariant():
+    from engine.tasks.sensorlm.losses import contrastive_loss
+
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(6, 8, generator=g), torch.randn(6, 8, generator=g)
+    scale, bias = torch.tensor(2.0), torch.tensor(0.0)
+    a, _ = contrastive_loss(s, t, scale, bias)
+    b, _ = contrastive_loss(s + 5.0, t - 3.0, scale, bias)  # a shared direction changes nothing
+    torch.testing.assert_close(a, b)
+    matched, _ = contrastive_loss(s, s, scale, bias)
+    assert matched < a
