@@ -86,24 +86,24 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
         raise UsageError(f"--resume {root}: an engine is still running this run; watch it with "
                          f"`sensorlm-tui attach {root}`")
     try:
-        config = cfg.load_resolved(run_dir.config)
-        if overrides:
-            config = cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
+        config = cfg.load_resolved(run_dir.config)  # validates the file even when the checkpoint's copy wins
     except cfg.ConfigError as exc:
-        raise UsageError(str(explain_flag_error(exc))) from None
+        raise UsageError(str(exc)) from None
     from engine import checkpoint as ckpt
 
     try:
         loaded = ckpt.load_latest(run_dir.checkpoints)
     except ckpt.CheckpointError as exc:
         raise UsageError(f"--resume {root}: {exc}") from None
-    # The checkpoint's live settings (batch size, backend changed during the run) win over config.toml.
-    saved = loaded.meta.get("config")
-    if saved and not overrides:
-        try:
-            config = cfg.validate(saved, f"{loaded.path}")
-        except cfg.ConfigError as exc:
-            raise UsageError(f"--resume {root}: {exc}") from None
+    # The checkpoint's live settings (batch size, backend changed during the run) win over config.toml;
+    # flags given with --resume (e.g. --max-steps to extend a run) win over both.
+    base = loaded.meta.get("config") or config.model_dump()
+    try:
+        config = cfg.validate(base, f"{loaded.path}")
+        if overrides:
+            config = cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
     return Prepared(config, run_dir, loaded)
 
 
@@ -161,6 +161,9 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         signals.install(controls, config.train.on_hangup, run_dir.log,
                         note=lambda text: bus.emit(ev.Warning(text=text)))
     trainer.status_step = lambda step: status.update(step=step)
+    from engine.system import SystemSampler
+
+    system = SystemSampler(bus.emit).start()  # CPU/RAM/GPU load for viewers, every 2 s off the training thread
     exit_code = 1
     final_state = "failed"
     try:
@@ -189,6 +192,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
                                 resume_command=resume_command(run_dir), exit_code=1))
         exit_code, final_state = 1, "failed"
     finally:
+        system.stop()
         if server is not None:
             server.stop()
     status.stop(state=final_state, exit_code=exit_code, step=trainer.step)
