@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import ROOT, cli_env
@@ -77,7 +77,6 @@ class Engine:
     out: Path
     err: Path
     code: int | None = None
-    _seen: int = field(default=0)
 
     def lines(self) -> list[str]:
         """Every complete stdout line so far."""
