@@ -92,6 +92,9 @@ class RunModel:
     # ------------------------------------------------------------------ ingest
     def ingest(self, batch: Iterable[ev.Event]) -> None:
         """Fold a batch of events in; consecutive step events are appended to the history in one go."""
+        if hasattr(batch, "column") and hasattr(batch, "others"):  # a whole engine.history.History
+            self._ingest_history(batch)
+            return
         steps: list[ev.StepLogged] = []
         for event in batch:
             if isinstance(event, ev.StepLogged):
@@ -108,20 +111,45 @@ class RunModel:
         """An ack returned by ``Session.send``: folded in unless the event stream already brought it."""
         self._ingest_one(ack)
 
+    def _ingest_history(self, history) -> None:
+        """A run's whole history: its steps straight from ``History.column``, only the other events as objects.
+
+        Why: building a StepLogged per log line and reading it back costs tens of µs a step on a loaded
+        2-core box — over half a minute for a 1M-step run on attach; the columns cost well under 1 µs a step.
+        Same result as ``ingest(list(history))`` (tested): no handler of the other events reads the step
+        history, so folding them after the steps changes nothing.
+        """
+        step = history.column("step", "step")
+        if len(step):
+            last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
+            t = history.column("step", "t")
+            recent = slice(-self._rate.maxlen, None)
+            self._append_steps(step, history.column("step", "loss"), last, (float(t[0]), int(step[0])),
+                               zip(t[recent].tolist(), step[recent].astype(np.int64).tolist()))
+        for event in history.others("step"):
+            self._ingest_one(event)
+        if len(history):
+            self.last_t = history[len(history) - 1].t
+
     def _ingest_steps(self, steps: list[ev.StepLogged]) -> None:
         loss = np.fromiter((s.loss for s in steps), dtype=np.float64, count=len(steps))
-        rows = np.empty((len(steps), self.steps.width))
-        rows[:, _STEP] = np.fromiter((s.step for s in steps), dtype=np.float64, count=len(steps))
+        step = np.fromiter((s.step for s in steps), dtype=np.float64, count=len(steps))
+        self._append_steps(step, loss, steps[-1], (steps[0].t, steps[0].step),
+                           ((s.t, s.step) for s in steps[-self._rate.maxlen:]))
+
+    def _append_steps(self, step: np.ndarray, loss: np.ndarray, last: ev.StepLogged, first: tuple[float, int],
+                      recent: Iterable[tuple[float, int]]) -> None:
+        rows = np.empty((len(step), self.steps.width))
+        rows[:, _STEP] = step
         rows[:, _LOSS] = loss
         for column, (level, state) in enumerate(zip(LEVELS[1:], self._ema), start=2):
             rows[:, column] = ema_extend(loss, level, state)
         self.steps.append_many(rows)
-        last = steps[-1]
         self.last_step = last
         self.last_t = last.t
         if self._first_step is None:
-            self._first_step = (steps[0].t, steps[0].step)
-        self._rate.extend((s.t, s.step) for s in steps[-self._rate.maxlen:])
+            self._first_step = first
+        self._rate.extend(recent)
         if self.state == "starting":
             self.state = "running"
             self.versions["header"] += 1

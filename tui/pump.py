@@ -89,7 +89,9 @@ class SessionPump:
                 self.post(SessionFailed(f"cannot read the run's history: {_one_line(exc)}", fatal=False))
                 history = []
             if history:
-                self.post(EventBatch(list(history), history=True))
+                # A History stays columnar: RunModel folds its steps from columns (a 1M-step run in well
+                # under a second instead of building a million event objects).
+                self.post(EventBatch(history if hasattr(history, "others") else list(history), history=True))
             self._loop(session, cancelled)
         finally:
             self.ready.set()
