@@ -22,6 +22,7 @@ from typing import Callable
 
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.worker import get_current_worker
 
 import themes
@@ -159,10 +160,13 @@ class DashboardApp(App[int]):
         return self.screen_stack[0]  # type: ignore[return-value]
 
     def _panels(self, kind: str) -> list:
-        screen = self.dashboard
-        if kind == "plots":
-            return [screen.query_one("#loss"), screen.query_one("#psnr")]
-        return [screen.query_one(f"#{name}") for name in ("header", "progress", "memory", "system", "log")]
+        """The panels to feed; [] while the screen is not composed (start-up) or being torn down (exit)."""
+        names = ("loss", "psnr") if kind == "plots" else ("header", "progress", "memory", "system", "log")
+        try:
+            screen = self.dashboard
+            return [screen.query_one(f"#{name}") for name in names]
+        except (IndexError, NoMatches):
+            return []
 
     def _tick_text(self) -> None:
         for panel in self._panels("text"):
@@ -174,11 +178,7 @@ class DashboardApp(App[int]):
 
     def redraw(self, force: bool = False) -> None:
         """Update every panel now (``force`` even if nothing changed: theme switch, tests)."""
-        try:
-            panels = self._panels("text") + self._panels("plots")
-        except Exception:  # noqa: BLE001 - before the screen is composed
-            return
-        for panel in panels:
+        for panel in self._panels("text") + self._panels("plots"):
             self._safe(panel, panel.update_from, self.model, force)
 
     def _safe(self, panel, fn, *args) -> None:
@@ -415,21 +415,30 @@ class DashboardApp(App[int]):
             return raw  # an estimator that takes the dict still works
 
     # -------------------------------------------------------------- toggles
+    def _loss_plot(self):
+        plots = self._panels("plots")
+        return plots[0] if plots else None
+
     def action_toggle_log_y(self) -> None:
         """l: log-y on the loss plot."""
-        plot = self.dashboard.query_one("#loss")
-        plot.toggle_log_y()
-        self.say(f"loss plot: log-y {'on' if plot.log_y else 'off'}")
+        plot = self._loss_plot()
+        if plot is not None:
+            plot.toggle_log_y()
+            self.say(f"loss plot: log-y {'on' if plot.log_y else 'off'}")
 
     def action_cycle_smoothing(self) -> None:
         """s: next EMA smoothing weight."""
-        level = self.dashboard.query_one("#loss").cycle_smoothing()
-        self.say(f"loss plot: smoothing {level:g}" if level else "loss plot: smoothing off (raw)")
+        plot = self._loss_plot()
+        if plot is not None:
+            level = plot.cycle_smoothing()
+            self.say(f"loss plot: smoothing {level:g}" if level else "loss plot: smoothing off (raw)")
 
     def action_toggle_window(self) -> None:
         """h: recent 1000 steps ↔ full history."""
-        window = self.dashboard.query_one("#loss").toggle_window()
-        self.say(f"loss plot: {'full history' if window == 'full' else 'last 1000 steps'}")
+        plot = self._loss_plot()
+        if plot is not None:
+            window = plot.toggle_window()
+            self.say(f"loss plot: {'full history' if window == 'full' else 'last 1000 steps'}")
 
     def action_help(self) -> None:
         """?: the help screen."""

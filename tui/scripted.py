@@ -62,6 +62,9 @@ class ScriptedSession(Session):
         self.last_checkpoint: str | None = None
         #: Current value of each setting, as the engine would report it in an ack's ``old``.
         self.settings: dict = {}
+        #: Timestamp of the newest event seen; answers are stamped from it, so a replayed run's
+        #: clock (demo_run's synthetic one) never jumps to the wall clock.
+        self.last_t: float | None = None
         for event in self._history:
             self._observe(event)
 
@@ -134,7 +137,12 @@ class ScriptedSession(Session):
         """Scripted events not yet released."""
         return len(self._script)
 
+    def now(self) -> float:
+        """The time to stamp an answer with: just after the newest event seen (wall clock before any)."""
+        return time.time() if self.last_t is None else self.last_t + 0.001
+
     def _observe(self, event: ev.Event) -> None:
+        self.last_t = max(self.last_t or event.t, event.t)
         if isinstance(event, ev.StepLogged):
             self.step = event.step
         elif isinstance(event, ev.RunStarted):
@@ -155,36 +163,38 @@ def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[
     """Apply every control the way the Trainer does, except what ``s.refuse`` names."""
     why = s.refuse.get(request.name or "") or s.refuse.get(request.action)
     if why:
-        return ev.Refused(request=request.to_dict(), why=why, step=s.step, request_id=request.id), []
-    step, rid = s.step, request.id
+        return ev.Refused(request=request.to_dict(), why=why, step=s.step, request_id=request.id, t=s.now()), []
+    step, rid, t = s.step, request.id, s.now()
     root = str(s.run_dir() or "runs/scripted")
 
     def ack(name, old, new, reason=""):
-        return ev.SettingChanged(name=name, old=old, new=new, reason=reason, step=step, request_id=rid)
+        return ev.SettingChanged(name=name, old=old, new=new, reason=reason, step=step, request_id=rid, t=t)
 
     if request.action == "pause":
         return ack("state", "running", "paused"), [ev.StateChanged(state="paused", reason="paused by request",
-                                                                   step=step)]
+                                                                   step=step, t=t)]
     if request.action == "resume":
         return ack("state", "paused", "running"), [ev.StateChanged(state="running", reason="resumed by request",
-                                                                   step=step)]
+                                                                   step=step, t=t)]
     if request.action == "checkpoint_now":
         path = f"{root}/checkpoints/last.safetensors"
         return ack("checkpoint", None, path), [
-            ev.StateChanged(state="checkpointing", step=step),
-            ev.CheckpointSaved(step=step, path=path, kind="manual", seconds=0.42, bytes=12_345_678, request_id=rid),
-            ev.StateChanged(state="running", step=step)]
+            ev.StateChanged(state="checkpointing", step=step, t=t),
+            ev.CheckpointSaved(step=step, path=path, kind="manual", seconds=0.42, bytes=12_345_678, request_id=rid,
+                               t=t),
+            ev.StateChanged(state="running", step=step, t=t)]
     if request.action == "abort":
-        follow: list[ev.Event] = [ev.StateChanged(state="aborting", reason=f"abort ({request.mode})", step=step)]
+        follow: list[ev.Event] = [ev.StateChanged(state="aborting", reason=f"abort ({request.mode})", step=step, t=t)]
         checkpoint = s.last_checkpoint
         if request.mode != "now":
             checkpoint = f"{root}/checkpoints/last.safetensors"
-            follow.append(ev.CheckpointSaved(step=step, path=checkpoint, kind="final", seconds=0.5, bytes=12_345_678))
+            follow.append(ev.CheckpointSaved(step=step, path=checkpoint, kind="final", seconds=0.5, bytes=12_345_678,
+                                              t=t))
         status = "interrupted" if request.mode == "now" else "aborted"
-        follow += [ev.StateChanged(state="aborted", reason="aborted by request", step=step),
+        follow += [ev.StateChanged(state="aborted", reason="aborted by request", step=step, t=t),
                    ev.RunFinished(status=status, steps=step, reason=f"abort ({request.mode}) by request",
                                   checkpoint=checkpoint, resume_command=f"sensorlm-tui train --resume {root}",
-                                  exit_code=130 if request.mode == "now" else 0)]
+                                  exit_code=130 if request.mode == "now" else 0, t=t)]
         return ack("state", s.state, "aborting", f"abort ({request.mode}) by request"), follow
     if request.action == "set":
         return ack(request.name, s.settings.get(request.name), request.value), []

@@ -9,6 +9,7 @@ costs the same at 1k or 1M steps); ``s`` cycles the smoothing weight;
 from __future__ import annotations
 
 import numpy as np
+from textual.markup import escape
 
 from tui.ema import LEVELS
 from tui.history import mean_columns, minmax_columns
@@ -64,7 +65,7 @@ class LossPlot(Chart):
             parts.append("[$warning]●[/] val")
         if model.markers:
             m = model.markers[-1]
-            parts.append(f"│ {m.name} {m.old}→{m.new} @{m.step}")
+            parts.append(escape(f"│ {m.name} {m.old}→{m.new} @{m.step}"))  # values come from the engine
         return " · ".join(parts)  # no step counter here: the title would then repaint every frame
 
     def series(self, model, columns: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
