@@ -81,3 +81,16 @@ def test_routine_checkpoint_states_and_duplicate_acks_stay_out_of_the_log():
     assert [e.text for e in m.take_log()] == ["checkpoint (last) ck/last · 2 KiB in 0.00s",
                                               "state → paused: paused by request"]
     assert m.state == "paused"
+
+
+def test_memory_panel_says_when_nothing_is_measurable():
+    from tui.widgets.memory import MemoryPanel
+
+    m = RunModel()
+    m.ingest(demo_run(5, budget=0, capacity=0) + [ev.MemorySampled(step=5, device="cpu")])
+    assert MemoryPanel.gauge_and_numbers(m, 40) == "[$text-muted]cpu: device memory is not measured[/]"
+    m.ingest(demo_run(10))
+    text = MemoryPanel.gauge_and_numbers(m, 40)
+    gauge = text.splitlines()[0]
+    assert "[$success]peak 2.06 GiB[/]" in text and "meas/pred [b]0.93[/b]" in text
+    assert gauge.startswith("[$success]█████[/]") and gauge.index("┃") > gauge.index("█")

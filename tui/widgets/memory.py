@@ -113,6 +113,9 @@ class MemoryPanel(TextPanel):
             return (gauge(width, None, predicted, budget, capacity) + "\n"
                     f"pred {human_bytes(predicted)} · budget {human_bytes(budget)} · cap {human_bytes(capacity)}")
         measured = mem.peak or mem.allocated
+        if not any((measured, mem.reserved, mem.nvml_used, mem.predicted, budget)):
+            # CPU runs: no allocator to ask, and process RSS is not a usable measure (research/memory.md).
+            return f"[$text-muted]{escape(mem.device)}: device memory is not measured[/]"
         cls = fit_class(measured, budget)
         ratio = mem.ratio if mem.ratio is not None else (
             measured / mem.predicted if measured and mem.predicted else None)
