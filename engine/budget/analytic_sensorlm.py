@@ -19,7 +19,8 @@ Stages in forward order (backward runs them in reverse; what each keeps):
 - ``encoder norm``: its input, mean/rstd, and the output the three heads keep
   (fp32: one tensor shared; autocast: one lp copy per consuming Linear).
 - ``recon head``: nothing new; its B·T·C output lives until the loss returns.
-- ``pool``: kv of the tokens (2·lp·BPD) and a few (B, D) tensors.
+- ``pool``: kv of the tokens (2·lp·BPD) and a few (B, D) tensors; with
+  0 < contrastive_encoder_grad < 1 also grad_scale's copy of the tokens.
 - ``text encoder``: text blocks (masked SDPA) and the masked mean's weights.
 - ``memory``: Linear(D→Dt) output (lp·BPDt), kept by every decoder cross-attention.
 - ``decoder``: decoder blocks (causal self-attention, cross-attention keeping
@@ -68,6 +69,8 @@ class Shape:
     V: int
     E: int
     dropout: bool = False
+    #: model.contrastive_encoder_grad: 0 detaches the pool's input, ≥ 1 passes it, between makes a copy.
+    pool_grad: float = 0.0
 
     @property
     def P(self) -> int:
@@ -85,7 +88,8 @@ class Shape:
         return cls(T=d.minutes, C=d.channels, pt=m.patch_time, pc=m.patch_channels, D=m.dim, depth=m.depth,
                    H=m.heads, F=int(m.dim * m.mlp_ratio), Dt=m.text_dim, text_depth=m.text_depth,
                    dec_depth=m.decoder_depth, Ht=m.text_heads, Ft=int(m.text_dim * m.mlp_ratio),
-                   L=m.max_caption_tokens, V=m.vocab_size, E=m.embed_dim, dropout=m.dropout > 0)
+                   L=m.max_caption_tokens, V=m.vocab_size, E=m.embed_dim, dropout=m.dropout > 0,
+                   pool_grad=float(getattr(m, "contrastive_encoder_grad", 1.0)))
 
 
 def param_tensors(s: Shape) -> dict[str, list[int]]:
@@ -188,11 +192,17 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     out.append(Stage("recon head", saved={}, grads=g["recon head"], fwd_extra=lp * btc,
                      bwd_extra=lp * u + 2 * R * u + cast_w("recon head")))  # its input grad, cast, accumulate
     small = 10 * R * B * max(D, s.E) + 4 * B * s.H
-    out.append(Stage("pool", saved={"activations: pool": 2 * lp * u + small}, grads=g["pool"],
-                     fwd_extra=2 * lp * u,
+    # 0 < contrastive_encoder_grad < 1: grad_scale's x.detach() + α·(x − x.detach()) is a new fp32 tensor
+    # the pool keeps (its kv Linear's input; under autocast the lp copy is already counted), two more
+    # transiently, and in backward α·grad is one more encoder-output-sized tensor.
+    scaled = 0.0 < s.pool_grad < 1.0
+    pool_copy = R * u if scaled and not n.autocast else 0
+    out.append(Stage("pool", saved={"activations: pool": 2 * lp * u + small + pool_copy}, grads=g["pool"],
+                     fwd_extra=2 * lp * u + (2 * R * u if scaled else 0),
                      # SDPA backward: k and v grads beside the saved kv; then kv's input grad, its
                      # fp32 cast and the accumulate into the encoder-output gradient.
-                     bwd_extra=max(2 * lp * u, lp * u + R * u + (R * u if n.autocast else 0)) + cast_w("pool"),
+                     bwd_extra=max(2 * lp * u, lp * u + R * u + (R * u if n.autocast else 0))
+                     + (R * u if scaled else 0) + cast_w("pool"),
                      grad_in=R * B * s.E))
 
     ut = B * s.L * Dt
@@ -234,7 +244,7 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
                      grad_in=R * ud))
 
     blv = B * Lp * s.V
-    contrastive = F32 * (4 * B * s.E + 6 * B * B + 4 * B)
+    contrastive = F32 * (8 * B * s.E + 6 * B * B + 4 * B)  # centred and normalised embeddings, B×B maps
     loss_saved = F32 * blv + 8 * B * Lp + 2 * F32 * btc + contrastive
     # At the squared error: logits (+ fp32 copy), recon (+ fp32 copy), patches, validity, square, product.
     loss_fwd = lp * blv + (F32 * blv if n.autocast else 0) + lp * btc + (F32 * btc if n.autocast else 0) \

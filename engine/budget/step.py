@@ -7,9 +7,9 @@ into ``grad_accum`` micro-batches, each micro-batch made just before its
 forward (so one micro-batch is on the device at a time), autocast for
 bf16/fp16, ``scaler.scale(loss * weight).backward()`` (the scaler disabled
 unless fp16), running loss sums, ``unscale_``, ``clip_grad_norm_`` (with
-``inf`` when clipping is off), then ``optimizer.step()``. When the loop
-changes, change this too — ``tests/engine/budget/test_step_mirror.py``
-compares the two.
+``inf`` when clipping is off), then ``optimizer.step()``. When the loop's
+step changes, change this too (it is a copy because the Trainer's step is a
+method over its whole state, not a function a tracer can call).
 
 Two steps are run because AdamW creates its state lazily on the first
 ``step()``: one step undercounts by the whole optimizer state

@@ -1,0 +1,161 @@
+"""Memory-prediction accuracy on this CPU: truth vs traced vs analytic, with two reference estimates.
+
+    python -m bench.memory_accuracy [--quick]
+
+Truth: torch.profiler allocation events of two real optimizer steps
+(engine.budget.truth). Traced: FakeTensorMode + MemTracker in a subprocess
+(engine.budget.trace, uncached here). Analytic: engine.budget.analytic
+(upper bound by design). Reference rows, for context: the seed's formula
+(attention tape only, depth·2·B·H·N²·4 bytes) and an accelerate-style
+``estimate-memory`` (weights + grads + Adam: 16 bytes per parameter, no
+activations). Rows too big to run for real on this machine show the trace
+and the analytic only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+
+from bench.common import Section
+
+MIB = 1 << 20
+
+#: (label, task, preset, overrides, run truth?)
+ROWS = [
+    ("demo b4", "sensorlm", "demo", {"train": {"batch_size": 4}}, True),
+    ("demo b16", "sensorlm", "demo", {"train": {"batch_size": 16}}, True),
+    ("demo b64", "sensorlm", "demo", {"train": {"batch_size": 64}}, True),
+    ("demo math b8", "sensorlm", "demo", {"train": {"batch_size": 8}, "model": {"attn_backend": "math"}}, True),
+    ("demo chunked c32 b8", "sensorlm", "demo",
+     {"train": {"batch_size": 8}, "model": {"attn_backend": "chunked", "attn_chunk": 32}}, True),
+    ("demo ckpt math b8", "sensorlm", "demo",
+     {"train": {"batch_size": 8}, "model": {"attn_backend": "math", "activation_checkpointing": True}}, True),
+    ("demo accum 2 b16", "sensorlm", "demo", {"train": {"batch_size": 16, "grad_accum": 2}}, True),
+    ("N2304 d128 sdpa b2", "sensorlm", "demo",
+     {"train": {"batch_size": 2}, "model": {"patch_time": 10, "patch_channels": 2, "dim": 128, "depth": 3}}, True),
+    ("N2304 d128 math b2", "sensorlm", "demo",
+     {"train": {"batch_size": 2}, "model": {"patch_time": 10, "patch_channels": 2, "dim": 128, "depth": 3,
+                                             "attn_backend": "math"}}, True),
+    ("N2304 d128 chunked c256 b2", "sensorlm", "demo",
+     {"train": {"batch_size": 2}, "model": {"patch_time": 10, "patch_channels": 2, "dim": 128, "depth": 3,
+                                             "attn_backend": "chunked", "attn_chunk": 256}}, True),
+    ("N2304 d128 ckpt b2", "sensorlm", "demo",
+     {"train": {"batch_size": 2}, "model": {"patch_time": 10, "patch_channels": 2, "dim": 128, "depth": 3,
+                                             "activation_checkpointing": True}}, True),
+    ("tiny b4", "sensorlm", "tiny", {"train": {"batch_size": 4}}, True),
+    ("demo bf16 b16", "sensorlm", "demo", {"train": {"batch_size": 16, "precision": "bf16"}}, True),
+    ("toy b32", "toy", "demo", {"train": {"batch_size": 32}}, True),
+    ("toy b1024", "toy", "demo", {"train": {"batch_size": 1024}}, True),
+    ("small b8 fp32", "sensorlm", "small", {"train": {"batch_size": 8, "precision": "fp32"}}, False),
+    ("base b8 fp32", "sensorlm", "base", {"train": {"batch_size": 8, "precision": "fp32"}}, False),
+    ("base b64 fp32", "sensorlm", "base", {"train": {"batch_size": 64, "precision": "fp32"}}, False),
+]
+QUICK = {"demo b16", "demo math b8", "demo ckpt math b8", "N2304 d128 chunked c256 b2", "toy b1024", "base b8 fp32"}
+
+
+def seed_formula(config) -> int | None:
+    """Seed 000's guard: every layer's attention tape, depth·2·B·H·N²·4 bytes (nothing else)."""
+    if config.task.name != "sensorlm":
+        return None
+    m, d = config.model, config.data
+    n = (d.minutes // m.patch_time) * (d.channels // m.patch_channels)
+    return m.depth * 2 * config.train.batch_size * m.heads * n * n * 4
+
+
+def accelerate_style(config) -> int:
+    """weights + grads + Adam states at fp32: 16 bytes per parameter (what `accelerate estimate-memory` reports)."""
+    from engine.budget import analytic_sensorlm as slm, analytic_toy as toy
+
+    if config.task.name == "sensorlm":
+        params = sum(sum(v) for v in slm.param_tensors(slm.Shape.of(config)).values())
+    else:
+        params = sum(sum(v) for v in toy.param_tensors(config).values())
+    return 16 * params
+
+
+def measure(label: str, task: str, preset: str, overrides: dict, real: bool) -> dict:
+    """One row: truth (when feasible), traced (subprocess, uncached), analytic, references."""
+    from engine.budget import analytic, trace
+    from engine.config import load
+
+    config = load(preset=preset, task=task, overrides=overrides)
+    row = {"config": label, "truth": None}
+    if real:
+        import torch
+
+        from engine.budget import truth
+
+        torch.set_num_threads(1)
+        row["truth"] = truth.peak(config, "profiler")
+    with tempfile.TemporaryDirectory() as cache:
+        traced = trace.trace(config, cache_dir=cache, use_cache=False)
+    bound = analytic.estimate(config, device="cpu")
+    row.update(traced=traced.total, trace_s=traced.seconds, analytic=bound.total, phase=bound.settings["phase"],
+               seed=seed_formula(config), accelerate=accelerate_style(config))
+    return row
+
+
+def _pct(value: int | None, ref: int | None) -> str:
+    if value is None or not ref:
+        return "—"
+    return f"{(value - ref) / ref * 100:+.2f} %"
+
+
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / MIB:,.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown table (MiB; errors relative to truth, or to the trace where truth is not run)."""
+    out = ["| config | truth MiB | traced MiB (err) | analytic MiB (err) | seed formula MiB (err) | "
+           "weights+grads+Adam MiB (err) | analytic peak at |",
+           "|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        ref = r["truth"] if r["truth"] is not None else r["traced"]
+        out.append(f"| {r['config']} | {_mib(r['truth'])} | {_mib(r['traced'])} ({_pct(r['traced'], r['truth'])}) | "
+                   f"{_mib(r['analytic'])} ({_pct(r['analytic'], ref)}) | {_mib(r['seed'])} ({_pct(r['seed'], ref)}) | "
+                   f"{_mib(r['accelerate'])} ({_pct(r['accelerate'], ref)}) | {r['phase']} |")
+    return "\n".join(out)
+
+
+def run(quick: bool = False) -> Section:
+    """Benchmark-suite entry point."""
+    rows = [measure(*spec) for spec in ROWS if not quick or spec[0] in QUICK]
+    body = table(rows) + "\n\n" + (
+        "Errors are against the truth (allocator events of two real steps), or against the trace for rows too "
+        "large to run here (truth —). Analytic is an upper bound by design: CPU fp32 rows must read ≥ 0 and "
+        "≤ +10 %; traced must be within ±2 %.")
+    verdicts = []
+    fp32 = [r for r in rows if r["truth"] is not None and "bf16" not in r["config"]]
+    if fp32:
+        worst_trace = max(abs(r["traced"] - r["truth"]) / r["truth"] for r in fp32) * 100
+        over = [(r["analytic"] - r["truth"]) / r["truth"] * 100 for r in fp32]
+        from bench.common import verdict
+
+        verdicts.append(verdict("traced vs truth, worst |error| (CPU fp32)", worst_trace, 2.0, False, " %"))
+        verdicts.append(verdict("analytic vs truth, lowest (CPU fp32)", min(over), 0.0, True, " %"))
+        verdicts.append(verdict("analytic vs truth, highest (CPU fp32)", max(over), 10.0, False, " %"))
+    return Section("Memory prediction accuracy", "python -m bench.memory_accuracy", body, verdicts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the section as markdown (``--json`` for the raw rows)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.json:
+        print(json.dumps([measure(*s) for s in ROWS if not args.quick or s[0] in QUICK], indent=1))
+        return 0
+    section = run(args.quick)
+    print(f"## {section.title}\n\n{section.body}\n")
+    for line in section.verdicts:
+        print("- " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Start-of-run guard: refuse a run predicted not to fit, with options that do; cap the batch under --vram-gb.
+
+``check_start(config, device_info) -> GuardResult`` is what the engine calls
+before building anything big. Rules:
+
+- ``budget.check = false`` (``--no-vram-check``): start, and say what the
+  prediction and budget were.
+- No budget (CPU without ``budget.vram_gb``): start; there is no device
+  budget to enforce, and the note says so with the predicted peak.
+- Fits: start.
+- Does not fit and ``budget.vram_gb`` was given: cap ``train.batch_size`` to
+  the largest that fits (same ``grad_accum``) and say so — or refuse when not
+  even batch 1 fits.
+- Does not fit otherwise (the budget is the device's free memory): refuse.
+
+A refusal's ``message`` is one line; ``options`` are the ways out, each with
+its numbers: the largest batch that fits, gradient accumulation keeping the
+effective batch, an attention backend / chunk / checkpointing that fits, a
+smaller preset, the ``--vram-gb`` the run would need, ``--no-vram-check``.
+Torch-free (the caller measures the device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.budget import plan as planner
+from engine.budget.estimate import Estimate
+from engine.budget.fmt import GIB, human
+from engine.budget.measure import DeviceInfo
+from engine.budget.settings import with_settings
+from engine.config import RunConfig, load
+from engine.presets import PRESETS
+
+
+@dataclass
+class GuardResult:
+    """The guard's decision: start or not, the (possibly capped) config, and what to tell the user."""
+
+    ok: bool
+    config: RunConfig
+    message: str
+    estimate: Estimate | None = None
+    budget: planner.Budget | None = None
+    options: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    capped_from: int | None = None
+
+    def text(self) -> str:
+        """The message, then one indented line per option (what a CLI prints)."""
+        lines = [self.message]
+        lines += [f"  - {option}" for option in self.options]
+        return "\n".join(lines)
+
+    def summary(self) -> dict:
+        """JSON-ready summary for RunStarted.budget."""
+        return {
+            "ok": self.ok, "message": self.message, "options": list(self.options), "notes": list(self.notes),
+            "predicted": self.estimate.total if self.estimate else None,
+            "source": self.estimate.source if self.estimate else None,
+            "breakdown": dict(self.estimate.breakdown) if self.estimate else {},
+            "budget": self.budget.bytes if self.budget else None,
+            "budget_total": self.budget.total if self.budget else None,
+            "budget_source": self.budget.source if self.budget else None,
+            "capped_from": self.capped_from,
+        }
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def check_start(config: RunConfig, device: DeviceInfo | None) -> GuardResult:
+    """Decide whether ``config`` may start on ``device`` (module docstring)."""
+    target = device.type if device is not None else ("cpu" if config.train.device == "cpu" else "cuda")
+    predict = planner.predictor_for(config, target)
+    estimate = predict()
+    budget = planner.resolve_budget(config, device)
+    peak = estimate.total
+    if budget is None:
+        return GuardResult(True, config, f"CPU: no device budget to enforce (pass --vram-gb to set one); "
+                           f"predicted peak {human(peak)}", estimate)
+    if not config.budget.check:
+        verdict = "fits" if peak <= budget.bytes else "does NOT fit"
+        return GuardResult(True, config, f"memory check off (--no-vram-check): predicted peak {_gib(peak)} "
+                           f"{verdict} the budget {budget.describe()}", estimate, budget)
+    if peak <= budget.bytes:
+        return GuardResult(True, config, f"predicted peak {_gib(peak)} fits the budget {budget.describe()}",
+                           estimate, budget)
+    B, accum = config.train.batch_size, config.train.grad_accum
+    largest = planner.largest_batch(predict, budget.bytes, grad_accum=accum)
+    if config.budget.vram_gb is not None and largest >= 1:
+        capped = with_settings(config, batch_size=largest, grad_accum=min(accum, largest))
+        new = predict(batch_size=largest, grad_accum=min(accum, largest))
+        k = -(-B // largest)
+        message = (f"--vram-gb {config.budget.vram_gb:g}: batch_size {B} → {largest}, the largest predicted to "
+                   f"fit {budget.describe()} (predicted {_gib(new.total)}; batch {B} needs {_gib(peak)}); "
+                   f"to keep the effective batch {B} instead use --batch-size {B} --grad-accum {k}")
+        return GuardResult(True, capped, message, new, budget, capped_from=B)
+    options = refusal_options(config, predict, budget, peak, largest)
+    message = (f"predicted peak {_gib(peak)} for batch_size {B} does not fit the budget {budget.describe()}; "
+               f"options:")
+    return GuardResult(False, config, message, estimate, budget, options=options)
+
+
+def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: int, largest: int) -> list[str]:
+    """The ways out of a refusal, each with its numbers (module docstring)."""
+    B, accum = config.train.batch_size, config.train.grad_accum
+    out = []
+    if largest >= 1:
+        fit = predict(batch_size=largest, grad_accum=accum).total
+        out.append(f"--batch-size {largest}: the largest batch that fits (predicted {_gib(fit)})")
+        k = -(-B // largest)
+        while k < B and predict(batch_size=B, grad_accum=k).total > budget.bytes:
+            k += 1
+        acc = predict(batch_size=B, grad_accum=k).total
+        if acc <= budget.bytes:
+            out.append(f"--grad-accum {k}: micro-batch {-(-B // k)}, effective batch {B} kept "
+                       f"(predicted {_gib(acc)})")
+    if config.task.name == "sensorlm":
+        plan = planner.make_plan(config, budget, predict=predict)
+        fitting = [o for o in plan.options if o.fits]
+        if fitting:
+            best = min(fitting, key=lambda o: o.rank)
+            out.append(f"{best.flags()}: batch {B} fits (predicted {_gib(best.predicted)})")
+    preset = _smaller_preset(config, budget)
+    if preset is not None:
+        name, total = preset
+        out.append(f"--preset {name}: a smaller model, batch {B} fits (predicted {_gib(total)})")
+    need = -(-int(peak / config.budget.safety + budget.reserve) // (GIB // 100)) / 100
+    out.append(f"--vram-gb {need:.2f}: the budget this run needs (if the device really has that much)")
+    out.append("--no-vram-check: start anyway (an out-of-memory error halves the micro-batch when "
+               "train.oom_recovery is on)")
+    return out
+
+
+def _smaller_preset(config: RunConfig, budget: planner.Budget) -> tuple[str, int] | None:
+    """The largest preset of this task, smaller than the configured one, in which the batch fits."""
+    from engine.budget import analytic
+
+    names = list(PRESETS.get(config.task.name, {}))
+    if config.task.preset not in names or not analytic.has_model(config):
+        return None
+    device = "cpu" if config.train.device == "cpu" else "cuda"
+    for name in reversed(names[: names.index(config.task.preset)]):
+        try:
+            other = load(preset=name, task=config.task.name,
+                         overrides={"train": {"batch_size": config.train.batch_size,
+                                              "grad_accum": config.train.grad_accum,
+                                              "precision": config.train.precision}})
+        except Exception:
+            continue
+        total = analytic.estimate(other, device=device).total
+        if total <= budget.bytes:
+            return name, total
+    return None

@@ -1,0 +1,172 @@
+"""The object the Trainer consults about memory: a budget summary at start, live-change checks, samples.
+
+``BudgetHook(config, task, device)`` (engine.loop builds one per run):
+
+- ``on_start(trainer) -> dict``: the summary for RunStarted.budget —
+  predicted peak (analytic, or traced for tasks without a closed form), its
+  breakdown, the budget and where it came from, device capacity and context,
+  the largest batch that fits.
+- ``check_change(changes, force) -> str | None``: None when the run with
+  ``changes`` (batch_size / attn_chunk / attn_backend) is predicted to fit,
+  or there is no budget, or ``force``; else the refusal with its numbers and
+  the largest batch that would fit. The prediction is the calibrated one
+  once the run has been measured (engine.budget.measure).
+- ``sample(step) -> MemorySampled | None``: on CUDA the allocator and NVML
+  next to the prediction (and, after the first two steps, the calibration
+  ratio); on CPU the prediction and budget only, emitted at the first call,
+  after a change and every CPU_EVERY steps — never RSS.
+
+The hook reads live settings from the trainer it was started with (its
+config, batch_size and grad_accum change under controls and OOM recovery).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine import events as ev
+from engine.budget import plan as planner
+from engine.budget.fmt import GIB
+from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
+from engine.budget.settings import with_settings
+from engine.config import RunConfig
+
+#: CPU: emit a (prediction-only) MemorySampled every this many steps.
+CPU_EVERY = 100
+#: Steps before calibrating: the optimizer state appears at the first step, so the second is typical.
+CALIBRATE_AT = 2
+
+
+class BudgetHook:
+    """See the module docstring."""
+
+    def __init__(self, config: RunConfig, task, device) -> None:
+        self.config = config
+        self.task = task
+        self.device = device
+        self.trainer = None
+        self.info: DeviceInfo | None = None
+        self.meter: Meter | None = None
+        self.calibration: Calibration | None = None
+        self._first_peak = 0
+        self._last_emitted: tuple | None = None
+        self._predicted_cache: tuple | None = None
+
+    # -- settings -------------------------------------------------------------------
+    def _live(self) -> RunConfig:
+        """The trainer's current settings (batch size and accumulation live on the trainer)."""
+        t = self.trainer
+        if t is None:
+            return self.config
+        cfg = getattr(t, "config", self.config)
+        batch, accum = getattr(t, "batch_size", cfg.train.batch_size), getattr(t, "grad_accum", cfg.train.grad_accum)
+        if (batch, accum) != (cfg.train.batch_size, cfg.train.grad_accum):
+            cfg = with_settings(cfg, batch_size=batch, grad_accum=min(accum, batch))
+        return cfg
+
+    def _target(self) -> str:
+        return "cuda" if getattr(self.device, "type", str(self.device)) == "cuda" else "cpu"
+
+    def _predict_raw(self, config: RunConfig) -> int:
+        key = (config.model.model_dump_json(), config.train.batch_size, config.train.grad_accum,
+               config.train.precision)
+        if self._predicted_cache and self._predicted_cache[0] == key:
+            return self._predicted_cache[1]
+        total = planner.predictor_for(config, self._target())().total
+        self._predicted_cache = (key, total)
+        return total
+
+    def _predict(self, config: RunConfig) -> int:
+        raw = self._predict_raw(config)
+        return self.calibration.correct(raw) if self.calibration else raw
+
+    def _budget(self, config: RunConfig) -> planner.Budget | None:
+        return planner.resolve_budget(config, self.info)
+
+    # -- the Trainer's interface ------------------------------------------------------
+    def on_start(self, trainer) -> dict:
+        """Budget summary for RunStarted.budget (module docstring)."""
+        self.trainer = trainer
+        self.info = device_info(self.device)
+        self.meter = Meter(self.device)
+        config = self._live()
+        predict = planner.predictor_for(config, self._target())
+        estimate = predict()
+        budget = self._budget(config)
+        largest = None
+        if budget is not None:
+            largest = planner.largest_batch(predict, budget.bytes, grad_accum=config.train.grad_accum)
+        note = ("CPU: no device budget to enforce; the numbers are predictions" if budget is None else
+                ("fits" if estimate.total <= budget.bytes else "predicted NOT to fit"))
+        return {
+            "predicted": estimate.total, "source": estimate.source, "upper_bound": estimate.upper_bound,
+            "breakdown": dict(estimate.breakdown), "settings": dict(estimate.settings),
+            "budget": budget.bytes if budget else None, "budget_total": budget.total if budget else None,
+            "budget_source": budget.source if budget else None, "safety": config.budget.safety,
+            "capacity": self.info.total, "free": self.info.free, "context": self.info.context,
+            "device": self.info.type, "device_name": self.info.name, "largest_batch": largest, "note": note,
+        }
+
+    def check_change(self, changes: dict, force: bool) -> str | None:
+        """None if the change is predicted to fit (or forced, or there is no budget); else the reason."""
+        current = self._live()
+        try:
+            proposed = with_settings(current, **{k: v for k, v in changes.items()
+                                                 if k in ("batch_size", "attn_chunk", "attn_backend")})
+        except Exception as exc:  # a bad value: the config's own one-line message
+            return str(exc)
+        if "batch_size" in changes:
+            proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
+        budget = self._budget(proposed)
+        if budget is None or force or not proposed.budget.check:
+            return None
+        peak = self._predict(proposed)
+        if peak <= budget.bytes:
+            return None
+        what = ", ".join(f"{k} {getattr(current.train if k == 'batch_size' else current.model, k)} → {v}"
+                         for k, v in changes.items())
+        largest = planner.largest_batch(lambda **kw: _Corrected(self, proposed, kw), budget.bytes,
+                                        grad_accum=proposed.train.grad_accum)
+        hint = f"; the largest batch that fits with it is {largest}" if largest else "; not even batch 1 fits"
+        return (f"{what}: predicted peak {peak / GIB:.2f} GiB > budget {budget.describe()}{hint} "
+                f"(send with force to apply anyway)")
+
+    def sample(self, step: int) -> ev.MemorySampled | None:
+        """A MemorySampled for this step, or None when there is nothing new to say (CPU)."""
+        if self.meter is None:
+            return None
+        config = self._live()
+        budget = self._budget(config)
+        predicted = self._predict(config)
+        if not self.meter.cuda:
+            key = (predicted, budget.bytes if budget else None)
+            if key == self._last_emitted and step % CPU_EVERY:
+                return None
+            self._last_emitted = key
+            return ev.MemorySampled(step=step, device="cpu", predicted=predicted,
+                                    budget=budget.bytes if budget else None,
+                                    source="predicted (CPU: no allocator counters; process RSS is not "
+                                           "training memory)")
+        reading = self.meter.read()
+        if self.calibration is None:
+            self._first_peak = max(self._first_peak, reading.peak or 0)
+            if step >= CALIBRATE_AT:
+                raw = self._predict_raw(config)
+                self.calibration = Calibration.from_sample(
+                    raw, replace(reading, peak=self._first_peak), self.info.context)
+                predicted = self._predict(config)
+        return ev.MemorySampled(
+            step=step, device="cuda", allocated=reading.allocated, reserved=reading.reserved, peak=reading.peak,
+            nvml_used=reading.nvml_used, capacity=self.info.total if self.info else reading.nvml_total,
+            predicted=predicted, budget=budget.bytes if budget else None,
+            ratio=self.calibration.ratio if self.calibration else None,
+            source="cuda allocator" + (f"; {reading.retries} alloc retries, {reading.ooms} OOMs"
+                                       if reading.retries or reading.ooms else ""))
+
+
+class _Corrected:
+    """An Estimate-like total: the hook's calibrated prediction for ``config`` with ``settings``."""
+
+    def __init__(self, hook: BudgetHook, config: RunConfig, settings: dict) -> None:
+        kw = {k: v for k, v in settings.items() if k in ("batch_size", "grad_accum")}
+        self.total = hook._predict(with_settings(config, **kw))

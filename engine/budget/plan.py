@@ -1,0 +1,239 @@
+"""Planner: the budget, the largest batch that fits per attention backend and chunk, and a recommendation.
+
+Torch-free and instant for tasks with an analytic model (a plan is a few
+hundred closed-form estimates, each well under a millisecond); other tasks
+are planned from two traces (batch 1 and 4) on the near-linear peak(batch)
+line (research/memory.md: the B=1/B=4 slope predicted B=512 within 0.4 %),
+and a caller can confirm the chosen batch with one more trace.
+
+Budget: ``budget.vram_gb`` GiB (or, without it, the device's free memory),
+times ``budget.safety``. When the budget is a device's *total* (``vram_gb``)
+on CUDA, the CUDA context and workspaces are not in any prediction, so
+``context`` bytes (measured, or DEFAULT_CONTEXT) are reserved out of it; free
+memory is measured after the context exists, so it needs no reserve.
+
+Speed order assumed when choosing among settings that fit (fastest first):
+``sdpa`` (fused kernels: flash / memory-efficient on CUDA, flash on CPU),
+then ``math`` (materialises B·H·N² probabilities, memory-bound), then
+``chunked`` (math per query chunk plus a recompute of each chunk's scores in
+backward and more kernel launches; larger chunks first), and every setting
+without activation checkpointing before any with it (checkpointing re-runs
+each encoder block's forward in backward, ≈ 4/3 the step's compute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from engine.budget import analytic
+from engine.budget.estimate import Estimate
+from engine.budget.fmt import GIB
+from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
+from engine.config import RunConfig
+
+#: Backends in assumed speed order (module docstring).
+SPEED_ORDER = ("sdpa", "math", "chunked")
+#: Chunk sizes the planner tries for ``chunked`` (plus the configured one), largest first.
+CHUNKS = (1024, 512, 256, 128, 64, 32)
+#: Largest batch the planner searches up to.
+MAX_BATCH = 1 << 20
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Bytes a plan may use (after the safety factor and any context reserve), and where they came from."""
+
+    bytes: int
+    total: int
+    safety: float
+    source: str
+    reserve: int = 0
+
+    def describe(self) -> str:
+        """'72.00 GiB (80 GiB × 0.90, --vram-gb)' style text."""
+        reserve = f" − {self.reserve / GIB:.2f} GiB context" if self.reserve else ""
+        return f"{self.bytes / GIB:.2f} GiB ({self.total / GIB:.2f} GiB × {self.safety:.2f}{reserve}, {self.source})"
+
+
+def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | None:
+    """The budget for ``config`` on ``device``; None when there is none (CPU without budget.vram_gb)."""
+    b = config.budget
+    if b.vram_gb is not None:
+        total = int(b.vram_gb * GIB)
+        cuda_target = device.type == "cuda" if device is not None else config.train.device != "cpu"
+        reserve = 0
+        if cuda_target:
+            reserve = device.context if device is not None and device.context is not None else DEFAULT_CONTEXT
+        return Budget(bytes=max(0, int(total * b.safety) - reserve), total=total, safety=b.safety,
+                      source="--vram-gb / budget.vram_gb", reserve=reserve)
+    if device is not None and device.type == "cuda" and device.free is not None:
+        return Budget(bytes=int(device.free * b.safety), total=device.free, safety=b.safety,
+                      source=f"free memory of {device.name}")
+    return None
+
+
+Predictor = Callable[..., Estimate]
+
+
+def predictor_for(config: RunConfig, device: str) -> Predictor:
+    """predict(**settings) -> Estimate: the analytic model, or a traced line for tasks without one."""
+    if analytic.has_model(config):
+        return lambda **kw: analytic.estimate(config, device=device, **kw)
+    return TracedLine(config, device)
+
+
+class TracedLine:
+    """peak(batch) ≈ a + b·batch from traces at batch 1 and 4, per (backend, chunk, precision, checkpointing)."""
+
+    def __init__(self, config: RunConfig, device: str) -> None:
+        self.config = config
+        self.device = device
+        self.lines: dict[tuple, tuple[Estimate, Estimate]] = {}
+
+    def __call__(self, batch_size: int | None = None, **settings) -> Estimate:
+        from engine.budget import trace
+
+        key = tuple(sorted((k, v) for k, v in settings.items() if v is not None))
+        if key not in self.lines:
+            one = trace.trace(self.config, batch_size=1, device=self.device, **settings)
+            four = trace.trace(self.config, batch_size=4, device=self.device, **settings)
+            self.lines[key] = (one, four)
+        one, four = self.lines[key]
+        B = batch_size or self.config.train.batch_size
+        slope = (four.total - one.total) / 3
+        total = int(one.total + slope * (B - 1))
+        return Estimate(total=total, breakdown={"traced line (batch 1 and 4)": total}, upper_bound=False,
+                        source="trace", settings={**one.settings, "batch_size": B})
+
+
+def largest_batch(predict: Predictor, budget: int, grad_accum: int = 1, hi: int = MAX_BATCH, **settings) -> int:
+    """Largest batch_size whose predicted peak fits ``budget`` (0 if not even 1 fits).
+
+    The peak is a convex, near-linear function of the batch (a max of affine
+    phases plus a tiny B² contrastive term), so a secant guess from batch 1
+    and 64 lands close; doubling steps bracket the answer and bisection ends it.
+    """
+    def fits(b: int) -> bool:
+        return predict(batch_size=b, grad_accum=grad_accum, **settings).total <= budget
+
+    if not fits(1):
+        return 0
+    f1 = predict(batch_size=1, grad_accum=grad_accum, **settings).total
+    f64 = predict(batch_size=64, grad_accum=grad_accum, **settings).total
+    slope = max(1.0, (f64 - f1) / 63)
+    guess = int(min(hi, max(1, 1 + (budget - f1) // slope)))
+    lo, up = (guess, None) if fits(guess) else (None, guess)
+    step = max(1, guess // 64)
+    while lo is None:  # walk down to a size that fits
+        cand = max(1, up - step)
+        if fits(cand):
+            lo = cand
+        else:
+            up, step = cand, step * 2
+    while up is None:  # walk up to one that does not
+        cand = min(hi, lo + step)
+        if cand == lo or not fits(cand):
+            up = cand if cand != lo else lo + 1
+        else:
+            lo, step = cand, step * 2
+    while up - lo > 1:
+        mid = (lo + up) // 2
+        lo, up = (mid, up) if fits(mid) else (lo, mid)
+    return lo
+
+
+@dataclass(frozen=True)
+class Option:
+    """One attention setting: the largest batch that fits and the peak at the requested batch."""
+
+    attn_backend: str
+    attn_chunk: int | None
+    checkpointing: bool
+    largest_batch: int
+    predicted: int
+    fits: bool
+    rank: int
+
+    def flags(self) -> str:
+        """The CLI flags that select this setting."""
+        out = f"--attn-backend {self.attn_backend}"
+        if self.attn_backend == "chunked":
+            out += f" --attn-chunk {self.attn_chunk}"
+        if self.checkpointing:
+            out += " --set model.activation_checkpointing=true"
+        return out
+
+
+@dataclass
+class Plan:
+    """The planner's answer (module docstring)."""
+
+    estimate: Estimate
+    budget: Budget | None
+    options: list[Option] = field(default_factory=list)
+    recommended: Option | None = None
+    recommended_batch: int | None = None
+    recommended_grad_accum: int | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (``sensorlm-tui plan --json``)."""
+        out = asdict(self)
+        out["estimate"] = self.estimate.to_dict()
+        return out
+
+
+def settings_to_try(config: RunConfig, task_backends: tuple[str, ...] | None = None) -> list[tuple[str, int | None, bool]]:
+    """(backend, chunk, checkpointing) combinations in assumed speed order (module docstring)."""
+    if config.task.name != "sensorlm":
+        return [(config.model.attn_backend, None, config.model.activation_checkpointing)]
+    backends = task_backends or SPEED_ORDER
+    chunks = sorted({*CHUNKS, config.model.attn_chunk}, reverse=True)
+    combos = []
+    for ckpt in (False, True):
+        for backend in SPEED_ORDER:
+            if backend not in backends:
+                continue
+            for chunk in (chunks if backend == "chunked" else [None]):
+                combos.append((backend, chunk, ckpt))
+    return combos
+
+
+def make_plan(config: RunConfig, budget: Budget | None, device: str = "cuda",
+              predict: Predictor | None = None) -> Plan:
+    """Estimate the configured run; with a budget, the largest batch per setting and a recommendation."""
+    predict = predict or predictor_for(config, device)
+    estimate = predict()
+    plan = Plan(estimate=estimate, budget=budget)
+    if budget is None:
+        plan.note = "no budget to plan against (CPU without --vram-gb): estimates only"
+        return plan
+    B, accum = config.train.batch_size, config.train.grad_accum
+    for rank, (backend, chunk, ckpt) in enumerate(settings_to_try(config)):
+        kw = {} if config.task.name != "sensorlm" else {
+            "attn_backend": backend, "attn_chunk": chunk if chunk is not None else config.model.attn_chunk,
+            "checkpointing": ckpt}
+        at_b = predict(batch_size=B, grad_accum=accum, **kw).total
+        biggest = largest_batch(predict, budget.bytes, grad_accum=accum, **kw)
+        plan.options.append(Option(backend, chunk, ckpt, biggest, at_b, at_b <= budget.bytes, rank))
+    fitting = [o for o in plan.options if o.fits]
+    if fitting:
+        plan.recommended = min(fitting, key=lambda o: o.rank)
+        plan.recommended_batch, plan.recommended_grad_accum = B, accum
+        return plan
+    best = max(plan.options, key=lambda o: (o.largest_batch, -o.rank))
+    plan.recommended = best
+    if best.largest_batch == 0:
+        plan.note = "nothing fits, not even batch 1: a smaller preset or a larger budget is needed"
+        return plan
+    # Keep the effective batch with gradient accumulation: micro-batch ≤ the largest that fits.
+    kw = {} if config.task.name != "sensorlm" else {
+        "attn_backend": best.attn_backend,
+        "attn_chunk": best.attn_chunk if best.attn_chunk is not None else config.model.attn_chunk,
+        "checkpointing": best.checkpointing}
+    k = max(accum, -(-B // max(1, best.largest_batch)))
+    while k < B and predict(batch_size=B, grad_accum=k, **kw).total > budget.bytes:
+        k += 1
+    plan.recommended_batch, plan.recommended_grad_accum = B, k
+    return plan

@@ -1,0 +1,49 @@
+"""BudgetHook as the Trainer uses it: start summary, live-change checks with numbers, CPU samples without RSS."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from engine.budget.hook import BudgetHook
+from tests.engine.budget.conftest import small
+
+
+def _hook(**budget):
+    config = small(train={"batch_size": 4, "device": "cpu"}, budget=budget)
+    hook = BudgetHook(config, task=None, device=torch.device("cpu"))
+    trainer = SimpleNamespace(config=config, batch_size=4, grad_accum=1)
+    return hook, trainer
+
+
+def test_on_start_summarises_prediction_and_budget() -> None:
+    hook, trainer = _hook(vram_gb=0.05)
+    summary = hook.on_start(trainer)
+    assert summary["predicted"] > 0 and summary["source"] == "analytic" and summary["budget"] > 0
+    assert summary["device"] == "cpu" and summary["largest_batch"] >= 4 and summary["breakdown"]
+
+
+def test_check_change_refuses_with_numbers_and_force_overrides() -> None:
+    hook, trainer = _hook(vram_gb=0.05)
+    largest = hook.on_start(trainer)["largest_batch"]
+    assert hook.check_change({"batch_size": largest}, force=False) is None
+    why = hook.check_change({"batch_size": 100 * largest}, force=False)
+    assert why and "GiB" in why and f"batch_size 4 → {100 * largest}" in why and str(largest) in why
+    assert hook.check_change({"batch_size": 100 * largest}, force=True) is None
+    assert hook.check_change({"attn_backend": "math"}, force=False) is None
+    trainer.batch_size = largest  # the trainer changed: the hook reads its live settings
+    assert hook.check_change({"attn_backend": "math"}, force=False) is not None
+
+
+def test_cpu_without_budget_never_refuses_and_samples_predictions_only() -> None:
+    hook, trainer = _hook()
+    summary = hook.on_start(trainer)
+    assert summary["budget"] is None and "CPU" in summary["note"]
+    assert hook.check_change({"batch_size": 10_000}, force=False) is None
+    first = hook.sample(1)
+    assert first.predicted == summary["predicted"] and first.allocated is None and first.peak is None
+    assert "RSS" in first.source
+    assert hook.sample(2) is None  # nothing new on CPU
+    trainer.batch_size = 8
+    assert hook.sample(3).predicted > first.predicted

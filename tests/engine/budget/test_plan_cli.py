@@ -1,0 +1,47 @@
+"""`sensorlm-tui plan`: the table, JSON, one-line errors with exit 2, and no torch import."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from engine.budget import plan_cli
+from tests.conftest import run_cli
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    plan_cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_table_lists_breakdown_batches_and_recommendation(capsys) -> None:
+    assert plan_cli.main(_args("--preset", "base", "--vram-gb", "80")) == 0
+    out = capsys.readouterr().out
+    assert "predicted peak" in out and "activations: sensor encoder" in out and "optimizer" in out
+    assert "largest batch" in out and "chunked chunk 256" in out and "recommendation: --attn-backend sdpa" in out
+
+
+def test_json_output(capsys) -> None:
+    assert plan_cli.main(_args("--preset", "tiny", "--vram-gb", "16", "--json")) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["estimate"]["total"] > 0 and data["budget"]["bytes"] > 0 and data["options"]
+    assert data["recommended"]["largest_batch"] >= 1
+
+
+@pytest.mark.parametrize("argv, field", [(("--batch-size", "0"), "--batch-size"),
+                                         (("--vram-gb", "-1"), "--vram-gb"),
+                                         (("--safety", "2"), "--safety"),
+                                         (("--preset", "huge"), "--preset")])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, field) -> None:
+    assert plan_cli.main(_args(*argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "Traceback" not in err
+
+
+def test_cli_plan_runs_without_torch() -> None:
+    proc = run_cli("plan", "--preset", "base", "--vram-gb", "80", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["recommended"]["attn_backend"] == "sdpa"
