@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from tui.run_index import DEFAULT_ROOT, RunLookupError, resolve
@@ -51,28 +52,9 @@ def main(args: argparse.Namespace, root: Path = DEFAULT_ROOT) -> int:
 def open_dashboard(run_dir: Path, *, read_only: bool = False, theme: str | None = None,
                    refresh: float | None = None, ansi: bool = False) -> int:
     """Run the attach dashboard on ``run_dir`` until the user quits; prints the summary line after."""
-    import themes
     from engine.client import RunClient
-    from tui.app import check_refresh
-
-    try:
-        themes.resolve(theme)
-        check_refresh(refresh)
-    except ValueError as exc:
-        return _error(str(exc))
     from tui.attach_app import AttachApp
-    from tui.estimate import default_estimator
+    from tui.run_dashboard import run_dashboard
 
-    app = AttachApp(lambda: RunClient(run_dir, read_only=read_only), run_dir, estimator=default_estimator(),
-                    theme=theme, refresh=refresh, read_only=read_only, ansi=ansi)
-    app.run()
-    # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.
-    code = app.return_code if app.return_code is not None else 0
-    if app.summary:
-        stream = sys.stderr if app.summary_is_error else sys.stdout
-        try:
-            stream.write(app.summary + "\n")
-            stream.flush()
-        except OSError:  # the terminal hung up (SIGHUP detach): nobody to tell, the run's log has it all
-            pass
-    return code
+    return run_dashboard(lambda: RunClient(run_dir, read_only=read_only), theme=theme, refresh=refresh,
+                         read_only=read_only, ansi=ansi, app_class=partial(AttachApp, run_dir=run_dir))

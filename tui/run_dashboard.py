@@ -22,7 +22,7 @@ EXIT_BAD_INPUT = 2
 
 def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None = None,
                   refresh: float | None = None, read_only: bool = False, estimator: Callable | None = None,
-                  ansi: bool = False, in_process: bool = False, config=None) -> int:
+                  ansi: bool = False, in_process: bool = False, config=None, app_class=None) -> int:
     """Show the dashboard until the user quits or an abort finished; returns the exit code to use.
 
     ``estimator`` None means the analytic memory model when it is importable
@@ -30,6 +30,7 @@ def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None =
     default 1). ``ansi`` switches to the terminal's 16 colours. ``in_process``
     (the Trainer runs in this process) rules out detaching. ``config`` is the
     resolved RunConfig the estimator plans with (default: RunStarted.config).
+    ``app_class`` builds the app instead of DashboardApp, with the same arguments (attach: AttachApp).
     """
     from tui.app import DashboardApp, check_refresh  # textual only once we know a dashboard is wanted
 
@@ -43,11 +44,16 @@ def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None =
         from tui.estimate import default_estimator
 
         estimator = default_estimator()
-    app = DashboardApp(session_factory, estimator=estimator, theme=theme, refresh=refresh,
-                       read_only=read_only, ansi=ansi, in_process=in_process, config=config)
+    app = (app_class or DashboardApp)(session_factory, estimator=estimator, theme=theme, refresh=refresh,
+                                      read_only=read_only, ansi=ansi, in_process=in_process, config=config)
     app.run()
     # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.
     code = app.return_code if app.return_code is not None else 0
     if app.summary:
-        (sys.stderr if app.summary_is_error else sys.stdout).write(app.summary + "\n")
+        stream = sys.stderr if app.summary_is_error else sys.stdout
+        try:
+            stream.write(app.summary + "\n")
+            stream.flush()
+        except OSError:  # the terminal hung up (SIGHUP): nobody to tell; the run's log has it all
+            pass
     return code
