@@ -261,13 +261,14 @@ def facts(sample: DaySample, rng: np.random.Generator, all_channels: bool = True
 
 
 def compose(all_facts: Sequence[Fact], rng: np.random.Generator, max_tokens: int | None = None) -> str:
-    """One caption: sleep, two activities (workouts before walks), mean heart rate, steps, then a random mix.
+    """One caption: two activities (workouts first), rest day, commute, sleep, mean heart rate, steps, then a mix.
 
     Whole sentences only: ``max_tokens`` is the budget for the words (the <bos>/<eos> pair not counted) and a
     fact that would not fit is skipped, so a caption is never cut mid-sentence.
     """
     acts = sorted((f for f in all_facts if f.kind.startswith("activity:")), key=lambda f: f.kind == "activity:walk")
-    first = [f for f in all_facts if f.kind == "sleep"] + acts[:2]
+    # The facts that tell days apart most (what was done, workday or not) lead; numbers follow.
+    first = acts[:2] + [f for f in all_facts if f.kind in ("rest_day", "commute", "sleep")]
     first += [f for f in all_facts if f.kind in ("mean:heart_rate", "total:steps")]
     taken = {id(f) for f in first}
     rest = [f for f in all_facts if id(f) not in taken]
