@@ -265,6 +265,7 @@ class DashboardApp(App[int]):
             self._leave(fin.exit_code if fin else 0, self.model.summary())
         elif not self._said_ended:
             self._said_ended = True
+            self.redraw()  # the final state on every panel now, with the line that says it ended
             self.say(f"{self.model.summary()} — q quits", "info")
 
     # ------------------------------------------------------------- controls

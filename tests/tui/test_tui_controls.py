@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from engine import events as ev
-from tui.scripted import ScriptedSession, demo_run
-
 from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
+from tui.scripted import ScriptedSession, demo_run
 
 
 @pilot_test
