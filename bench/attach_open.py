@@ -14,7 +14,11 @@ frame with the history drawn" two ways, each ``--repeat`` times:
   start) until the rendered screen shows the same text: reading + folding +
   rendering only.
 
-Each is reported as wall time and as the CPU seconds the viewer process used
+Also timed on the same run: `sensorlm-tui runs DIR` (a subprocess, so with
+Python's start-up) and ``run_index.summarize`` alone — both read only
+status.json and the log's last 1 MiB, whatever its length.
+
+Each open is reported as wall time and as the CPU seconds the viewer process used
 until then: on a shared, loaded machine the wall time mostly measures the
 neighbours (measured: 25 s wall for 7.6 s CPU of history reading at load 7
 on 2 cores), the CPU time is what an idle machine would take, roughly.
@@ -103,6 +107,16 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
         path = write_run(run, steps)
         print(f"wrote {steps:,} steps, {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s",
               flush=True)
+        start = time.perf_counter()
+        listed = subprocess.run([sys.executable, "-m", "tui.cli", "runs", str(run.parent)], capture_output=True,
+                                text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        out["runs"] = [(time.perf_counter() - start, 0.0)]
+        assert run.name in listed.stdout, listed.stdout + listed.stderr
+        from tui.run_index import summarize
+
+        start = time.perf_counter()
+        summarize(run)
+        out["summarize"] = [(time.perf_counter() - start, 0.0)]
         if shutil.which("tmux"):
             out["terminal"] = [terminal_open(run, steps) for _ in range(repeat)]
         else:
@@ -127,6 +141,8 @@ def run(quick: bool = False) -> Section:
         f"{_cell(results['terminal'], 1)} |",
         f"| AttachApp under run_test (read + fold + render) | {_cell(results['in-process'], 0)} | "
         f"{_cell(results['in-process'], 1)} |",
+        f"| `sensorlm-tui runs DIR` (subprocess) | {_cell(results['runs'], 0)} | – |",
+        f"| `run_index.summarize(run)` | {_cell(results['summarize'], 0)} | – |",
     ])
     return Section("attach: opening a long run", f"python -m bench --only attach_open{' --quick' if quick else ''}",
                    body)
@@ -140,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where to write the run (default a temp dir)")
     args = parser.parse_args(argv)
     for name, values in measure(args.steps, args.repeat, args.dir).items():
-        if isinstance(values, str):
+        if name in ("runs", "summarize"):
+            print(f"{name}: wall {values[0][0] * 1e3:.0f} ms")
+        elif isinstance(values, str):
             print(f"{name}: skipped ({values})")
         else:
             print(f"{name}: wall " + ", ".join(f"{w:.2f}" for w, _ in values) + f" s (median {_cell(values, 0)}); "
