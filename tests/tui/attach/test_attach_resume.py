@@ -78,7 +78,8 @@ def test_attaching_to_a_finished_run_shows_its_final_state(tmp_path: Path, engin
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: "FINISHED" in screen_text(app).splitlines()[0], what="FINISHED in the header")
             await until(pilot, lambda: "finished at step 20" in app.status_text, what="the final summary")
-            assert "q quits" in app.status_text and "step 20/20" in screen_text(app)
+            assert "q quits" in app.status_text
+            await until(pilot, lambda: "step 20/20" in screen_text(app), what="the last step in the progress panel")
             await pilot.press("r")  # nothing to resume, and no offer was made
             await until(pilot, lambda: "nothing to resume" in app.status_text, what="r refused")
             assert len(app.screen_stack) == 1
