@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.client import RunClient
 from engine.rundir import RunDir, pid_alive
-from tests.tui.attach.conftest import screen_text, status_step, until, wait_for_step
+from tests.tui.attach.conftest import screen_text, status_step, until, wait_for_step, wait_until
 from tui.app import DashboardApp
 
 SIZE = (120, 40)
@@ -40,11 +40,12 @@ def test_attach_shows_history_then_live_and_controls_round_trip(tmp_path: Path, 
 
             await pilot.press("space")
             await until(pilot, lambda: "PAUSED" in _header(app), what="PAUSED in the header")
-            assert "pause: done" in app.status_text
-            assert RunDir(run).read_status()["state"] == "paused"
-            paused_at = status_step(run)
-            await pilot.pause(1.5)  # paused means no new steps, on screen or on disk
-            assert status_step(run) == paused_at
+            await until(pilot, lambda: "pause: done" in app.status_text, what="the pause ack")
+            wait_until(lambda: RunDir(run).read_status()["state"] == "paused", 5, "status.json to say paused")
+            # The pause event follows the last step in the log, so every step before it is on the model now.
+            paused_at = app.model.step
+            await pilot.pause(1.5)  # paused means no new steps, on screen or in the log
+            assert app.model.step == paused_at and _screen_step(app) == paused_at
 
             await pilot.press("space")
             await until(pilot, lambda: "resume: done" in screen_text(app), what="resume ack on screen")
@@ -52,6 +53,9 @@ def test_attach_shows_history_then_live_and_controls_round_trip(tmp_path: Path, 
 
             await pilot.press("c")
             await until(pilot, lambda: "checkpoint now: done" in screen_text(app), what="checkpoint ack on screen")
+            log = app.dashboard.query_one("#log")
+            await until(pilot, lambda: any("checkpoint (manual)" in line for line in log.plain),
+                        what="the manual checkpoint in the log panel")
             assert (run / "checkpoints" / "last.safetensors").is_file()
 
             # A tune the toy task cannot take: the engine's refusal comes back and is shown.
@@ -91,9 +95,12 @@ def test_two_viewers_one_read_only(tmp_path: Path, engines) -> None:
             await until(pw, lambda: _screen_step(watch) > 10 and _screen_step(steer) > 10, what="both viewers live")
             assert "read-only" in _header(watch) and "read-only" not in _header(steer)
 
-            for key in ("space", "c", "a", "t"):  # every control key: nothing sent, the reason is shown
+            # Every control key: nothing is sent, and the status line says which control and why.
+            for key, what in (("space", "pause/resume"), ("c", "checkpoint"), ("a", "abort"), ("t", "tune")):
+                watch.say("")
                 await pw.press(key)
-                await until(pw, lambda: "read-only" in watch.status_text, what=f"read-only notice for {key}")
+                await until(pw, lambda: watch.status_text.startswith(f"{what}: read-only viewer"),
+                            what=f"read-only notice for {key}")
                 assert "controls are disabled" in watch.status_text
                 assert len(watch.screen_stack) == 1  # no abort / tune modal opened
             assert RunDir(run).read_status()["state"] == "running"
