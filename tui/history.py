@@ -53,6 +53,12 @@ class Ring:
         self._len = min(self.capacity, self._len + n)
         self._start = (self._start + overflow) % self.capacity
 
+    def drop_newest(self, n: int) -> None:
+        """Forget the newest ``n`` rows (a resumed run rewinds to its checkpoint's step)."""
+        n = max(0, min(n, self._len))
+        self._len -= n
+        self.total -= n
+
     def column(self, index: int, last: int | None = None) -> np.ndarray:
         """One column oldest-first (the newest ``last`` values when given), 1-D and contiguous."""
         n = self._len if last is None else min(last, self._len)

@@ -139,12 +139,16 @@ class RunModel:
 
     def _append_steps(self, step: np.ndarray, loss: np.ndarray, last: ev.StepLogged, first: tuple[float, int],
                       recent: Iterable[tuple[float, int]]) -> None:
+        step, loss = _latest_attempts(step, loss)
+        rewound = self._rewind_to(float(step[0])) if len(step) else False
         rows = np.empty((len(step), self.steps.width))
         rows[:, _STEP] = step
         rows[:, _LOSS] = loss
         for column, (level, state) in enumerate(zip(LEVELS[1:], self._ema), start=2):
             rows[:, column] = ema_extend(loss, level, state)
         self.steps.append_many(rows)
+        if rewound:
+            self._resmooth()
         self.last_step = last
         self.last_t = last.t
         if self._first_step is None:
@@ -155,6 +159,26 @@ class RunModel:
             self.versions["header"] += 1
         self.versions["loss"] += 1
         self.versions["progress"] += 1
+
+    def _rewind_to(self, first_new_step: float) -> bool:
+        """Drop stored steps at or after ``first_new_step``: a resumed run redoes them from its checkpoint."""
+        stored = self.steps.column(_STEP)
+        if not len(stored) or stored[-1] < first_new_step:
+            return False
+        self.steps.drop_newest(len(stored) - int(np.searchsorted(stored, first_new_step, side="left")))
+        return True
+
+    def _resmooth(self) -> None:
+        """Recompute every EMA column from the kept raw losses (after a rewind the running state is stale)."""
+        loss = self.steps.column(_LOSS).copy()
+        step = self.steps.column(_STEP).copy()
+        self._ema = [EmaState() for _ in LEVELS[1:]]
+        rows = np.empty((len(loss), self.steps.width))
+        rows[:, _STEP], rows[:, _LOSS] = step, loss
+        for column, (level, state) in enumerate(zip(LEVELS[1:], self._ema), start=2):
+            rows[:, column] = ema_extend(loss, level, state)
+        self.steps.drop_newest(len(loss))
+        self.steps.append_many(rows)
 
     def _ingest_one(self, event: ev.Event) -> None:
         self.last_t = event.t
@@ -333,6 +357,19 @@ def _first_int(d: dict, *keys: str) -> int | None:
     return None
 
 
+def _latest_attempts(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep, for steps logged more than once (crash, then resume from an earlier checkpoint), the last attempt.
+
+    A row survives when every later row has a larger step: a suffix minimum, O(n) in numpy.
+    """
+    if len(step) < 2 or bool(np.all(np.diff(step) > 0)):
+        return step, loss
+    later_min = np.minimum.accumulate(step[::-1])[::-1]
+    keep = np.ones(len(step), dtype=bool)
+    keep[:-1] = step[:-1] < later_min[1:]
+    return step[keep], loss[keep]
+
+
 # ---------------------------------------------------------------- handlers
 def _on_started(m: RunModel, e: ev.RunStarted) -> None:
     m.started = e
@@ -346,6 +383,8 @@ def _on_started(m: RunModel, e: ev.RunStarted) -> None:
 
 
 def _on_eval(m: RunModel, e: ev.EvalDone) -> None:
+    while m.evals and m.evals[-1].step >= e.step:  # a resumed run re-evaluates steps it had reached before
+        m.evals.pop()
     m.evals.append(e)
     psnr = f", PSNR {e.psnr_db:.2f} dB" if e.psnr_db is not None else ""
     extra = "".join(f", {k} {short_float(v)}" for k, v in list(e.extra.items())[:3] if isinstance(v, (int, float)))
