@@ -126,6 +126,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
 
     config, run_dir = prepared.config, prepared.run_dir
     dev.set_threads(config.train.threads, ui_shares_machine=ui_shares_machine)
+    config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
     controls = controls or Controls()
     bus = EventBus()
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
@@ -150,6 +151,8 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         sinks.append(ConsoleSink(sys.stdout, print_every=config.train.print_every))
     for sink in sinks:
         bus.add(sink)
+    if guard_note:
+        bus.emit(ev.Warning(text=guard_note))
     status.update(resume_command=resume_command(run_dir))
     status.start()
     server = None
@@ -216,6 +219,26 @@ def _log_crash(run_dir: RunDir, text: str) -> None:
             handle.write(text)
     except OSError:
         pass  # the traceback is on stderr already; a full disk must not hide the crash's own report
+
+
+def _guard(config: cfg.RunConfig) -> tuple[cfg.RunConfig, str]:
+    """The memory guard (engine.budget.guard): UsageError listing the options when the run is predicted not
+    to fit; with --vram-gb the batch is capped instead, and the note says so. Returns (config, note)."""
+    try:
+        from engine.budget.guard import check_start
+        from engine.budget.measure import device_info
+    except ImportError:
+        return config, ""
+    from engine import device as dev
+
+    try:
+        device = dev.resolve(config.train.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    result = check_start(config, device_info(device))
+    if not result.ok:
+        raise UsageError(result.text())
+    return result.config, (result.message if result.capped_from is not None else "")
 
 
 def _status_sink(status):
