@@ -41,7 +41,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import ROOT, Section, fmt_stats
+from bench.common import ROOT, Section, fmt_stats, smoke
 from bench.open_run import write_run
 
 #: Poll interval of both measurements (s).
@@ -131,7 +131,7 @@ def _cell(values, which: int) -> str:
 
 def run(quick: bool = False) -> Section:
     """Suite entry: 1M steps, 3 repeats (--quick: 100k steps, 1 repeat)."""
-    steps, repeat = (100_000, 1) if quick else (1_000_000, 3)
+    steps, repeat = (2_000, 1) if smoke() else (100_000, 1) if quick else (1_000_000, 3)
     results = measure(steps, repeat)
     body = "\n".join([
         f"Synthetic finished run with {steps:,} step events; time until the first frame shows the history "

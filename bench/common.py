@@ -92,8 +92,17 @@ def machine() -> str:
                                 timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = "?"
+    try:  # the box is shared: how busy it was is part of the result (ratios cancel most, not all, of it)
+        load = "load average {:.1f} / {:.1f} / {:.1f} (1 / 5 / 15 min) at the start".format(*os.getloadavg())
+    except OSError:
+        load = "load average unknown"
     return (f"{model}, {cores} cores, {mem:.0f} GiB RAM, {cuda}; Python {platform.python_version()}, "
-            f"torch {torch_version}; commit {commit}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+            f"torch {torch_version}; commit {commit}; {time.strftime('%Y-%m-%d %H:%M %Z')}; {load}")
+
+
+def smoke() -> bool:
+    """True when ``BENCH_SMOKE=1``: each module runs its tiniest size (the CI smoke test; numbers meaningless)."""
+    return os.environ.get("BENCH_SMOKE", "") not in ("", "0")
 
 
 def python() -> str:

@@ -15,8 +15,8 @@ memory and system sample every 100 steps), then measures, each best of
   returns it (the follower polls the file every ``POLL_INTERVAL_S``).
 
 Wall and CPU seconds are both printed: on a shared machine CPU time is the
-fair number. Results print as plain lines; docs/BENCHMARKS.md quotes them as
-ratios.
+fair number. Results print as plain lines; as a suite module (``run``) it
+returns a Section for docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from bench.common import Section, fmt_stats, smoke
 from engine import events as ev
 from engine.client import POLL_INTERVAL_S, RunClient
 
@@ -109,6 +110,44 @@ def first_live_event(root: Path, trials: int = 20) -> list[float]:
         thread.join()
     client.close()
     return latencies
+
+
+def run(quick: bool = False) -> Section:
+    """Suite entry: 1M steps, best of 3 (--quick: 100k, best of 1; smoke: 2,000)."""
+    steps, repeat, trials = (2_000, 1, 3) if smoke() else (100_000, 1, 10) if quick else (1_000_000, 3, 20)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "bench-run"
+        size = write_run(root, steps).stat().st_size
+        open_s, open_cpu, history = _best(lambda: RunClient(root, read_only=True).history(), repeat)
+        n = len(history)
+        tracemalloc.start()
+        kept = RunClient(root, read_only=True).history()
+        current, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del kept
+        with open(root / "events.jsonl", "rb") as handle:
+            head = [next(handle) for _ in range(min(100_000, n))]
+        _, naive_cpu, _ = _best(lambda: [ev.from_json(line) for line in head], 1)
+        naive_total = naive_cpu / len(head) * n
+        mat_s, mat_cpu, _ = _best(lambda: sum(1 for _ in history), 1)
+        live = [t * 1e3 for t in first_live_event(root, trials)]
+    body = "\n".join([
+        f"Synthetic run: {steps:,} step events ({n:,} events, {size / 2**20:.0f} MiB of events.jsonl); best of "
+        f"{repeat}; wall and CPU seconds of this process.", "",
+        "| what | wall s | CPU s | per event |", "|---|---:|---:|---:|",
+        f"| open: `RunClient.history()` (vectorised reader) | {open_s:.2f} | {open_cpu:.2f} | "
+        f"{open_cpu / n * 1e6:.2f} µs CPU |",
+        f"| naive `events.from_json` per line (first {len(head):,} lines, scaled) | – | {naive_total:.1f} | "
+        f"{naive_cpu / len(head) * 1e6:.2f} µs CPU |",
+        f"| materialise every event as an object | {mat_s:.2f} | {mat_cpu:.2f} | {mat_cpu / n * 1e6:.2f} µs CPU |",
+        "", f"- naive ÷ vectorised open (CPU): **{naive_total / open_cpu:.1f}×**",
+        f"- reader memory: peak {peak / 2**20:.0f} MiB while opening, {current / 2**20:.0f} MiB kept "
+        f"({current / n:.0f} B/event) (tracemalloc)",
+        f"- first live event after an append (another thread): {fmt_stats(live, '.1f')} ms over {trials} appends; "
+        f"poll interval {POLL_INTERVAL_S * 1e3:.0f} ms",
+    ])
+    return Section("Channel: opening a long run and following it",
+                   f"python -m bench --only open_run{' --quick' if quick else ''}", body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import ROOT, Section, python
+from bench.common import ROOT, Section, python, smoke
 
 GIB = 1 << 30
 STEPS_PER_TRIAL = 3
@@ -72,13 +72,13 @@ def run(quick: bool = False) -> Section:
     from engine.budget import plan, trace
     from engine.config import load
 
-    presets = ["tiny", "base"] if quick else ["demo", "tiny", "small", "base"]
+    presets = ["demo"] if smoke() else ["tiny", "base"] if quick else ["demo", "tiny", "small", "base"]
     lines = ["| preset | `plan --vram-gb 80` wall s | in-process plan s | planner's largest batch (sdpa) | "
              "finder real steps (OOMs) | finder's batch |", "|---|---:|---:|---:|---:|---:|"]
     verdicts = []
     for preset in presets:
         config = load(preset=preset, task="sensorlm", overrides={"budget": {"vram_gb": 80}})
-        wall = plan_wall(preset, 1 if quick else 3)
+        wall = plan_wall(preset, 1 if quick or smoke() else 3)
         start = time.perf_counter()
         p = plan.make_plan(config, plan.resolve_budget(config, None))
         inproc = time.perf_counter() - start
@@ -91,7 +91,7 @@ def run(quick: bool = False) -> Section:
             verdicts.append(verdict("`sensorlm-tui plan --preset base --vram-gb 80` wall", wall, 1.0, False, " s"))
     lines += ["", "| preset, batch (fp32) | traced peak GiB | trace wall s | trace worker RSS MiB |",
               "|---|---:|---:|---:|"]
-    for preset, batch in ([("tiny", 16), ("base", 64)] if quick else
+    for preset, batch in ([("demo", 2)] if smoke() else [("tiny", 16), ("base", 64)] if quick else
                           [("demo", 16), ("tiny", 16), ("small", 16), ("base", 8), ("base", 64)]):
         config = load(preset=preset, task="sensorlm", overrides={"train": {"batch_size": batch, "precision": "fp32"}})
         with tempfile.TemporaryDirectory() as cache:
@@ -104,7 +104,8 @@ def run(quick: bool = False) -> Section:
         "The finder column simulates Lightning's BatchSizeFinder (init 2, doubling, then bisection, 3 steps per "
         "trial) against the same budget with the analytic model deciding fit; every OOM it counts is a real "
         "crash-and-retry on a GPU. The planner runs no step at all.")
-    return Section("Planner speed", "python -m bench.planner_speed", body, verdicts)
+    return Section("Planner speed", f"python -m bench --only planner_speed{' --quick' if quick else ''}", body,
+                   verdicts)
 
 
 def main(argv: list[str] | None = None) -> int:

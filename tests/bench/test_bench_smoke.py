@@ -1,0 +1,113 @@
+"""The benchmark suite still executes: cheap modules at their smoke size, the costly ones' pure parts.
+
+No timing is asserted anywhere (the numbers of a smoke run mean nothing);
+`python -m bench --quick` is never run here. The dashboard, attach and
+memory-truth benches launch apps or real training for minutes, so only their
+helpers and their table-building code (fed synthetic measurements) run here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from bench import __main__ as suite
+from bench.common import Section
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _smoke(monkeypatch):
+    monkeypatch.setenv("BENCH_SMOKE", "1")
+
+
+def test_every_module_has_run():
+    for name in suite.MODULES:
+        module = importlib.import_module(name)
+        assert callable(getattr(module, "run", None)), name
+
+
+def test_cheap_modules_run_and_the_page_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    code = suite.main(["--only", "plot_render", "open_run", "startup"])
+    page = (tmp_path / "docs" / "BENCHMARKS.md").read_text()
+    assert code == 0, page
+    for title in ("Loss-plot frame time", "Channel: opening a long run", "Start-up"):
+        assert f"## {title}" in page
+    assert "crashed" not in page
+
+
+def test_attention_smoke_and_seed_baseline_is_exact():
+    import torch
+
+    from bench import attention
+    from engine.tasks.sensorlm.model import _math_attention
+
+    q, k, v = (torch.randn(1, 2, 10, 4) for _ in range(3))
+    assert torch.allclose(attention.seed_attention(q, k, v, chunk=3), _math_attention(q, k, v), atol=1e-6)
+    section = attention.run()
+    assert "seed (chunks, no recompute)" in section.body and section.skipped is None
+
+
+def test_run_events_window_and_rate(tmp_path):
+    from bench.run_events import EventsFile, steps_per_s, window
+
+    path = tmp_path / "events.jsonl"
+    lines = [json.dumps({"type": "step", "step": s, "t": 100.0 + 0.5 * s}) for s in range(1, 21)]
+    path.write_text("\n".join(lines) + "\n" + '{"type":"run_fini')  # a torn last line waits for its end
+    events = EventsFile(path)
+    events.read()
+    assert events.last_step() == 20 and not events.finished
+    with open(path, "a") as out:
+        out.write('shed","status":"finished"}\n')
+    events.read()
+    assert events.finished
+    lo, hi = window(20, 0.15, 0.7)
+    assert (lo, hi) == (3, 14)
+    assert steps_per_s(events.steps, lo, hi) == pytest.approx(2.0)
+
+
+def test_pty_process_counts_bytes_and_sees_keys():
+    from bench.pty_run import PtyProcess
+
+    term = PtyProcess([sys.executable, "-c", "import sys; print('ready', flush=True); "
+                                             "print('got', sys.stdin.readline().strip(), flush=True)"], size=(80, 24))
+    assert term.wait_for(b"ready", timeout=30) is not None
+    since = term.mark()
+    sent = term.send(b"xyz\r")
+    seen = term.wait_for(b"got xyz", since, timeout=30)
+    assert term.close(timeout=30) == 0
+    assert seen is not None and seen >= sent
+    assert term.bytes_between(0, float("inf")) == len(term.output) > 0
+
+
+def test_dashboard_overhead_table(monkeypatch):
+    from bench import dashboard_overhead as dash
+
+    def fake(steps, rounds, presses):
+        row = lambda sps, kb: {"steps_per_s": sps, "kbps": kb, "ui_cpu": 20.0, "keys_ms": [50.0, 70.0]}  # noqa: E731
+        return {dash.VARIANTS[0]: [{"steps_per_s": 10.0}], dash.VARIANTS[1]: [row(9.95, 4.0)],
+                dash.VARIANTS[2]: [row(9.0, 4.5)]}
+
+    monkeypatch.setattr(dash, "measure", fake)
+    section = dash.run()
+    assert isinstance(section, Section)
+    text = "\n".join(section.verdicts)
+    assert "engine process ÷ headless steps/s: 0.995 — goal ≥ 0.99 met" in text
+    assert "--in-process ÷ headless steps/s: 0.9 — goal ≥ 0.95 MISSED" in text
+
+
+def test_startup_table(monkeypatch):
+    from bench import startup
+
+    monkeypatch.setattr(startup, "help_times", lambda repeats, with_torch=True: {
+        "sensorlm-tui --help": [(0.3, 0.2)], "python -c pass": [(0.05, 0.03)]})
+    monkeypatch.setattr(startup, "first_frame", lambda in_process, root: {
+        "frame": 0.6, "torch_start": 0.5, "torch_end": 1.5})
+    monkeypatch.setenv("BENCH_SMOKE", "0")
+    section = startup.run(quick=True)
+    assert "first frame ÷ torch import done (engine process): 0.4× (worst) — goal ≤ 1× (worst) met" in section.verdicts
