@@ -57,8 +57,11 @@ def test_shapes_channels_and_gaps(gen, days):
 
 def test_validation_range_is_disjoint(gen):
     v = gen.val_sample(0)
-    assert v.index == VAL_OFFSET
+    assert VAL_OFFSET <= v.index < VAL_OFFSET + 7
     assert not np.array_equal(v.values, gen.sample(0).values, equal_nan=True)
+    # One person per validation window, weekdays cycling: a val batch mixes people like a training batch.
+    assert len({gen.val_sample(j).person.person_id for j in range(10)}) == 10
+    assert {gen.val_sample(j).index % 7 for j in range(7)} == set(range(7))
 
 
 def _number(text: str, after: str) -> float:
