@@ -15,7 +15,9 @@ Stages in forward order (backward runs them in reverse; what each keeps):
 - ``sensor input``: patchify's copy of x kept by patch_embed (4·BTC; its
   autocast copy lp·BTC); positions and mask-token ``where`` are transient.
 - ``encoder block i``: blocks.saved (or only its input under activation
-  checkpointing, the rest recomputed during its backward).
+  checkpointing, the rest recomputed during its backward); on CPU every
+  checkpoint call (one per block, one per query chunk of ``chunked``) also
+  keeps a snapshot of the generator state (CPU_RNG_STATE bytes).
 - ``encoder norm``: its input, mean/rstd, and the output the three heads keep
   (fp32: one tensor shared; autocast: one lp copy per consuming Linear).
 - ``recon head``: nothing new; its B·T·C output lives until the loss returns.
@@ -46,6 +48,9 @@ from engine.budget.blocks import BlockShape
 from engine.budget.ledger import Pending, Stage
 
 F32 = 4
+#: Bytes of the CPU generator state ``torch.utils.checkpoint`` snapshots per checkpoint call (preserve_rng_state);
+#: host memory, so it counts on CPU only. No tensor trace sees it (it is made outside the dispatcher).
+CPU_RNG_STATE = 5056
 
 
 @dataclass(frozen=True)
@@ -168,12 +173,14 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
 
     blk = _block(s, n, B, P, D, s.F, s.H, backend, chunk)
     per_block_params = F32 * sum(blocks.params(D, s.F))
-    full = blocks.saved(blk)
+    rng = 0 if n.cuda else CPU_RNG_STATE
+    chunk_rng = rng * (-(-P // chunk) if P > chunk else 1) if backend == "chunked" else 0  # one per chunk
+    full = blocks.saved(blk) + chunk_rng
     nn_saved = blk.softmax_bytes * blk.nn if backend == "math" else 0
     for i in range(s.depth):
         if checkpointing:
             # Only the block's input survives the forward; its backward first recomputes the whole block.
-            saved = {"activations: sensor encoder": R * u}
+            saved = {"activations: sensor encoder": R * u + rng}
             bwd = full - R * u + max(blocks.forward_extra(blk), blocks.backward_extra(blk))
             fwd = full - R * u + blocks.forward_extra(blk)
         else:

@@ -67,7 +67,7 @@ class GuardResult:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB"
+    return human(n)
 
 
 def check_start(config: RunConfig, device: DeviceInfo | None) -> GuardResult:

@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine import events as ev
+from engine.budget import analytic
 from engine.budget import plan as planner
-from engine.budget.fmt import GIB
+from engine.budget.fmt import human
 from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
 from engine.budget.settings import with_settings
 from engine.config import RunConfig
@@ -90,9 +91,15 @@ class BudgetHook:
         self.info = device_info(self.device)
         self.meter = Meter(self.device)
         config = self._live()
+        budget = self._budget(config)
+        if budget is None and not analytic.has_model(config):
+            # Nothing to enforce and no closed form: do not spend seconds tracing for an informational number.
+            self.meter = None
+            return {"predicted": None, "budget": None, "device": self.info.type, "device_name": self.info.name,
+                    "note": f"no memory model for task {config.task.name!r} and no budget: nothing predicted "
+                            "(sensorlm-tui plan --trace traces it)"}
         predict = planner.predictor_for(config, self._target())
         estimate = predict()
-        budget = self._budget(config)
         largest = None
         if budget is not None:
             largest = planner.largest_batch(predict, budget.bytes, grad_accum=config.train.grad_accum)
@@ -118,7 +125,7 @@ class BudgetHook:
         if "batch_size" in changes:
             proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
         budget = self._budget(proposed)
-        if budget is None or force or not proposed.budget.check:
+        if budget is None or force or not proposed.budget.check or self.trainer is None:
             return None
         peak = self._predict(proposed)
         if peak <= budget.bytes:
@@ -128,7 +135,7 @@ class BudgetHook:
         largest = planner.largest_batch(lambda **kw: _Corrected(self, proposed, kw), budget.bytes,
                                         grad_accum=proposed.train.grad_accum)
         hint = f"; the largest batch that fits with it is {largest}" if largest else "; not even batch 1 fits"
-        return (f"{what}: predicted peak {peak / GIB:.2f} GiB > budget {budget.describe()}{hint} "
+        return (f"{what}: predicted peak {human(peak)} > budget {budget.describe()}{hint} "
                 f"(send with force to apply anyway)")
 
     def sample(self, step: int) -> ev.MemorySampled | None:

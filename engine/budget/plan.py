@@ -28,7 +28,7 @@ from typing import Callable
 
 from engine.budget import analytic
 from engine.budget.estimate import Estimate
-from engine.budget.fmt import GIB
+from engine.budget.fmt import GIB, human
 from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
 from engine.config import RunConfig
 
@@ -52,8 +52,8 @@ class Budget:
 
     def describe(self) -> str:
         """'72.00 GiB (80 GiB × 0.90, --vram-gb)' style text."""
-        reserve = f" − {self.reserve / GIB:.2f} GiB context" if self.reserve else ""
-        return f"{self.bytes / GIB:.2f} GiB ({self.total / GIB:.2f} GiB × {self.safety:.2f}{reserve}, {self.source})"
+        reserve = f" − {human(self.reserve)} context" if self.reserve else ""
+        return f"{human(self.bytes)} ({human(self.total)} × {self.safety:.2f}{reserve}, {self.source})"
 
 
 def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | None:

@@ -154,6 +154,7 @@ def trace(config, device_type: str = "cpu") -> dict:
         "modules": modules,
         "seconds": time.perf_counter() - start,
         "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cpu_seconds": resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime,
         "device": device.type,
         "torch": torch.__version__,
     }
