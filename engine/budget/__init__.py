@@ -1,6 +1,8 @@
 """Memory budget of a training step: predict it, trace it, measure it, plan and guard with it.
 
-- ``analytic``: closed-form upper bound per task, pure arithmetic (no torch, < 1 ms).
+- ``analytic``: closed-form upper bound per task, pure arithmetic (no torch, < 1 ms), built
+  as a ``ledger`` of stages (``blocks`` for transformer blocks; ``analytic_sensorlm``,
+  ``analytic_toy`` for the tasks); ``estimate`` is the result type every predictor returns.
 - ``trace``: two real optimizer steps under FakeTensorMode + MemTracker, in a
   subprocess, cached by config hash (seconds, any batch size, no real memory).
 - ``truth``: ground truth for tests and benchmarks (allocator events on CPU,
@@ -11,5 +13,6 @@
   with options, and the object the Trainer consults for live changes.
 
 Only ``step``, ``trace_worker``, ``truth`` and the CUDA parts of ``measure``
-import torch; everything a ``sensorlm-tui plan`` needs is torch-free.
+(and ``hook``, through them) import torch; everything ``sensorlm-tui plan``
+needs is torch-free. docs/MEMORY.md is the user-facing summary.
 """

@@ -45,6 +45,8 @@ class DeviceInfo:
     total: int | None = None
     #: Free device memory now (after this process's context exists).
     free: int | None = None
+    #: Bytes PyTorch's allocator of this process already holds (its own tensors and cache): usable by it too.
+    reserved: int = 0
     #: Bytes this process holds outside PyTorch's allocator (context, workspaces), when measured.
     context: int | None = None
     #: Where ``context`` came from: "nvml-process", "mem_get_info" (includes other processes) or "".
@@ -55,14 +57,20 @@ class DeviceInfo:
         return asdict(self)
 
 
-def _nvml_handle(index: int = 0):
-    try:
-        import pynvml
+_NVML: dict[int, tuple] = {}
 
-        pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:
-        return None, None
+
+def _nvml_handle(index: int = 0):
+    """(pynvml, handle) for GPU ``index``, initialised once per process; (None, None) without NVML."""
+    if index not in _NVML:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _NVML[index] = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
+        except Exception:
+            _NVML[index] = (None, None)
+    return _NVML[index]
 
 
 def nvml_memory(index: int = 0) -> tuple[int | None, int | None, int | None]:
@@ -103,7 +111,7 @@ def device_info(device=None) -> DeviceInfo:
     else:
         context, source = max(0, total - free - reserved), "mem_get_info"
     return DeviceInfo(type="cuda", name=torch.cuda.get_device_name(index), total=int(total), free=int(free),
-                      context=int(context), context_source=source)
+                      reserved=int(reserved), context=int(context), context_source=source)
 
 
 def nvml_device_info(index: int = 0) -> DeviceInfo | None:

@@ -6,8 +6,8 @@ are planned from two traces (batch 1 and 4) on the near-linear peak(batch)
 line (research/memory.md: the B=1/B=4 slope predicted B=512 within 0.4 %),
 and a caller can confirm the chosen batch with one more trace.
 
-Budget: ``budget.vram_gb`` GiB (or, without it, the device's free memory),
-times ``budget.safety``. When the budget is a device's *total* (``vram_gb``)
+Budget: ``budget.vram_gb`` GiB (or, without it, the device's free memory
+plus what this process's allocator already holds), times ``budget.safety``. When the budget is a device's *total* (``vram_gb``)
 on CUDA, the CUDA context and workspaces are not in any prediction, so
 ``context`` bytes (measured, or DEFAULT_CONTEXT) are reserved out of it; free
 memory is measured after the context exists, so it needs no reserve.
@@ -68,7 +68,10 @@ def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | Non
         return Budget(bytes=max(0, int(total * b.safety) - reserve), total=total, safety=b.safety,
                       source="--vram-gb / budget.vram_gb", reserve=reserve)
     if device is not None and device.type == "cuda" and device.free is not None:
-        return Budget(bytes=int(device.free * b.safety), total=device.free, safety=b.safety,
+        # What this process can use: free memory plus what its allocator already holds (the run's own
+        # weights, once built, are in the prediction and must not be counted against it twice).
+        usable = device.free + device.reserved
+        return Budget(bytes=int(usable * b.safety), total=usable, safety=b.safety,
                       source=f"free memory of {device.name}")
     return None
 

@@ -106,22 +106,28 @@ def main(args: argparse.Namespace) -> int:
             chosen = with_settings(config, attn_backend=rec.attn_backend,
                                    attn_chunk=rec.attn_chunk or config.model.attn_chunk,
                                    checkpointing=rec.checkpointing, grad_accum=plan.recommended_grad_accum)
+        traced_on = "cuda" if target == "cuda" and _cuda_build() and info else "cpu"
         try:
-            traced = trace(chosen, device="cuda" if target == "cuda" and _cuda_build() and info else "cpu")
+            traced = trace(chosen, device=traced_on)
         except TraceError as exc:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
             return 1
+        from engine.budget.analytic import estimate
+
+        same = estimate(chosen, device=traced_on)  # the analytic bound on the device the trace faked
+        traced = (traced, same)
     if args.json:
         out = plan.to_dict()
         out["device"] = target
-        out["traced"] = traced.to_dict() if traced else None
+        out["traced"] = traced[0].to_dict() if traced else None
+        out["traced_vs_analytic_same_device"] = traced[1].total if traced else None
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(render(config, plan, target, traced))
     return 0
 
 
-def render(config, plan: planner.Plan, target: str, traced=None) -> str:
+def render(config, plan: planner.Plan, target: str, traced: tuple | None = None) -> str:
     """The human table: breakdown, largest batch per setting, recommendation."""
     e = plan.estimate
     t, m = config.train, config.model
@@ -159,7 +165,10 @@ def render(config, plan: planner.Plan, target: str, traced=None) -> str:
         lines.append(f"recommendation: {rec.flags()}{extra} — the fastest setting that fits "
                      f"(assumed order: sdpa, math, chunked by chunk size; checkpointing last)")
     if traced is not None:
-        lines.append(f"traced: {human(traced.total)} in {traced.seconds:.1f} s "
-                     f"({(traced.total - e.total) / max(1, e.total) * 100:+.1f} % vs the configured estimate)")
+        tr, same = traced
+        dev = tr.settings.get("device", "cpu")
+        lines.append(f"traced on fake {dev} tensors (recommended settings): {human(tr.total)} "
+                     f"{f'in {tr.seconds:.1f} s' if tr.seconds else '(cached)'}; "
+                     f"analytic for {dev}: {human(same.total)} ({(same.total - tr.total) / max(1, tr.total) * 100:+.1f} %)")
     lines.append(f"(1 GiB = {GIB} bytes)")
     return "\n".join(lines)
