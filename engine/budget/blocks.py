@@ -99,7 +99,8 @@ def attention_saved(s: BlockShape) -> int:
     """Bytes the self-attention keeps for backward beyond the block's ln1 output (see module docstring)."""
     base = 3 * s.lp * s.u + s.lp * s.u  # q, k, v (views or copies) and proj's input
     if s.backend == "sdpa" or s.masked:
-        extra = 4 * s.B * s.heads * s.N  # logsumexp
+        # logsumexp, fp32; CUDA's memory-efficient kernel pads its rows to a multiple of 32
+        extra = 4 * s.B * s.heads * (-(-s.N // 32) * 32 if s.cuda else s.N)
         if s.masked:
             extra += _mask_bytes(s)
         return base + extra
