@@ -69,7 +69,8 @@ def first_frame(in_process: bool, root: Path) -> dict:
     env = terminal_env({"BENCH_TORCH_MARK": str(mark)})
     env["PYTHONPATH"] = str(HOOKS) + os.pathsep + env["PYTHONPATH"]
     argv = _cli() + ["train", "--preset", "demo", "--max-steps", "2", "--eval-every", "0", "--checkpoint-every", "0",
-                     "--threads", "1", "--run-dir", str(run_dir)] + (["--in-process"] if in_process else [])
+                     "--threads", "1", "--set", "data.val_samples=16", "--run-dir", str(run_dir)]
+    argv += ["--in-process"] if in_process else []
     term = PtyProcess(argv, size=(120, 40), env=env)
     alive = lambda: term.proc.poll() is None  # noqa: E731
     try:
@@ -92,8 +93,8 @@ def first_frame(in_process: bool, root: Path) -> dict:
 
 
 def run(quick: bool = False) -> Section:
-    """Suite entry: --help × 10 and 3 starts per mode (quick: 5 and 2; smoke: 1 and none)."""
-    help_repeats, starts = (1, 0) if smoke() else (5, 2) if quick else (10, 3)
+    """Suite entry: --help × 10 and 3 starts per mode (quick: 3 and 2; smoke: 1 and none)."""
+    help_repeats, starts = (1, 0) if smoke() else (3, 2) if quick else (10, 3)
     helps = help_times(help_repeats, with_torch=not smoke())
     lines = ["| command | wall s | CPU s |", "|---|---:|---:|"]
     for name, values in helps.items():
