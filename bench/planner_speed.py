@@ -90,7 +90,7 @@ def run(quick: bool = False) -> Section:
             verdicts.append(verdict("`sensorlm-tui plan --preset base --vram-gb 80` wall", wall, 1.0, False, " s"))
     lines += ["", "| preset, batch (fp32) | traced peak GiB | trace wall s | trace worker CPU s (incl. import "
               "torch, task setup) | trace worker RSS MiB |", "|---|---:|---:|---:|---:|"]
-    for preset, batch in ([("demo", 2)] if smoke() else [("tiny", 16), ("base", 64)] if quick else
+    for preset, batch in ([("demo", 2)] if smoke() else [("base", 64)] if quick else
                           [("demo", 16), ("tiny", 16), ("small", 16), ("base", 8), ("base", 64)]):
         config = load(preset=preset, task="sensorlm", overrides={"train": {"batch_size": batch, "precision": "fp32"}})
         start = time.perf_counter()
