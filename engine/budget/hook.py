@@ -99,7 +99,12 @@ class BudgetHook:
                     "note": f"no memory model for task {config.task.name!r} and no budget: nothing predicted "
                             "(sensorlm-tui plan --trace traces it)"}
         predict = planner.predictor_for(config, self._target())
-        estimate = predict()
+        try:
+            estimate = predict()
+        except Exception as exc:  # a task whose trace fails must not stop the run; say why instead
+            self.meter = None
+            return {"predicted": None, "budget": budget.bytes if budget else None, "device": self.info.type,
+                    "device_name": self.info.name, "note": f"no prediction: {str(exc).splitlines()[0][:200]}"}
         largest = None
         if budget is not None:
             largest = planner.largest_batch(predict, budget.bytes, grad_accum=config.train.grad_accum)
@@ -125,7 +130,7 @@ class BudgetHook:
         if "batch_size" in changes:
             proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
         budget = self._budget(proposed)
-        if budget is None or force or not proposed.budget.check or self.trainer is None:
+        if budget is None or force or not proposed.budget.check or self.trainer is None or self.meter is None:
             return None
         peak = self._predict(proposed)
         if peak <= budget.bytes:
