@@ -404,16 +404,25 @@ class DashboardApp(App[int]):
                                     self.send_controls))
 
     def estimate_config(self):
-        """What the estimator gets as ``config``: the RunConfig given, else RunStarted.config validated."""
-        if self.run_config is not None:
-            return self.run_config
-        raw = self.model.started.config if self.model.started else {}
-        try:
-            from engine.config import ConfigError, validate  # torch-free (pydantic)
+        """What the estimator gets as ``config``: the RunConfig given, else RunStarted.config validated.
 
-            return validate(raw, "RunStarted.config")
-        except (ImportError, ConfigError, TypeError, ValueError):
-            return raw  # an estimator that takes the dict still works
+        The device is pinned to the one the engine reported: with ``train.device = auto`` the estimate
+        would otherwise assume CUDA (context and workspaces) for a run that is training on the CPU.
+        """
+        config = self.run_config
+        if config is None:
+            raw = self.model.started.config if self.model.started else {}
+            try:
+                from engine.config import ConfigError, validate  # torch-free (pydantic)
+
+                config = validate(raw, "RunStarted.config")
+            except (ImportError, ConfigError, TypeError, ValueError):
+                return raw  # an estimator that takes the dict still works
+        device = self.model.started.device if self.model.started else None
+        if device in ("cpu", "cuda") and getattr(config, "train", None) is not None \
+                and config.train.device != device:
+            config = config.model_copy(update={"train": config.train.model_copy(update={"device": device})})
+        return config
 
     # -------------------------------------------------------------- toggles
     def _loss_plot(self):
