@@ -80,9 +80,9 @@ class EventsFile:
         return False
 
 
-def window(total_steps: int, start_frac: float, end_frac: float) -> tuple[int, int]:
-    """The steady window [lo, hi] in steps: after warm-up (≥ step 3), before the end's eval/checkpoint."""
-    lo = max(3, int(round(total_steps * start_frac)))
+def window(total_steps: int, start_frac: float, end_frac: float, min_start: int = 3) -> tuple[int, int]:
+    """The steady window [lo, hi] in steps: after warm-up (≥ ``min_start``), before the end's eval/checkpoint."""
+    lo = max(min_start, int(round(total_steps * start_frac)))
     hi = max(lo + 2, int(round(total_steps * end_frac)))
     return lo, hi
 
