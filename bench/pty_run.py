@@ -111,9 +111,13 @@ class PtyProcess:
             return sum(count for stamp, count in self.chunks if start <= stamp < end)
 
     def send(self, keys: bytes) -> float:
-        """Write ``keys`` to the terminal as if typed; returns time.time() of the write."""
+        """Write ``keys`` to the terminal as if typed; returns time.time() just before the write.
+
+        Stamped before, not after: the reader thread can see the answer before this thread runs again.
+        """
+        sent = time.time()
         os.write(self.master, keys)
-        return time.time()
+        return sent
 
     def close(self, timeout: float = 30.0) -> int | None:
         """Wait for the process (SIGKILL to its group after ``timeout``); return its exit code."""
