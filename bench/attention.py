@@ -30,7 +30,7 @@ import math
 import statistics
 import time
 
-from bench.common import Section, fmt_stats, interleave, ratios, smoke, stats, verdict
+from bench.common import Section, fmt_stats, interleave, ratios, smoke, verdict
 
 VARIANTS = ("math", "sdpa", "chunked", "seed")
 #: The reduced model both shapes use (text side minimal: it is not what the backend changes).

@@ -90,7 +90,7 @@ def measure(size: tuple[int, int], seconds: float, warmup: float, refresh: float
 
 def run(quick: bool = False) -> Section:
     """Measure and return the results section."""
-    seconds, warmup, repeats = (5.0, 3.0, 1) if smoke() else (12.0, 5.0, 1) if quick else (25.0, 6.0, 3)
+    seconds, warmup, repeats = (5.0, 3.0, 1) if smoke() else (9.0, 4.0, 1) if quick else (25.0, 6.0, 3)
     variants = [("120×40, default (plots and text 1 Hz)", (120, 40), None, False),
                 ("120×40, --refresh 2", (120, 40), 2.0, False),
                 ("120×40, --ansi", (120, 40), None, True),

@@ -81,7 +81,7 @@ def run(quick: bool = False) -> Section:
     import torch
 
     torch.set_num_threads(1)
-    steps, repeats, batch = (3, 1, 4) if smoke() else (15, 3, 16) if quick else (60, 5, 16)
+    steps, repeats, batch = (3, 1, 4) if smoke() else (12, 2, 16) if quick else (60, 5, 16)
     results = interleave({"plain": lambda: plain_loop(steps, batch), "engine": lambda: engine_loop(steps, batch)},
                          repeats)
     ratio = ratios(results["engine"], results["plain"])

@@ -23,13 +23,11 @@ import uuid
 from pathlib import Path
 
 from bench.common import ROOT, Section, fmt_stats, interleave, python, ratios, smoke, stats, verdict
+from bench.dash_probe import FRAME_MARK
 from bench.pty_run import PtyProcess, terminal_env
 from bench.run_events import EventsFile
 
 HOOKS = ROOT / "bench" / "hooks"
-#: The cursor move to row 40, the last row of a 120×40 screen: Textual paints its first frame top to bottom,
-#: so when this arrives the whole first screen (header, panels, footer row) is on the terminal.
-FRAME_MARK = b"\x1b[40;1H"
 GOAL_HELP_S = 1.0
 
 
@@ -93,8 +91,8 @@ def first_frame(in_process: bool, root: Path) -> dict:
 
 
 def run(quick: bool = False) -> Section:
-    """Suite entry: --help × 10 and 3 starts per mode (quick: 3 and 2; smoke: 1 and none)."""
-    help_repeats, starts = (1, 0) if smoke() else (3, 2) if quick else (10, 3)
+    """Suite entry: --help × 10 and 3 starts per mode (quick: 3 and 1; smoke: 1 and none)."""
+    help_repeats, starts = (1, 0) if smoke() else (3, 1) if quick else (10, 3)
     helps = help_times(help_repeats, with_torch=not smoke())
     lines = ["| command | wall s | CPU s |", "|---|---:|---:|"]
     for name, values in helps.items():

@@ -88,17 +88,30 @@ def test_pty_process_counts_bytes_and_sees_keys():
 def test_dashboard_overhead_table(monkeypatch):
     from bench import dashboard_overhead as dash
 
-    def fake(steps, rounds, presses):
-        row = lambda sps, kb: {"steps_per_s": sps, "kbps": kb, "ui_cpu": 20.0, "keys_ms": [50.0, 70.0]}  # noqa: E731
-        return {dash.VARIANTS[0]: [{"steps_per_s": 10.0}], dash.VARIANTS[1]: [row(9.95, 4.0)],
-                dash.VARIANTS[2]: [row(9.0, 4.5)]}
+    def runs(steps, rounds, presses, with_process_runs):
+        row = {"steps_per_s": 9.0, "kbps": 4.5, "ui_cpu": 60.0, "keys_ms": [50.0], "frames_ms": [20.0], "fps": 1.0}
+        return {dash.HEADLESS: [{"steps_per_s": 10.0}], dash.IN_PROCESS: [row]}
 
-    monkeypatch.setattr(dash, "measure", fake)
+    def slices(pairs, slice_s, warm_s, presses):
+        return {"bare": [10.0, 10.0], "viewer": [9.9, 10.0], "kbps": [4.0, 4.2], "ui_cpu": [5.0, 5.0],
+                "fps": [1.0, 1.0], "frames_ms": [20.0, 30.0], "keys_ms": [40.0]}
+
+    monkeypatch.setattr(dash, "measure", runs)
+    monkeypatch.setattr(dash, "measure_slices", slices)
     section = dash.run()
     assert isinstance(section, Section)
     text = "\n".join(section.verdicts)
-    assert "engine process ÷ headless steps/s: 0.995 — goal ≥ 0.99 met" in text
-    assert "--in-process ÷ headless steps/s: 0.9 — goal ≥ 0.95 MISSED" in text
+    assert "with ÷ without the dashboard (slices): 0.995 — goal ≥ 0.99 met" in text
+    assert "--in-process ÷ headless steps/s (runs): 0.9 — goal ≥ 0.95 MISSED" in text
+    assert "| slices of one run | engine + dashboard attached (process mode) | 9.95" in section.body
+
+
+def test_viewer_slice_rate():
+    from bench.viewer_slices import rate_between
+
+    steps = [(s, 100.0 + 0.25 * s) for s in range(100)]
+    assert rate_between(steps, 105.0, 110.0) == pytest.approx(4.0)
+    assert rate_between(steps, 200.0, 201.0) != rate_between(steps, 200.0, 201.0)  # NaN: no steps inside
 
 
 def test_startup_table(monkeypatch):
