@@ -16,7 +16,10 @@ line to print after the terminal is restored.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
+import time
 from functools import partial
 from typing import Callable
 
@@ -382,10 +385,28 @@ class DashboardApp(App[int]):
         self._leave(0, f"detached from {self._run_name()} at step {self.model.step}{why}; the engine keeps "
                        f"running. Re-attach: sensorlm-tui attach {where}")
 
+    def _exit_after_hangup(self, code: int, session=None) -> None:
+        """Make sure this process ends after a hang-up, even if Textual's shutdown does not.
+
+        Measured: a hang-up during start-up left the viewer blocked for good in Textual's shutdown, writing
+        escape codes into the writer queue of a terminal that no longer exists. A daemon watchdog ends the
+        process 5 s after the normal exit was asked for (after an in-process trainer has checkpointed and
+        stopped); when the normal exit works, the process is gone first and the watchdog with it.
+        """
+        def watchdog() -> None:
+            wait = getattr(session, "wait", None)
+            if wait is not None:
+                wait(300)  # the in-process trainer checkpoints before we may go
+            time.sleep(5.0)
+            os._exit(code)
+
+        threading.Thread(target=watchdog, name="hangup-watchdog", daemon=True).start()
+
     def _on_hangup(self) -> None:
         # The terminal is gone: nothing can be drawn or asked; detach (a process-mode engine keeps training).
         if self.detachable or self._pump.session is None:
             self.detach("terminal hung up")
+            self._exit_after_hangup(0)
             return
         # In-process the trainer dies with this process: ask it to checkpoint and stop, with the reason the run's
         # log will carry; the session worker then waits for it when it closes the session (InProcessSession.close).
@@ -394,6 +415,7 @@ class DashboardApp(App[int]):
         if stop is not None:
             stop(timeout=0, reason=reason)
         self._leave(130, f"{self._run_name()}: {reason}")
+        self._exit_after_hangup(130, self._pump.session)
 
     def action_tune(self) -> None:
         """t: the tune modal."""
