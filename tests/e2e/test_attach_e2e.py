@@ -31,13 +31,6 @@ def _shown_step(text: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-@pytest.fixture
-def tmux(tmp_path: Path):
-    server = Tmux(tmp_path)
-    yield server
-    server.close()
-
-
 def _only_run(tmp_path: Path) -> Path:
     runs = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 1, runs

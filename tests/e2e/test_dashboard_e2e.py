@@ -25,13 +25,6 @@ def _step(text: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-@pytest.fixture
-def tmux(tmp_path: Path):
-    server = Tmux(tmp_path)
-    yield server
-    server.close()
-
-
 def test_demo_pause_resume_checkpoint_abort(tmp_path: Path, tmux: Tmux) -> None:
     # The demo preset as a newcomer runs it; fewer val windows and one thread keep the test short on 2 cores.
     tmux.start("demo", sensorlm("train", "--preset", "demo", "--threads", "1", "--set", "data.val_samples=16",
