@@ -28,7 +28,6 @@ in-process ≥ 0.95, < 10 KB/s at the default refresh.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import tempfile
@@ -37,7 +36,7 @@ import uuid
 from pathlib import Path
 
 from bench import viewer_slices
-from bench.common import ROOT, Section, fmt_stats, interleave, ratios, smoke, stats, verdict
+from bench.common import ROOT, Section, fmt_stats, interleave, ratios, smoke, stats, verdict, standalone
 from bench.dash_probe import cpu_seconds, frames_between, key_latencies, probe_env, train_argv
 from bench.pty_run import PtyProcess, terminal_env
 from bench.run_events import EventsFile, steps_per_s, window
@@ -123,14 +122,14 @@ def _cells(steps: list[float], ratio: list[float] | None, kbps, cpu, fps, frames
 
 
 def run(quick: bool = False) -> Section:
-    """Suite entry. Slices: full 6 pairs × 20 s, quick 3 × 8 s. Runs: full 200 steps × 3 rounds with all three
+    """Suite entry. Slices: full 6 pairs × 20 s, quick 3 × 8 s. Runs: full 150 steps × 3 rounds with all three
     variants, quick 50 steps × 1 round without the process-mode runs (the slices measure that mode)."""
     if smoke():
         runs_cfg, slices_cfg, with_process = (24, 1, 1), (1, 4.0, 2.0, 1), False
     elif quick:
         runs_cfg, slices_cfg, with_process = (50, 1, 2), (3, 8.0, 3.0, 1), False
     else:
-        runs_cfg, slices_cfg, with_process = (200, 3, 4), (6, 20.0, 5.0, 2), True
+        runs_cfg, slices_cfg, with_process = (150, 3, 4), (6, 20.0, 5.0, 2), True
     slices = measure_slices(*slices_cfg)
     results = measure(*runs_cfg, with_process_runs=with_process)
     header = ["| measured as | variant | steps/s | ÷ without UI | terminal KB/s | dashboard process CPU % | "
@@ -179,11 +178,7 @@ def run(quick: bool = False) -> Section:
 
 def main() -> None:
     """Command line: print the section."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    section = run(quick=parser.parse_args().quick)
-    print(section.body)
-    print("\n".join(section.verdicts))
+    standalone(run, __doc__)
 
 
 if __name__ == "__main__":
