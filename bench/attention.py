@@ -24,13 +24,12 @@ the same truth the memory-accuracy section uses; not a trace.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import statistics
 import time
 
-from bench.common import Section, fmt_stats, interleave, ratios, smoke, verdict
+from bench.common import Section, fmt_stats, interleave, ratios, smoke, standalone, verdict
 
 VARIANTS = ("math", "sdpa", "chunked", "seed")
 #: The reduced model both shapes use (text side minimal: it is not what the backend changes).
@@ -199,11 +198,7 @@ def run(quick: bool = False) -> Section:
 
 def main() -> None:
     """Command line: print the section."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    section = run(quick=parser.parse_args().quick)
-    print(section.body)
-    print("\n".join(section.verdicts))
+    standalone(run, __doc__)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ claims rest on the ratios.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -108,3 +109,12 @@ def smoke() -> bool:
 def python() -> str:
     """The interpreter to run sub-benchmarks with."""
     return sys.executable
+
+
+def standalone(run: Callable[..., Section], doc: str) -> None:
+    """`python -m bench.<name> [--quick]`: run one benchmark module and print its section."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    section = run(quick=parser.parse_args().quick)
+    print(section.body)
+    print("\n".join(section.verdicts))

@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 
 from bench import viewer_slices
-from bench.common import ROOT, Section, fmt_stats, interleave, ratios, smoke, stats, verdict, standalone
+from bench.common import ROOT, Section, fmt_stats, interleave, ratios, smoke, standalone, stats, verdict
 from bench.dash_probe import cpu_seconds, frames_between, key_latencies, probe_env, train_argv
 from bench.pty_run import PtyProcess, terminal_env
 from bench.run_events import EventsFile, steps_per_s, window

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import ROOT, Section, fmt_stats, interleave, python, ratios, smoke, stats, verdict
+from bench.common import ROOT, Section, fmt_stats, interleave, python, ratios, smoke, standalone, stats, verdict
 from bench.dash_probe import FRAME_MARK
 from bench.pty_run import PtyProcess, terminal_env
 from bench.run_events import EventsFile
@@ -127,11 +126,7 @@ def run(quick: bool = False) -> Section:
 
 def main() -> None:
     """Command line: print the section."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    section = run(quick=parser.parse_args().quick)
-    print(section.body)
-    print("\n".join(section.verdicts))
+    standalone(run, __doc__)
 
 
 if __name__ == "__main__":
