@@ -393,6 +393,9 @@ class DashboardApp(App[int]):
         process 5 s after the normal exit was asked for (after an in-process trainer has checkpointed and
         stopped); when the normal exit works, the process is gone first and the watchdog with it.
         """
+        if self.is_headless:  # under App.run_test (tests): never end the test runner's process
+            return
+
         def watchdog() -> None:
             wait = getattr(session, "wait", None)
             if wait is not None:
