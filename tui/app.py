@@ -151,6 +151,15 @@ class DashboardApp(App[int]):
         """True once the worker has closed the session."""
         return self._pump.closed.is_set()
 
+    def wait_closed(self, timeout: float) -> bool:
+        """Block until the worker has closed the session (it does so after its current poll, ≤ batch_s / 2,
+        plus whatever the session's own close costs); True if it did within ``timeout`` seconds.
+
+        Textual returns from ``run`` without joining thread workers, so whoever prints the final summary
+        waits here first: the line then describes a session that is really closed.
+        """
+        return self._pump.closed.wait(timeout)
+
     def _leave(self, code: int, summary: str, error: bool = False) -> None:
         self.summary, self.summary_is_error = summary, error
         self._pump.stop.set()

@@ -18,6 +18,9 @@ from engine.session import Session
 
 #: Exit code for bad dashboard options (--theme, --refresh), as everywhere in the CLI.
 EXIT_BAD_INPUT = 2
+#: Seconds to wait after the app exits for the worker to close the session before printing the summary
+#: (the interpreter still joins the worker at exit; this only orders the summary after the close).
+CLOSE_WAIT_S = 30.0
 
 
 def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None = None,
@@ -47,6 +50,7 @@ def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None =
     app = (app_class or DashboardApp)(session_factory, estimator=estimator, theme=theme, refresh=refresh,
                                       read_only=read_only, ansi=ansi, in_process=in_process, config=config)
     app.run()
+    app.wait_closed(CLOSE_WAIT_S)  # an in-process engine's close joins its trainer thread
     # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.
     code = app.return_code if app.return_code is not None else 0
     if app.summary:

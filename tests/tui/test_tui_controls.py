@@ -49,7 +49,7 @@ async def test_abort_graceful_exits_once_stopped_with_checkpoint_and_resume_comm
     assert app.summary == ("demo-run: aborted at step 300 · best PSNR 24.91 dB @ 300 · "
                            "checkpoint runs/scripted/checkpoints/last.safetensors · "
                            "resume: sensorlm-tui train --resume runs/scripted")
-    assert session.closed.is_set()
+    assert app.wait_closed(5) and session.closed.is_set()
 
 
 @pilot_test
@@ -94,7 +94,7 @@ async def test_quit_while_running_offers_detach_in_process_mode():
     assert app.return_code == 0
     assert app.summary == ("detached from demo-run at step 300; the engine keeps running. "
                            "Re-attach: sensorlm-tui attach runs/demo-run")
-    assert session.closed.is_set()
+    assert app.wait_closed(5) and session.closed.is_set()
 
 
 @pilot_test
