@@ -20,6 +20,7 @@ from bench.common import ROOT, Section, machine
 MODULES = [
     "bench.engine_overhead",
     "bench.sensorlm_throughput",
+    "bench.demo_learning",
     "bench.dashboard_overhead",
     "bench.plot_render",
     "bench.dashboard_bytes",

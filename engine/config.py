@@ -77,8 +77,12 @@ class ModelConfig(_Section):
     w_caption: float = Field(1.0, ge=0, le=1000, description="Weight of the captioning cross-entropy.")
     w_recon: float = Field(1.0, ge=0, le=1000, description="Weight of the masked-patch reconstruction MSE.")
     contrastive_encoder_grad: float = Field(
-        0.0, ge=0, le=1, description="Scale of the contrastive gradient reaching the sensor encoder "
-        "(0: only the pooler and projections learn from it; 1: end-to-end).")
+        1.0, ge=0, le=1, description="Scale of the contrastive gradient reaching the sensor encoder "
+        "(1: end-to-end, as CoCa; 0: only the pooler and projections learn from it, as LiT's locked tower).")
+    text_view: Literal["clean", "masked"] = Field(
+        "clean", description="What the contrastive and caption heads read: clean (a second, unmasked encoder "
+        "pass: one more encoder forward and backward, and its activations) or masked (the reconstruction "
+        "pass's tokens: cheaper, but retrieval did not learn on demo with it).")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

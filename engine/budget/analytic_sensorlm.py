@@ -21,6 +21,12 @@ Stages in forward order (backward runs them in reverse; what each keeps):
 - ``encoder norm``: its input, mean/rstd, and the output the three heads keep
   (fp32: one tensor shared; autocast: one lp copy per consuming Linear).
 - ``recon head``: nothing new; its B·T·C output lives until the loss returns.
+- with ``model.text_view = "clean"`` the three encoder stages come twice: first the masked pass
+  (tagged ``(masked pass)``; its output kept by the recon head only), then, after the recon head,
+  the unmasked pass that the pool and memory read. The clean pass's backward runs first (autograd
+  goes by creation order), so it allocates the encoder's parameter gradients; the masked pass's
+  backward then makes each one as a transient before adding it in, and the recon head's input
+  gradient is pending for the masked pass's norm.
 - ``pool``: kv of the tokens (2·lp·BPD) and a few (B, D) tensors; with
   0 < contrastive_encoder_grad < 1 also grad_scale's copy of the tokens.
 - ``text encoder``: text blocks (masked SDPA) and the masked mean's weights.
@@ -75,7 +81,9 @@ class Shape:
     E: int
     dropout: bool = False
     #: model.contrastive_encoder_grad: 0 detaches the pool's input, ≥ 1 passes it, between makes a copy.
-    pool_grad: float = 0.0
+    pool_grad: float = 1.0
+    #: model.text_view == "clean": a second, unmasked encoder pass feeds the pool and the memory.
+    clean_view: bool = True
 
     @property
     def P(self) -> int:
@@ -94,7 +102,8 @@ class Shape:
                    H=m.heads, F=int(m.dim * m.mlp_ratio), Dt=m.text_dim, text_depth=m.text_depth,
                    dec_depth=m.decoder_depth, Ht=m.text_heads, Ft=int(m.text_dim * m.mlp_ratio),
                    L=m.max_caption_tokens, V=m.vocab_size, E=m.embed_dim, dropout=m.dropout > 0,
-                   pool_grad=float(getattr(m, "contrastive_encoder_grad", 1.0)))
+                   pool_grad=float(getattr(m, "contrastive_encoder_grad", 1.0)),
+                   clean_view=getattr(m, "text_view", "clean") == "clean")
 
 
 def param_tensors(s: Shape) -> dict[str, list[int]]:
@@ -163,41 +172,60 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     g = {k: F32 * sum(v) for k, v in groups.items()}
     cast_w = (lambda k: lp * sum(groups[k])) if n.autocast else (lambda k: 0)  # bf16 weight-grad before fp32
 
-    out: list[Stage] = []
-    out.append(Stage(
-        "sensor input", saved={"activations: sensor encoder": (lp if n.autocast else R) * btc},
-        grads=g["sensor input"],
-        fwd_extra=2 * lp * u + R * u + R * P * D,           # patch_embed out, where out, h + pos, pos
-        bwd_extra=2 * R * u + R * P * D + cast_w("sensor input"),  # where grads (h, mask token), pos grad
-        grad_in=R * u))
-
     blk = _block(s, n, B, P, D, s.F, s.H, backend, chunk)
     per_block_params = F32 * sum(blocks.params(D, s.F))
     rng = 0 if n.cuda else CPU_RNG_STATE
     chunk_rng = rng * (-(-P // chunk) if P > chunk else 1) if backend == "chunked" else 0  # one per chunk
     full = blocks.saved(blk) + chunk_rng
     nn_saved = blk.softmax_bytes * blk.nn if backend == "math" else 0
-    for i in range(s.depth):
-        if checkpointing:
-            # Only the block's input survives the forward; its backward first recomputes the whole block.
-            saved = {"activations: sensor encoder": R * u + rng}
-            bwd = full - R * u + max(blocks.forward_extra(blk), blocks.backward_extra(blk))
-            fwd = full - R * u + blocks.forward_extra(blk)
-        else:
-            saved = {"activations: sensor encoder": full - nn_saved}
-            if nn_saved:
-                saved["attention N×N: sensor encoder"] = nn_saved
-            bwd = blocks.backward_extra(blk)
-            fwd = blocks.forward_extra(blk)
-        out.append(Stage(f"encoder block {i}", saved=saved, grads=per_block_params, fwd_extra=fwd,
-                         bwd_extra=bwd + (lp * per_block_params // F32 if n.autocast else 0), grad_in=R * u))
 
-    heads_copies = 3 * lp * u if n.autocast else R * u  # the encoder output as the three heads keep it
-    out.append(Stage("encoder norm",
-                     saved={"activations: sensor encoder": R * u + 8 * B * P + heads_copies},
-                     grads=g["encoder norm"], fwd_extra=R * u, bwd_extra=R * u))
-    out.append(Stage("recon head", saved={}, grads=g["recon head"], fwd_extra=lp * btc,
-                     bwd_extra=lp * u + 2 * R * u + cast_w("recon head")))  # its input grad, cast, accumulate
+    def encoder_pass(tag: str, heads: int, first_grads: bool) -> list[Stage]:
+        """One pass of the sensor encoder whose output ``heads`` Linear layers read.
+
+        ``first_grads``: this pass's backward runs first and allocates the encoder's parameter
+        gradients; the other pass's backward makes each block's gradient as a transient and adds it in.
+        """
+        group = f"activations: sensor encoder{tag}"
+        grads = (lambda k: k) if first_grads else (lambda k: 0)
+        again = (lambda k: 0) if first_grads else (lambda k: k)
+        stages_: list[Stage] = [Stage(
+            f"sensor input{tag}", saved={group: (lp if n.autocast else R) * btc},
+            grads=grads(g["sensor input"]),
+            fwd_extra=2 * lp * u + R * u + R * P * D,           # patch_embed out, where out, h + pos, pos
+            bwd_extra=2 * R * u + R * P * D + cast_w("sensor input") + again(g["sensor input"]),
+            grad_in=R * u)]
+        for i in range(s.depth):
+            if checkpointing:
+                # Only the block's input survives the forward; its backward first recomputes the whole block.
+                saved = {group: R * u + rng}
+                bwd = full - R * u + max(blocks.forward_extra(blk), blocks.backward_extra(blk))
+                fwd = full - R * u + blocks.forward_extra(blk)
+            else:
+                saved = {group: full - nn_saved}
+                if nn_saved:
+                    saved[f"attention N×N: sensor encoder{tag}"] = nn_saved
+                bwd = blocks.backward_extra(blk)
+                fwd = blocks.forward_extra(blk)
+            stages_.append(Stage(f"encoder block {i}{tag}", saved=saved, grads=grads(per_block_params),
+                                 fwd_extra=fwd, grad_in=R * u,
+                                 bwd_extra=bwd + (lp * per_block_params // F32 if n.autocast else 0)
+                                 + again(per_block_params)))
+        copies = heads * lp * u if n.autocast else R * u  # the output as its heads keep it (fp32: one tensor)
+        stages_.append(Stage(f"encoder norm{tag}", saved={group: R * u + 8 * B * P + copies},
+                             grads=grads(g["encoder norm"]), fwd_extra=R * u,
+                             bwd_extra=R * u + again(g["encoder norm"])))
+        return stages_
+
+    recon_head = Stage("recon head", saved={}, grads=g["recon head"], fwd_extra=lp * btc,
+                       bwd_extra=lp * u + 2 * R * u + cast_w("recon head"))  # its input grad, cast, accumulate
+    out: list[Stage] = []
+    if s.clean_view:
+        # model.forward: the masked pass and the recon head, then the clean pass for pool and memory.
+        # Backward visits the clean pass first (created later), so it allocates the encoder's gradients.
+        out += encoder_pass(" (masked pass)", 1, first_grads=False) + [recon_head]
+        out += encoder_pass("", 2, first_grads=True)
+    else:
+        out += encoder_pass("", 3, first_grads=True) + [recon_head]
     small = 10 * R * B * max(D, s.E) + 4 * B * s.H
     # 0 < contrastive_encoder_grad < 1: grad_scale's x.detach() + α·(x − x.detach()) is a new fp32 tensor
     # the pool keeps (its kv Linear's input; under autocast the lp copy is already counted), two more
@@ -265,4 +293,6 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     pending = [Pending("loss", "recon head", lp * btc),
                Pending("decoder", "memory", lp * um),
                Pending("memory", "encoder norm", R * u)]
+    if s.clean_view:  # the recon head's input gradient, for the masked pass's norm
+        pending.append(Pending("recon head", "encoder norm (masked pass)", R * u))
     return out, pending

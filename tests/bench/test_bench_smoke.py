@@ -124,3 +124,12 @@ def test_startup_table(monkeypatch):
     monkeypatch.setenv("BENCH_SMOKE", "0")
     section = startup.run(quick=True)
     assert "first frame ÷ torch import done (engine process): 0.4× (worst) — goal ≤ 1× (worst) met" in section.verdicts
+
+
+def test_demo_learning_reads_the_runs_evals_back():
+    from bench import demo_learning
+
+    section = demo_learning.run(quick=True)  # smoke: 2 real training steps of the demo, seed 0
+    rows = [line for line in section.body.splitlines() if line.startswith("| 0 |")]
+    assert len(rows) == 1 and "| 2 |" in rows[0], section.body  # the last eval is at step 2
+    assert len(section.verdicts) == 3 and all("goal" in v for v in section.verdicts), section.verdicts

@@ -11,6 +11,7 @@ L = model.max_caption_tokens, V = model.vocab_size, E = model.embed_dim, H heads
         ├─ recon_head Linear(D → pt·pc)                            masked-patch reconstruction
         ├─ grad_scale → pool (1 learned query, cross-attention) → sensor_proj Linear(D → E)  contrastive
         └─ memory Linear(D → Dt) → (B, P, Dt)                       keys/values for the caption decoder
+      (text_view="clean": pool and memory read a second encoder pass of the unmasked x instead)
     tokens (B, L) ─ tok_embed (V·Dt, shared with the decoder, tied to the LM head) + text_pos
         ├─ text_depth × Block, bidirectional with a key-padding mask; mean over real tokens;
         │  text_norm → text_proj Linear(Dt → E)                                              contrastive
@@ -21,10 +22,13 @@ L = model.max_caption_tokens, V = model.vocab_size, E = model.embed_dim, H heads
 Design choices and what they cost:
 
 * Masking uses a mask token (SimMIM-style), not dropping (MAE-style): every encoder block sees all
-  P tokens whatever ``mask_ratio`` is, so activation memory is a function of P alone and one encoder
-  pass serves all three objectives (the contrastive and captioning heads see the masked input, a
-  mild augmentation). Dropping would save (mask_ratio)·P tokens of compute but make the budget
-  depend on the ratio and need a second, unmasked pass for the text objectives.
+  P tokens whatever ``mask_ratio`` is, so activation memory is a function of P alone. Dropping
+  would save (mask_ratio)·P tokens of compute but make the budget depend on the ratio.
+* ``text_view="clean"`` (default) runs the encoder twice per step: masked for reconstruction, unmasked
+  for the pooler and the decoder's memory (as SLIP gives its two objectives separate views). It
+  costs one more encoder forward and backward and a second set of encoder activations (the budget
+  counts both). ``"masked"`` shares the reconstruction pass: the text objectives then see half the
+  day blanked, and on ``demo`` retrieval stopped learning (below).
 * The text encoder is bidirectional (captions are whole sentences known in advance; the
   contrastive embedding gets context from both sides); the decoder is causal.
 * Only the sensor encoder's self-attention follows ``attn_backend``/``attn_chunk``: it is the
@@ -32,21 +36,28 @@ Design choices and what they cost:
   the 1-query pooler and the decoder's cross-attention (L × P scores) always use SDPA.
 * Dropout (``model.dropout``) sits on the residual branches only, so the backends agree exactly.
 * The contrastive gradient reaches the sensor encoder scaled by ``model.contrastive_encoder_grad``
-  (default 0, as LiT's locked tower): the encoder learns from reconstruction and captioning, whose
-  cross-attention makes it carry what captions state, and the contrastive loss trains the pooler
-  and the projections on top. Measured on ``demo`` (batch 16, hand loop, constant lr 2e-3): with
-  1.0 masked-patch PSNR stayed at ~15.1 dB for 200 steps, with 0.1 it reached ~15.4 dB at step
-  100, with 0 ~16.3 dB at step 100; retrieval within a batch stayed near chance (1/16) in all
-  three within 300 steps. Set 1.0 for end-to-end CoCa training at scale.
-  Re-measured with the Trainer (``demo``, cosine lr 2e-3, 300 steps, train.seed 0, 64 val windows
-  in batches of 16, chance 0.0625), retrieval top-1 / PSNR at step 300: default 0.094 / 17.1 dB
-  (contrastive val loss 2.768 ≈ ln 16); contrastive_encoder_grad 0.3: 0.031 / 15.6; 1.0: 0.125 /
-  15.4; 1.0 with w_recon 3: 0.031 / 16.3; fixed logit scale 50: 0.094 / 17.0; 5× lr on the
-  pooler, projections and scale: 0.078 / 17.1; max-pooling both towers: 0.078 / 17.0; text tower
-  on the first sentence only: 0.094 / 17.1. Scoring captions by decoder log-likelihood instead
-  (CoCa generative retrieval, column-centred) gave 0.078 on the default model: the decoder's 0.62
-  token accuracy is the captions' language prior, so no variant has learned the sensor-caption
-  association within 300 steps; retrieval does not beat chance on ``demo`` at that length.
+  (default 1, end-to-end as CoCa; 0 locks the encoder for it, as LiT, and only the pooler and the
+  projections learn from it).
+
+What made ``demo`` learn retrieval within 300 steps (Trainer, batch 16, cosine lr, train.seed 0, 64
+validation windows in batches of 16, chance 0.0625; ``python -m bench --only demo_learning`` re-runs
+the chosen preset). With the earlier preset — 60×4 patches (192 tokens), lr 2e-3, masked text view,
+contrastive_encoder_grad 0 — retrieval stayed at chance for ten variants (top-1 0.03-0.125; PSNR
+15.4-17.1 dB; token accuracy 0.62, the captions' language prior: decoder-likelihood retrieval was at
+chance too). Isolating the towers with a hand loop, contrastive loss only, 300 steps:
+
+    hourly channel means + MLP  ↔ bag-of-words MLP          0.45   (the data is learnable)
+    ViT, 60×4 patches            ↔ bag-of-words MLP          0.09   shared patch projection across
+    ViT, 60×4 patches, per-group patch projection ↔ BoW      0.22   channel groups hides which channel
+    ViT, 60×32 patches (24 tokens), unmasked ↔ BoW           0.34   a reading came from
+    ViT, 60×32, unmasked ↔ text encoder, lr 2e-3 / 1e-3 / 5e-4   0.05 / 0.23 / 0.41   both towers
+                                                              random: lr 2e-3 never gets started
+    ViT, 60×32, masked (ratio 0.5 / 0.25) ↔ BoW               0.13 / 0.14
+
+and the whole model (three losses, lr 5e-4, 60×32 patches): masked view 0.17, clean view 0.45 (token
+accuracy 0.33; lr 1e-3 gave 0.16 and 0.52). So ``demo`` uses hour-long patches over all channels and
+lr 5e-4, with the clean view; the larger presets keep small 2-D patches (they train for thousands of
+steps, where a per-patch projection has time to learn channel identity from ``pos_chan``).
 
 Tensors saved for backward per sensor-encoder Block (fp32 → 4 bytes per element; M = mlp_ratio;
 measured with ``torch.autograd.graph.saved_tensors_hooks`` on torch 2.13 CPU, each storage counted
@@ -88,6 +99,8 @@ from torch.utils.checkpoint import checkpoint
 
 #: Attention backends of the sensor encoder.
 BACKENDS = ("sdpa", "math", "chunked")
+#: What the contrastive and caption heads read (model.text_view).
+TEXT_VIEWS = ("clean", "masked")
 
 
 def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -287,7 +300,8 @@ class SensorLM(nn.Module):
                  heads: int, mlp_ratio: float, text_dim: int, text_depth: int, decoder_depth: int, text_heads: int,
                  max_caption_tokens: int, vocab_size: int, embed_dim: int, dropout: float = 0.0,
                  attn_backend: str = "sdpa", attn_chunk: int = 256, activation_checkpointing: bool = False,
-                 contrastive: str = "infonce", contrastive_encoder_grad: float = 0.0) -> None:
+                 contrastive: str = "infonce", contrastive_encoder_grad: float = 1.0,
+                 text_view: str = "clean") -> None:
         super().__init__()
         if attn_backend not in BACKENDS:
             raise ValueError(f"attn_backend={attn_backend!r}: allowed {', '.join(BACKENDS)}")
@@ -307,6 +321,9 @@ class SensorLM(nn.Module):
         self.dec_norm = nn.LayerNorm(text_dim)
         # Contrastive temperature (and SigLIP's bias); both exist for either loss so checkpoints keep one shape.
         self.contrastive_encoder_grad = float(contrastive_encoder_grad)
+        if text_view not in TEXT_VIEWS:
+            raise ValueError(f"text_view={text_view!r}: allowed {', '.join(TEXT_VIEWS)}")
+        self.text_view = text_view
         siglip = contrastive == "siglip"
         self.logit_scale = nn.Parameter(torch.tensor(math.log(10.0) if siglip else math.log(1 / 0.07)))
         self.logit_bias = nn.Parameter(torch.tensor(-10.0 if siglip else 0.0))
@@ -362,13 +379,19 @@ class SensorLM(nn.Module):
         return F.linear(self.dec_norm(h), self.tok_embed.weight)
 
     def forward(self, x: torch.Tensor, patch_mask: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every head: recon (B,P,pt·pc), sensor_emb and text_emb (B,E), logits (B,L-1,V)."""
-        tokens_out = self.encoder(x, patch_mask)
+        """Every head: recon (B,P,pt·pc), sensor_emb and text_emb (B,E), logits (B,L-1,V).
+
+        ``text_view="clean"`` encodes ``x`` twice: masked for the reconstruction head, unmasked for the
+        pooler and the caption decoder's memory (the weights are shared; their gradients add up).
+        """
+        masked = self.encoder(x, patch_mask)
+        recon = self.recon_head(masked)
+        seen = self.encoder(x, None) if self.text_view == "clean" else masked
         return {
-            "recon": self.recon_head(tokens_out),
-            "sensor_emb": self.sensor_proj(self.pool(grad_scale(tokens_out, self.contrastive_encoder_grad))),
+            "recon": recon,
+            "sensor_emb": self.sensor_proj(self.pool(grad_scale(seen, self.contrastive_encoder_grad))),
             "text_emb": self.encode_text(tokens),
-            "logits": self.decode(tokens[:, :-1], self.memory(tokens_out)),
+            "logits": self.decode(tokens[:, :-1], self.memory(seen)),
         }
 
 
@@ -381,4 +404,5 @@ def build(config, channels: int, minutes: int) -> SensorLM:
                     max_caption_tokens=m.max_caption_tokens, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
                     dropout=m.dropout, attn_backend=m.attn_backend, attn_chunk=m.attn_chunk,
                     activation_checkpointing=m.activation_checkpointing,
-                    contrastive=m.contrastive, contrastive_encoder_grad=m.contrastive_encoder_grad)
+                    contrastive=m.contrastive, contrastive_encoder_grad=m.contrastive_encoder_grad,
+                    text_view=m.text_view)

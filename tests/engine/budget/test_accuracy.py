@@ -29,6 +29,9 @@ CASES = {
     "grad accum": {"train": {"batch_size": 6, "grad_accum": 2}},
     "dropout": {"model": {"dropout": 0.1}},
     "pool grad 0.5": {"model": {"contrastive_encoder_grad": 0.5}, "train": {"batch_size": 4}},
+    "pool grad 0": {"model": {"contrastive_encoder_grad": 0.0}, "train": {"batch_size": 4}},
+    "masked view": {"model": {"text_view": "masked"}, "train": {"batch_size": 4}},
+    "masked view ckpt": {"model": {"text_view": "masked", "activation_checkpointing": True}},
 }
 TOY = {"toy b64": {"train": {"batch_size": 64}}, "toy accum": {"train": {"batch_size": 50, "grad_accum": 4}}}
 

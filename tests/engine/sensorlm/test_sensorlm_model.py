@@ -149,3 +149,33 @@ def test_centred_contrastive_loss_is_shift_invariant():
     torch.testing.assert_close(a, b)
     matched, _ = contrastive_loss(s, s, scale, bias)
     assert matched < a
+
+
+@pytest.mark.parametrize("view", ["clean", "masked"])
+def test_text_view_decides_whether_the_text_heads_see_the_mask(view: str) -> None:
+    model = _small(text_view=view).eval()
+    x, mask, tokens = _inputs()
+    with torch.no_grad():
+        a = model(x, mask, tokens)
+        b = model(x, ~mask, tokens)  # a different mask, same signals
+    assert not torch.allclose(a["recon"], b["recon"])  # reconstruction always reads the masked pass
+    same = torch.allclose(a["sensor_emb"], b["sensor_emb"]) and torch.allclose(a["logits"], b["logits"])
+    assert same == (view == "clean")
+
+
+def test_clean_view_trains_the_encoder_from_both_passes() -> None:
+    model = _small(text_view="clean")
+    x, mask, tokens = _inputs()
+    out = model(x, mask, tokens)
+    out["recon"].pow(2).mean().backward()
+    from_recon = model.encoder.patch_embed.weight.grad.clone()
+    model.zero_grad()
+    out = model(x, mask, tokens)
+    (out["recon"].pow(2).mean() + out["sensor_emb"].pow(2).mean()).backward()
+    assert model.encoder.patch_embed.weight.grad is not None
+    assert not torch.allclose(model.encoder.patch_embed.weight.grad, from_recon)  # the clean pass added to it
+
+
+def test_unknown_text_view_is_refused() -> None:
+    with pytest.raises(ValueError, match="text_view"):
+        _small(text_view="both")
