@@ -4,7 +4,7 @@ Two shapes of the SensorLM task, width and depth reduced so that the math
 backend's N×N tensors fit a 2-core CPU box in seconds (stated in the table):
 
 - the seed's: 1440 min × 34 channels in 10 × 2 patches = 2448 tokens;
-- a short sequence: the ``demo`` input, 1440 × 32 in 60 × 4 patches = 192 tokens.
+- a short sequence: 1440 × 32 in 60 × 4 patches = 192 tokens (the first ``demo`` shape).
 
 Variants: ``sdpa`` (fused), ``math`` (softmax(QKᵀ)V spelt out; the
 baseline of every ratio), ``chunked`` (query chunks, each under a checkpoint:

@@ -2,7 +2,10 @@
 
 (a) a minimal hand-written loop: make_batch → forward → backward → clip → AdamW step, nothing else (the
     same optimizer groups and gradient clipping the config asks of the Trainer: the algorithm, not overhead);
-(b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off.
+(b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off;
+(c) the same with ``train.prefetch = false``: every batch built inline, as the plain loop does, so
+    (b)/(c) is what building the next batch on a background thread buys (1 torch thread, so the
+    prefetch thread has the second core).
 Steps/s is timed between the end of the first and the end of the last step of each run, so set-up,
 the step-0 baseline eval and the checkpoints at both ends are outside the window in both variants.
 Goal: ratio (b)/(a) ≥ 0.98.
@@ -20,10 +23,11 @@ from bench.common import Section, fmt_stats, interleave, ratios, smoke, stats, v
 PRESET = "demo"
 
 
-def _config(steps: int, batch: int):
+def _config(steps: int, batch: int, prefetch: bool = True):
     from engine import config as cfg
 
-    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "eval_every": 0, "batch_size": batch},
+    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "eval_every": 0, "batch_size": batch,
+                                                        "prefetch": prefetch},
                                               "checkpoint": {"every_steps": 0}})
 
 
@@ -55,13 +59,13 @@ def plain_loop(steps: int, batch: int) -> float:
     return (len(marks) - 1) / (marks[-1] - marks[0])
 
 
-def engine_loop(steps: int, batch: int) -> float:
+def engine_loop(steps: int, batch: int, prefetch: bool = True) -> float:
     """Steps/s of the Trainer with its default sinks (events.jsonl and console) attached."""
     from engine.control import Controls
     from engine.loop import Trainer
     from engine.sinks import ConsoleSink, EventBus, JsonlSink
 
-    config = _config(steps, batch)
+    config = _config(steps, batch, prefetch)
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
         marks = []
         jsonl = JsonlSink(Path(tmp) / "events.jsonl")
@@ -82,19 +86,23 @@ def run(quick: bool = False) -> Section:
 
     torch.set_num_threads(1)
     steps, repeats, batch = (3, 1, 4) if smoke() else (12, 2, 16) if quick else (60, 5, 16)
-    results = interleave({"plain": lambda: plain_loop(steps, batch), "engine": lambda: engine_loop(steps, batch)},
-                         repeats)
+    results = interleave({"plain": lambda: plain_loop(steps, batch), "engine": lambda: engine_loop(steps, batch),
+                          "inline": lambda: engine_loop(steps, batch, prefetch=False)}, repeats)
     ratio = ratios(results["engine"], results["plain"])
+    gain = ratios(results["engine"], results["inline"])
     body = "\n".join([
         f"SensorLM `{PRESET}` preset, batch {batch}, {steps} steps per run, {repeats} interleaved rounds, "
         "1 torch thread, CPU.", "",
         "| variant | steps/s |", "|---|---|",
         f"| plain PyTorch loop | {fmt_stats(results['plain'], '.2f')} |",
         f"| engine (Trainer, default logging) | {fmt_stats(results['engine'], '.2f')} |",
+        f"| engine, `train.prefetch = false` | {fmt_stats(results['inline'], '.2f')} |",
         f"| **ratio engine / plain** | **{fmt_stats(ratio)}** |",
+        f"| **ratio prefetch on / off** | **{fmt_stats(gain)}** |",
     ])
     return Section("Engine overhead vs plain PyTorch", f"python -m bench --only engine_overhead{' --quick' if quick else ''}",
-                   body, [verdict("engine/plain steps/s", stats(ratio)[1], 0.98)])
+                   body, [verdict("engine/plain steps/s", stats(ratio)[1], 0.98),
+                          verdict("engine: prefetch on ÷ off steps/s", stats(gain)[1], 1.0)])
 
 
 if __name__ == "__main__":

@@ -139,6 +139,8 @@ class TrainConfig(_Section):
     nan_patience: int = Field(5, ge=1, description="Consecutive non-finite steps tolerated (each is skipped).")
     rollback_lr_factor: float = Field(0.5, gt=0, le=1, description="LR multiplier applied on a NaN rollback.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks CUDA when available.")
+    prefetch: bool = Field(True, description="Build the next batch on a background thread during the step "
+                           "(off: every batch inline, for a task whose make_batch is not thread-safe).")
     threads: int = Field(0, ge=0, le=1024, description="torch intra-op threads (0 = cores - 1 when a UI shares the box).")
     on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and exit.")
     oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective batch.")

@@ -28,6 +28,7 @@ from engine import events as ev
 from engine.config import RunConfig
 from engine.control import Controls, Request
 from engine.policies import AbortPolicy, CheckpointPolicy, NanGuard, eval_due
+from engine.prefetch import Prefetcher
 from engine.schedule import lr_at
 from engine.sinks import EventBus
 from engine.tasks import make_task
@@ -147,6 +148,7 @@ class Trainer:
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else nullcontext
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self._train_n() // self.batch_size))
         self.budget = _make_budget(self.config, self.task, self.device)
+        self.prefetch = Prefetcher(self._build_batch, enabled=t.prefetch)
         if self.resume:
             self._restore(self.resume)
 
@@ -196,6 +198,22 @@ class Trainer:
                 self.epoch, self.position = self.epoch + 1, 0
         return out
 
+    def _peek_indices(self, count: int) -> list[int]:
+        """The indices the next ``_indices(count)`` will return, without consuming them."""
+        epoch, position = self.epoch, self.position
+        try:
+            return self._indices(count)
+        finally:
+            self.epoch, self.position = epoch, position
+
+    def _build_batch(self, key: tuple) -> dict:
+        """A training batch on the host for ``key`` = (sample indices, the step its masks are drawn for)."""
+        indices, batch_step = key
+        return self.task.make_batch(list(indices), batch_step, train=True)
+
+    def _chunks(self, indices) -> list[np.ndarray]:
+        return [c for c in np.array_split(np.asarray(indices), self.grad_accum) if len(c)]
+
     def _epoch_order(self, epoch: int) -> np.ndarray:
         if self._order_cache is None or self._order_cache[0] != epoch:
             n = self._train_n()
@@ -228,11 +246,18 @@ class Trainer:
         batch_step = 0 if t.overfit else self.step
         total_loss = torch.zeros((), device=self.device)
         components: dict[str, torch.Tensor] = {}
-        chunks = [c for c in np.array_split(np.asarray(indices), self.grad_accum) if len(c)]
-        for chunk in chunks:
+        chunks = self._chunks(indices)
+        keys = [(tuple(c.tolist()), batch_step) for c in chunks]
+        for i, (chunk, key) in enumerate(zip(chunks, keys)):
             weight = len(chunk) / len(indices)
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in
-                     self.task.make_batch(chunk.tolist(), batch_step, train=True).items()}
+            host = self.prefetch.take(key)
+            # The guess for what comes next: this step's next micro-batch, else the next step's first one.
+            if i + 1 < len(keys):
+                self.prefetch.ahead(keys[i + 1])
+            elif self.step + 1 < self.total_steps:
+                upcoming = self._chunks(self._peek_indices(self.batch_size))[0]
+                self.prefetch.ahead((tuple(upcoming.tolist()), 0 if t.overfit else self.step + 1))
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             with self.autocast():
                 loss, parts = self.task.loss(self.model, batch, self.step)
             self.scaler.scale(loss * weight).backward()
@@ -616,6 +641,7 @@ class Trainer:
                 f"{self.first_val_loss:.3g} (must be <= {t.overfit_target})")
 
     def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool) -> Outcome:
+        self.prefetch.close()
         self._log_pending()
         path = None
         if (checkpoint or status == "finished") and self._saved_last_at != self.step:

@@ -9,7 +9,10 @@ checkpoints, controls and events.
 Determinism contract: ``make_batch(indices, step, train)`` must be a pure
 function of its arguments and the task's seed (masks drawn from a generator
 seeded by sample index and step), so that resuming at a data position gives
-bit-identical batches without replaying any RNG.
+bit-identical batches without replaying any RNG. The loop builds the next batch
+on a background thread while a step trains (``engine.prefetch``; one build at a
+time, beside evaluation on the main thread), so ``make_batch`` must not change
+shared state either; a task that cannot promise that runs with ``train.prefetch = false``.
 """
 
 from __future__ import annotations
