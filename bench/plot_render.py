@@ -1,8 +1,8 @@
 """Loss-plot frame time against history length: `python -m bench.plot_render [--quick]`.
 
 One frame = what the dashboard does per plot redraw on the full-history view:
-numpy min/max per column over the whole ring, plotext build, ANSI → Rich
-Text. Measured at 1k / 10k / 100k / 1M logged steps at the 120×40 layout's
+numpy min/max per column over the whole ring, then the braille canvas
+(tui.braille) straight into Rich Text. Measured at 1k / 10k / 100k / 1M logged steps at the 120×40 layout's
 loss-plot size (78×16 cells inside its border), interleaved across sizes.
 For contrast, the same frame with the raw points handed to plotext (what a
 naive plot does) at the sizes where that finishes in reasonable time.
@@ -83,13 +83,13 @@ def run(quick: bool = False) -> Section:
     sizes, raw_sizes = ((1_000, 10_000), (1_000,)) if smoke() else (SIZES, RAW_SIZES)
     models = {n: model_with(n) for n in sizes}
     plots = {n: plot_for(m) for n, m in models.items()}
-    for plot in plots.values():  # warm plotext's caches once
+    for plot in plots.values():  # warm-up: first-call costs (imports, numpy dispatch) stay out of the timings
         frame_ms(plot)
     timed = interleave({f"{n}": (lambda p=plots[n]: frame_ms(p)) for n in sizes}, repeats)
     raw = interleave({f"{n}": (lambda m=models[n]: raw_frame_ms(m)) for n in raw_sizes}, 1 if smoke() else 3 if quick
                      else 5)
     base = stats(timed[str(sizes[0])])[1]
-    lines = ["| logged steps | frame (ms) | vs 1k | raw plotext, no reduction (ms) |", "|---:|---:|---:|---:|"]
+    lines = ["| logged steps | frame (ms) | vs 1k | plotext on the raw points, no reduction (ms) |", "|---:|---:|---:|---:|"]
     for n in sizes:
         mid = stats(timed[str(n)])[1]
         raw_cell = fmt_stats(raw[str(n)], ".0f") if str(n) in raw else "not run (≈ 10–40 µs × points)"

@@ -2,8 +2,9 @@
 
 Why numpy: the plots redraw from up to a million points; a Python loop over
 60k points costs ~20 ms, numpy's reduceat over 1M costs ~2 ms
-(research/textual-in-process.md). plotext itself costs ~10-15 µs per point,
-so nothing reaches it but two points (min, max) per plot column.
+(research/textual-in-process.md). A chart then draws two points (min, max) per
+plot column whatever the history length (plotext, used before tui.braille,
+cost ~10-15 µs per point).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""Base of the plotext charts: build only when data, size, options or theme changed; never raise.
+"""Base of the dashboard's charts: build only when data, size, options or theme changed; never raise.
 
-A plotext frame costs ~10-40 ms of Python (GIL the training thread wants), so
+Frames are drawn by ``tui.braille.BrailleCanvas`` (numpy into Rich Text, ~1-2 ms
+at 78×16; plotext took ~20 ms of Python, GIL time the training thread wants).
 ``update_from`` only marks the chart stale when its model area moved, and
 ``render`` rebuilds only when that (or the size/theme) changed; the app calls
-``update_from`` at the plot rate (≤ 1-2 Hz). Canvas, axes and ticks use the
-terminal-default colour (plotext's "clear" theme): no escape codes for them,
-and the widget's CSS colours show through, which roughly halves the bytes of
-a frame. Data colours come from the app theme: RGB normally, the 16 ANSI
-names in an ansi theme, none at all under NO_COLOR.
+``update_from`` at the plot rate (≤ 1-2 Hz). Axes and tick labels carry no
+style: the widget's CSS colour shows through and they cost no escape codes.
+Data colours come from the app theme: RGB normally, the 16 ANSI names in an
+ansi theme, none at all under NO_COLOR.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from rich.text import Text
 from textual.color import Color
 from textual.geometry import Region
 from textual.widget import Widget
-from textual_plotext.plot import Plot
+
+from tui.braille import BrailleCanvas
 
 # Theme variable behind each data role ("default": the widget's CSS colour, the same as the axes).
 _ROLE_VARIABLE = {"raw": "default", "ema": "primary", "val": "warning", "marker": "default",
@@ -30,14 +31,13 @@ _ROLE_ANSI = {"raw": "default", "ema": "blue", "val": "yellow", "marker": "defau
 
 
 class Chart(Widget):
-    """A plotext chart fed from a RunModel area; subclasses implement ``draw(plot, model, width, height)``."""
+    """A braille chart fed from a RunModel area; subclasses implement ``draw(plot, model, width, height)``."""
 
     #: Which ``RunModel.versions`` counter this chart follows.
     area = ""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._plot = Plot()
         self._model = None
         self._seen = -1
         self._built_key: tuple | None = None
@@ -54,8 +54,8 @@ class Chart(Widget):
         """Anything besides the data that changes the picture (log-y, smoothing, window)."""
         return ()
 
-    def draw(self, plot: Plot, model, width: int, height: int) -> None:  # pragma: no cover - abstract
-        """Issue plotext calls for one frame."""
+    def draw(self, plot: BrailleCanvas, model, width: int, height: int) -> None:  # pragma: no cover - abstract
+        """Issue the drawing calls for one frame."""
         raise NotImplementedError
 
     def placeholder(self, model) -> str | None:
@@ -135,23 +135,19 @@ class Chart(Widget):
         return self._text
 
     def build(self, width: int, height: int) -> Text:
-        """One frame as Rich Text (plotext's ANSI output parsed)."""
+        """One frame as Rich Text."""
         waiting = self.placeholder(self._model)
         if waiting is not None:  # an empty frame of axes says nothing; a sentence does
             self.builds += 1
             pad = "\n" * max(0, height // 2 - 1)
             return Text(pad + waiting.center(width), no_wrap=True, overflow="crop", style="dim")
-        plot = self._plot
-        plot.clear_figure()
-        plot.theme("clear")
-        plot.plotsize(width, height)
-        plot._set_size(width, height)  # belt and braces, as textual-plotext does (its issue #5)
-        self.draw(plot, self._model, width, height)
+        canvas = BrailleCanvas(width, height)
+        self.draw(canvas, self._model, width, height)
         self.builds += 1
-        return Text.from_ansi(plot.build(), no_wrap=True, overflow="crop")
+        return canvas.build()
 
     def color(self, role: str):
-        """A plotext colour for a data role, from the current theme ("default" under NO_COLOR)."""
+        """A canvas colour for a data role, from the current theme ("default" under NO_COLOR)."""
         app = self.app
         if app.no_color or _ROLE_VARIABLE[role] == "default":
             return "default"
@@ -172,8 +168,8 @@ def _changed_rows(before: Text, after: Text) -> list[int] | None:
     return [y for y, (a, b) in enumerate(zip(old, new)) if a.plain != b.plain or a.spans != b.spans]
 
 
-def step_ticks(plot: Plot, lo: float, hi: float, count: int = 5) -> None:
-    """Integer step ticks (1.2k, 250 …) instead of plotext's floats (2.0, 90.2 …)."""
+def step_ticks(plot: BrailleCanvas, lo: float, hi: float, count: int = 5) -> None:
+    """Integer step ticks (1.2k, 250 …) rather than floats (2.0, 90.2 …)."""
     if hi <= lo:
         return
     ticks = sorted({int(round(v)) for v in np.linspace(lo, hi, count)})

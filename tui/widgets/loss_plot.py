@@ -1,7 +1,7 @@
 """Training loss: raw (min/max per column) and EMA-smoothed, val loss at evals, setting-change markers.
 
 ``h`` switches between the most recent ~1000 steps and the full history
-(both reduced to two points per column before plotext sees them, so a frame
+(both reduced to two points per column before the canvas sees them, so a frame
 costs the same at 1k or 1M steps); ``s`` cycles the smoothing weight;
 ``l`` toggles a log y-axis.
 """
