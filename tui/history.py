@@ -30,6 +30,8 @@ class Ring:
         self._len = 0
         #: Rows ever appended (also counts those that fell off).
         self.total = 0
+        #: Bumped whenever stored rows change other than by appending (caches keyed on it start over).
+        self.generation = 0
 
     def __len__(self) -> int:
         return self._len
@@ -42,6 +44,7 @@ class Ring:
             return
         self.total += n
         if n >= self.capacity:  # only the newest `capacity` rows survive
+            self.generation += 1
             self._data[:] = cols[:, -self.capacity:]
             self._start, self._len = 0, self.capacity
             return
@@ -59,6 +62,20 @@ class Ring:
         n = max(0, min(n, self._len))
         self._len -= n
         self.total -= n
+        if n:
+            self.generation += 1
+
+    def rows_between(self, index: int, begin: int, end: int) -> np.ndarray:
+        """Column ``index`` at rows [begin, end) counted from the oldest (a view unless it wraps)."""
+        begin, end = max(0, begin), min(end, self._len)
+        if end <= begin:
+            return self._data[index, :0]
+        a = (self._start + begin) % self.capacity
+        n = end - begin
+        series = self._data[index]
+        if a + n <= self.capacity:
+            return series[a:a + n]
+        return np.concatenate((series[a:], series[: a + n - self.capacity]))
 
     def column(self, index: int, last: int | None = None) -> np.ndarray:
         """One column oldest-first (the newest ``last`` values when given), 1-D and contiguous."""

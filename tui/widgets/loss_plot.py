@@ -13,6 +13,7 @@ from textual.markup import escape
 
 from tui.ema import LEVELS
 from tui.history import mean_columns, minmax_columns
+from tui.plot_blocks import BlockReducer
 from tui.widgets.chart import Chart, step_ticks
 
 #: Steps shown by the "recent" window.
@@ -34,6 +35,9 @@ class LossPlot(Chart):
         self.smoothing = 3
         #: "recent" (last RECENT_STEPS) or "full".
         self.window = "recent"
+        # The full-history view reads cached blocks (tui.plot_blocks): a 1M-step frame costs what a 1k one does.
+        self._raw_blocks = BlockReducer("minmax")
+        self._ema_blocks = BlockReducer("mean")
 
     def options_key(self) -> tuple:
         return (self.log_y, self.smoothing, self.window)
@@ -73,16 +77,27 @@ class LossPlot(Chart):
         last = RECENT_STEPS if self.window == "recent" else None
         ring = model.steps
         out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if len(ring):
+        if len(ring) and last is None:
+            out["raw"] = self._raw_blocks.reduce(ring, 1, 0, columns)
+            if self.smoothing:
+                out["ema"] = self._ema_blocks.reduce(ring, 1 + self.smoothing, 0, columns)
+        elif len(ring):
             x = ring.column(0, last)
             out["raw"] = minmax_columns(x, ring.column(1, last), columns)
             if self.smoothing:
                 out["ema"] = mean_columns(x, ring.column(1 + self.smoothing, last), columns)
-            lo, hi = x[0], x[-1]
+        if len(ring):
+            lo, hi = self.extent(model)
             vx, vy = model.val_loss_series()
             keep = (vx >= lo) & (vx <= hi) & np.isfinite(vy)
             out["val"] = (vx[keep], vy[keep])
         return out
+
+    def extent(self, model) -> tuple[float, float]:
+        """First and last step of the window shown (the reduced points need not include either)."""
+        ring = model.steps
+        shown = min(len(ring), RECENT_STEPS) if self.window == "recent" else len(ring)
+        return float(ring.rows_between(0, len(ring) - shown, len(ring) - shown + 1)[0]), float(ring.last()[0])
 
     def placeholder(self, model) -> str | None:
         if not len(model.steps) or not np.isfinite(model.steps.column(1, RECENT_STEPS)).any():
@@ -103,7 +118,7 @@ class LossPlot(Chart):
         vx, vy = data.get("val", ((), ()))
         if len(vx):
             plot.scatter(list(vx), list(vy), marker="●", color=self.color("val"))
-        lo, hi = raw_x[0], raw_x[-1]
+        lo, hi = self.extent(model)
         for marker in [m for m in model.markers if lo <= m.step <= hi][-MAX_MARKERS:]:
             plot.vertical_line(marker.step, color=self.color("marker"))
         if hi > lo:
