@@ -117,6 +117,7 @@ class Trainer:
         self.last_checkpoint: str | None = None
         self._abort_reason = ""
         self._saved_last_at = -1
+        self._save_error = ""  # the last checkpoint write error (said again if the final save fails)
         self._should_abort = False
         self._rollback_point = (-1, 0)  # (step last rolled back to, rollbacks to it in a row)
 
@@ -528,6 +529,7 @@ class Trainer:
         try:
             size, seconds = ckpt.timed_write(path, tensors, meta, keep_previous=(which == "last"))
         except ckpt.CheckpointWriteError as exc:
+            self._save_error = str(exc)
             self.bus.emit(ev.CheckpointFailed(step=self.step, path=str(path), error=str(exc)))
             self._restore_state_quiet()
             return None
@@ -606,6 +608,7 @@ class Trainer:
         self.nan_guard = NanGuard(**meta["nan"])
         self.first_val_loss = meta.get("first_val_loss")
         self._order_cache = None
+        self.last_checkpoint = str(loaded.path)  # what a failed save leaves the run with
 
     # ------------------------------------------------------------------ start / finish
     def _emit_started(self) -> None:
@@ -646,6 +649,12 @@ class Trainer:
         path = None
         if (checkpoint or status == "finished") and self._saved_last_at != self.step:
             path = self._checkpoint("last", kind="final")
+            if path is None and self.checkpoint_dir is not None:
+                # The end state is not on disk: say where the newest good one is, and do not exit 0 for it.
+                kept = f"newest good checkpoint {self.last_checkpoint}" if self.last_checkpoint \
+                    else "no checkpoint on disk"
+                reason = f"{reason}; final checkpoint FAILED ({self._save_error}); {kept}"
+                exit_code = exit_code or EXIT_POLICY
         final_state = {"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}.get(status, "failed")
         self._set_state(final_state, reason)
         outcome = Outcome(status, exit_code, reason, path or self.last_checkpoint)

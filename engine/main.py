@@ -36,6 +36,8 @@ class Prepared:
     config: cfg.RunConfig
     run_dir: RunDir
     resume: object | None  # engine.checkpoint.Loaded; typed loosely to keep this module torch-free at import
+    #: A line for the run's log before training starts (e.g. a resume that had to start over).
+    note: str | None = None
 
 
 def build_parser(prog: str = "sensorlm-tui train") -> argparse.ArgumentParser:
@@ -91,6 +93,18 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
         raise UsageError(str(exc)) from None
     from engine import checkpoint as ckpt
 
+    if run_dir.checkpoints.is_dir() and not ckpt.candidates(run_dir.checkpoints):
+        # Stopped before its first checkpoint (the step-0 one, right after the first eval): nothing was
+        # trained that could be lost, so start it again from its own config rather than refuse. A
+        # directory whose checkpoints are all damaged still refuses (below): those may be recoverable.
+        try:
+            if overrides:
+                config = cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
+        except cfg.ConfigError as exc:
+            raise UsageError(str(explain_flag_error(exc))) from None
+        _check_task(config)
+        return Prepared(config, run_dir, None, note="resume: the run stopped before its first checkpoint; "
+                                                    f"starting it over from step 0 with {run_dir.config}")
     try:
         loaded = ckpt.load_latest(run_dir.checkpoints)
     except ckpt.CheckpointError as exc:
@@ -151,8 +165,9 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         sinks.append(ConsoleSink(sys.stdout, print_every=config.train.print_every))
     for sink in sinks:
         bus.add(sink)
-    if guard_note:
-        bus.emit(ev.Warning(text=guard_note))
+    for note in (prepared.note, guard_note):
+        if note:
+            bus.emit(ev.Warning(text=note))
     status.update(resume_command=resume_command(run_dir))
     status.start()
     server = None

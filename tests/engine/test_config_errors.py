@@ -44,13 +44,28 @@ def test_bad_input_is_one_line_exit_2(case: str, tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists(), "bad input must not create the run directory"
 
 
-def test_resume_dir_without_checkpoint(tmp_path: Path) -> None:
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_over(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.toml").write_text('[task]\nname = "toy"\n')
     (run / "checkpoints").mkdir()
+    (run / "events.jsonl").write_text('{"type": "run_started", "t": 1.0, "name": "run"}\n')  # what it had logged
+    result = run_cli("train", "--resume", str(run), "--max-steps", "3", "--headless")
+    assert result.returncode == 0, result.stderr
+    assert "stopped before its first checkpoint; starting it over from step 0" in result.stdout
+    lines = (run / "events.jsonl").read_text().splitlines()
+    assert lines[0] == '{"type": "run_started", "t": 1.0, "name": "run"}'  # the old log is kept, appended to
+    assert (run / "checkpoints" / "last.safetensors").is_file()
+
+
+def test_resume_dir_whose_checkpoints_are_all_damaged_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.toml").write_text('[task]\nname = "toy"\n')
+    (run / "checkpoints" / "last.safetensors").write_bytes(b"not a checkpoint")
     before = sorted(p.name for p in run.rglob("*"))
     result = run_cli("train", "--resume", str(run))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"sensorlm-tui: error: --resume {run}: {run}/checkpoints: holds no checkpoint"
+    assert result.stderr.startswith(f"sensorlm-tui: error: --resume {run}: {run}/checkpoints: no usable checkpoint")
+    assert len(result.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in run.rglob("*")) == before

@@ -92,3 +92,24 @@ def test_keep_last_step_checkpoints(tmp_path) -> None:
     assert outcome.status == "finished"
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000009.safetensors",
                                                                "step-00000012.safetensors"]
+
+
+def test_a_failed_final_checkpoint_is_not_a_clean_exit(tmp_path, monkeypatch) -> None:
+    from engine import checkpoint as ckpt_module
+
+    real_write = ckpt_module.timed_write
+    trainer, sink = _trainer(tmp_path, max_steps=6)
+    trainer.ckpt_policy.every_steps = 3  # a good checkpoint at step 3, then the disk fills up
+
+    def write(path, tensors, meta, keep_previous=False):
+        if meta["step"] >= 6:
+            raise ckpt_module.CheckpointWriteError(f"{path}: No space left on device")
+        return real_write(path, tensors, meta, keep_previous=keep_previous)
+
+    monkeypatch.setattr(ckpt_module, "timed_write", write)
+    outcome = trainer.run()
+    finished = [e for e in sink.drain() if e.type == "run_finished"][-1]
+    assert outcome.exit_code == 1 and finished.exit_code == 1
+    assert "final checkpoint FAILED (" in finished.reason and "No space left on device" in finished.reason
+    assert f"newest good checkpoint {tmp_path / 'last.safetensors'}" in finished.reason
+    assert ckpt_module.load_latest(tmp_path).meta["step"] == 3

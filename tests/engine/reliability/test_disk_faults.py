@@ -69,9 +69,15 @@ def test_disk_full_keeps_the_previous_checkpoint_and_training_goes_on(engines, t
     with _mounted(checkpoints, "-t", "tmpfs", "-o", "size=3m", "tmpfs"):
         engine = engines.spawn([*TOY, "--max-steps", "60", "--eval-every", "0", "--checkpoint-every", "10",
                                 "--set", "checkpoint.save_best=false", "--run-dir", str(run)], tmp_path)
-        assert engine.wait(120) == 0, engine.stderr()
+        code = engine.wait(120)
         saved = [e for e in events_of(run, "checkpoint") if e["kind"] in ("last", "final")]
         failed = events_of(run, "checkpoint_failed")
+        finished = events_of(run, "run_finished")[-1]
+        if failed and failed[-1]["step"] == 60:  # the final save failed too: not a clean exit
+            assert code == 1 and "final checkpoint FAILED (" in finished["reason"], (code, finished)
+            assert f"newest good checkpoint {checkpoints / 'last.safetensors'}" in finished["reason"]
+        else:
+            assert code == 0, engine.stderr()
         assert saved and failed, "the disk never filled up: the test proves nothing"
         assert all("No space left on device" in e["error"] for e in failed), failed
         assert any(e["step"] > failed[0]["step"] for e in events_of(run, "step"))  # trained on after the failure
