@@ -5,7 +5,8 @@
 (b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off;
 (c) the same with ``train.prefetch = false``: every batch built inline, as the plain loop does, so
     (b)/(c) is what building the next batch on a background thread buys (1 torch thread, so the
-    prefetch thread has the second core).
+    prefetch thread has the second core);
+(d) ``train.data_workers = 1``: the batches built in a worker process instead (no GIL shared).
 Steps/s is timed between the end of the first and the end of the last step of each run, so set-up,
 the step-0 baseline eval and the checkpoints at both ends are outside the window in both variants.
 Goal: ratio (b)/(a) ≥ 0.98.
@@ -23,11 +24,11 @@ from bench.common import Section, fmt_stats, interleave, ratios, smoke, stats, v
 PRESET = "demo"
 
 
-def _config(steps: int, batch: int, prefetch: bool = True):
+def _config(steps: int, batch: int, prefetch: bool = True, workers: int = 0):
     from engine import config as cfg
 
     return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "eval_every": 0, "batch_size": batch,
-                                                        "prefetch": prefetch},
+                                                        "prefetch": prefetch, "data_workers": workers},
                                               "checkpoint": {"every_steps": 0}})
 
 
@@ -59,13 +60,13 @@ def plain_loop(steps: int, batch: int) -> float:
     return (len(marks) - 1) / (marks[-1] - marks[0])
 
 
-def engine_loop(steps: int, batch: int, prefetch: bool = True) -> float:
+def engine_loop(steps: int, batch: int, prefetch: bool = True, workers: int = 0) -> float:
     """Steps/s of the Trainer with its default sinks (events.jsonl and console) attached."""
     from engine.control import Controls
     from engine.loop import Trainer
     from engine.sinks import ConsoleSink, EventBus, JsonlSink
 
-    config = _config(steps, batch, prefetch)
+    config = _config(steps, batch, prefetch, workers)
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
         marks = []
         jsonl = JsonlSink(Path(tmp) / "events.jsonl")
@@ -77,6 +78,8 @@ def engine_loop(steps: int, batch: int, prefetch: bool = True) -> float:
         bus = EventBus([jsonl, ConsoleSink(devnull, print_every=config.train.print_every), clock])
         Trainer(config, bus, Controls(), checkpoint_dir=Path(tmp) / "ckpt").run()
         bus.close()
+    # Worker processes start (spawn, import torch) while the first steps run: steady state begins after them.
+    marks = marks[workers:]
     return (len(marks) - 1) / (marks[-1] - marks[0])
 
 
@@ -85,11 +88,13 @@ def run(quick: bool = False) -> Section:
     import torch
 
     torch.set_num_threads(1)
-    steps, repeats, batch = (3, 1, 4) if smoke() else (12, 2, 16) if quick else (60, 5, 16)
+    steps, repeats, batch = (4, 1, 4) if smoke() else (16, 2, 16) if quick else (60, 5, 16)
     results = interleave({"plain": lambda: plain_loop(steps, batch), "engine": lambda: engine_loop(steps, batch),
-                          "inline": lambda: engine_loop(steps, batch, prefetch=False)}, repeats)
+                          "inline": lambda: engine_loop(steps, batch, prefetch=False),
+                          "worker": lambda: engine_loop(steps, batch, workers=1)}, repeats)
     ratio = ratios(results["engine"], results["plain"])
     gain = ratios(results["engine"], results["inline"])
+    process_gain = ratios(results["worker"], results["inline"])
     body = "\n".join([
         f"SensorLM `{PRESET}` preset, batch {batch}, {steps} steps per run, {repeats} interleaved rounds, "
         "1 torch thread, CPU.", "",
@@ -97,8 +102,10 @@ def run(quick: bool = False) -> Section:
         f"| plain PyTorch loop | {fmt_stats(results['plain'], '.2f')} |",
         f"| engine (Trainer, default logging) | {fmt_stats(results['engine'], '.2f')} |",
         f"| engine, `train.prefetch = false` | {fmt_stats(results['inline'], '.2f')} |",
+        f"| engine, `train.data_workers = 1` | {fmt_stats(results['worker'], '.2f')} |",
         f"| **ratio engine / plain** | **{fmt_stats(ratio)}** |",
         f"| **ratio prefetch on / off** | **{fmt_stats(gain)}** |",
+        f"| **ratio 1 data worker / prefetch off** | **{fmt_stats(process_gain)}** |",
     ])
     return Section("Engine overhead vs plain PyTorch", f"python -m bench --only engine_overhead{' --quick' if quick else ''}",
                    body, [verdict("engine/plain steps/s", stats(ratio)[1], 0.98),

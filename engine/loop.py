@@ -149,7 +149,10 @@ class Trainer:
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else nullcontext
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self._train_n() // self.batch_size))
         self.budget = _make_budget(self.config, self.task, self.device)
-        self.prefetch = Prefetcher(self._build_batch, enabled=t.prefetch)
+        workers = t.data_workers if t.prefetch else 0
+        self.prefetch = Prefetcher(self._build_batch, enabled=t.prefetch, workers=workers,
+                                   worker_args=(self.config.model_dump(mode="json"), self.task.state_dict())
+                                   if workers else None)
         if self.resume:
             self._restore(self.resume)
 
@@ -199,13 +202,24 @@ class Trainer:
                 self.epoch, self.position = self.epoch + 1, 0
         return out
 
-    def _peek_indices(self, count: int) -> list[int]:
-        """The indices the next ``_indices(count)`` will return, without consuming them."""
+    def _peek_steps(self, steps: int) -> list[list[int]]:
+        """The indices of each of the next ``steps`` steps (at the current batch size), without consuming them."""
         epoch, position = self.epoch, self.position
         try:
-            return self._indices(count)
+            return [self._indices(self.batch_size) for _ in range(steps)]
         finally:
             self.epoch, self.position = epoch, position
+
+    def _upcoming(self, keys: list[tuple], done: int) -> list[tuple]:
+        """Keys of the micro-batches after ``keys[:done]``: the rest of this step's, then the next steps'."""
+        ahead = list(keys[done:])
+        depth = self.prefetch.depth
+        if len(ahead) < depth:
+            later = min(-(-(depth - len(ahead)) // len(keys)), self.total_steps - self.step - 1)
+            overfit = bool(self.config.train.overfit)
+            for s, indices in enumerate(self._peek_steps(max(0, later)), start=1):
+                ahead += [(tuple(c.tolist()), 0 if overfit else self.step + s) for c in self._chunks(indices)]
+        return ahead[:depth]
 
     def _build_batch(self, key: tuple) -> dict:
         """A training batch on the host for ``key`` = (sample indices, the step its masks are drawn for)."""
@@ -252,12 +266,8 @@ class Trainer:
         for i, (chunk, key) in enumerate(zip(chunks, keys)):
             weight = len(chunk) / len(indices)
             host = self.prefetch.take(key)
-            # The guess for what comes next: this step's next micro-batch, else the next step's first one.
-            if i + 1 < len(keys):
-                self.prefetch.ahead(keys[i + 1])
-            elif self.step + 1 < self.total_steps:
-                upcoming = self._chunks(self._peek_indices(self.batch_size))[0]
-                self.prefetch.ahead((tuple(upcoming.tolist()), 0 if t.overfit else self.step + 1))
+            if self.prefetch.depth:  # the guess for what comes next, built while this micro-batch trains
+                self.prefetch.ahead(self._upcoming(keys, i + 1))
             batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             with self.autocast():
                 loss, parts = self.task.loss(self.model, batch, self.step)

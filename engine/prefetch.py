@@ -1,63 +1,105 @@
-"""One batch built ahead on a background thread while the current step trains.
+"""Batches built ahead while the current step trains: one background thread, or worker processes.
 
 The loop asks for a batch by key (its sample indices and the step its masks are
 drawn for); batches are pure functions of that key (the task protocol's
 determinism contract), so a prefetched batch is bit-identical to one built
-inline and resume stays exact. When the guess was wrong (the batch size was
+inline and resume stays exact. When a guess was wrong (the batch size was
 tuned, an OOM changed the micro-batching, a resume moved the position) the
-stale batch is dropped and the right one is built inline: a wasted build,
+stale batches are dropped and the right one is built inline: wasted builds,
 never a wrong batch.
 
-What it buys: building a ``demo`` batch is numpy and Python on the CPU (about
-40 % of a serial demo step on one core, ``bench sensorlm_throughput``); torch
-releases the GIL inside its kernels, so the build overlaps the step's forward
-and backward. The cost: one thread and at most one batch of host memory ahead.
+Two ways, ``train.data_workers``:
+
+* ``0`` (default): one thread builds the next batch. Torch releases the GIL
+  inside its kernels, so the build overlaps the step; but the build itself is
+  Python and numpy that hold the GIL much of the time, so on a small model the
+  two still take turns (``bench engine_overhead``: ×1.37 on ``demo``).
+* ``N ≥ 1``: N processes, each with its own copy of the task (rebuilt from the
+  config and the task state: tokenizer, normalisation), build up to N batches
+  ahead with no GIL in common. For a GPU, whose steps are short while data is
+  made on the CPU. Costs: N interpreters with torch imported (~1-3 s to start,
+  in the background; the first batches are built inline until a worker is up)
+  and each batch pickled back to the trainer (a few ms for a ``demo`` batch).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Hashable
+import multiprocessing
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, Callable, Hashable, Sequence
+
+# Worker-process state: the task each worker rebuilt once (see ``_init_worker``).
+_WORKER_TASK = None
+
+
+def _init_worker(config_json: dict, task_state: dict | None) -> None:
+    """Process-pool initializer: rebuild the task from its config and state, one torch thread."""
+    global _WORKER_TASK
+    import torch
+
+    from engine import config as cfg
+    from engine.tasks import make_task
+
+    torch.set_num_threads(1)  # N workers beside the trainer: one core each, not N × all cores
+    task = make_task(cfg.validate(config_json, "data worker"))
+    task.setup(task_state)
+    _WORKER_TASK = task
+
+
+def _build_in_worker(key: tuple) -> dict:
+    indices, step = key
+    return _WORKER_TASK.make_batch(list(indices), step, train=True)
 
 
 class Prefetcher:
-    """Builds at most one batch ahead; ``take`` returns it when the key matches, else builds inline."""
+    """Builds up to ``depth`` batches ahead; ``take`` returns a guessed one, else builds it inline."""
 
-    def __init__(self, build: Callable[[Hashable], Any], enabled: bool = True) -> None:
+    def __init__(self, build: Callable[[Hashable], Any], enabled: bool = True, workers: int = 0,
+                 worker_args: tuple | None = None) -> None:
+        """``build(key)`` builds inline (and on the thread); ``workers`` > 0 with ``worker_args``
+        = (config as JSON, task state) builds in that many processes instead."""
         self.build = build
         self.enabled = enabled
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") if enabled else None
-        self._key: Hashable | None = None
-        self._future: Future | None = None
-        #: Batches served from the thread / built inline (a guess that missed, or prefetch off).
+        self.depth = max(1, workers) if enabled else 0
+        self._pool: Executor | None = None
+        self._remote = False
+        if enabled and workers > 0 and worker_args is not None:
+            # spawn, not fork: the trainer has torch (and its OpenMP pool) loaded, which fork does not survive.
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=worker_args)
+            self._remote = True
+        elif enabled:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self._pending: dict[Hashable, Future] = {}
+        #: Batches served from the prefetch / built inline (a guess that missed, or prefetch off).
         self.hits = 0
         self.misses = 0
 
-    def ahead(self, key: Hashable) -> None:
-        """Start building ``key``'s batch in the background (replacing any other pending guess)."""
-        if self._pool is None or key == self._key:
+    def ahead(self, keys: Sequence[Hashable]) -> None:
+        """Start building the batches of ``keys`` (the next ones, in order; at most ``depth`` are kept)."""
+        if self._pool is None:
             return
-        self._drop()
-        self._key, self._future = key, self._pool.submit(self.build, key)
+        wanted = list(dict.fromkeys(keys))[: self.depth]
+        for key in [k for k in self._pending if k not in wanted]:
+            self._pending.pop(key).cancel()  # queued: never runs; running: finishes, result discarded
+        for key in wanted:
+            if key not in self._pending:
+                self._pending[key] = self._pool.submit(_build_in_worker if self._remote else self.build, key)
 
     def take(self, key: Hashable) -> Any:
         """``key``'s batch: the prefetched one if it was guessed (its exception re-raised), else built now."""
-        if self._future is not None and key == self._key:
-            future, self._key, self._future = self._future, None, None
+        future = self._pending.pop(key, None)
+        if future is not None and not future.cancelled():
             self.hits += 1
             return future.result()
-        self._drop()
         self.misses += 1
         return self.build(key)
 
-    def _drop(self) -> None:
-        if self._future is not None:
-            self._future.cancel()  # still queued: never runs; already running: finishes, result discarded
-        self._key, self._future = None, None
-
     def close(self) -> None:
-        """Forget the pending guess and stop the thread (waiting for a build in progress)."""
-        self._drop()
+        """Forget the pending guesses and stop the thread or workers (waiting for builds in progress)."""
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

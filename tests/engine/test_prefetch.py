@@ -24,9 +24,9 @@ def test_a_guessed_key_is_built_on_the_thread_and_a_wrong_one_inline() -> None:
         return ("batch", key)
 
     p = Prefetcher(build)
-    p.ahead(1)
+    p.ahead([1])
     assert p.take(1) == ("batch", 1) and where[1].startswith("prefetch")
-    p.ahead(2)
+    p.ahead([2])
     assert p.take(3) == ("batch", 3) and where[3] == threading.current_thread().name  # the guess missed
     assert (p.hits, p.misses) == (1, 1)
     p.close()
@@ -37,7 +37,7 @@ def test_an_error_while_prefetching_reaches_the_caller() -> None:
         raise ValueError(f"bad sample {key}")
 
     p = Prefetcher(build)
-    p.ahead(7)
+    p.ahead([7])
     with pytest.raises(ValueError, match="bad sample 7"):
         p.take(7)
     p.close()
@@ -45,7 +45,7 @@ def test_an_error_while_prefetching_reaches_the_caller() -> None:
 
 def test_disabled_builds_everything_inline() -> None:
     p = Prefetcher(lambda key: threading.current_thread().name, enabled=False)
-    p.ahead(1)
+    p.ahead([1])
     assert p.take(1) == threading.current_thread().name and (p.hits, p.misses) == (0, 1)
 
 
@@ -65,3 +65,10 @@ def test_training_with_prefetch_is_bit_identical_and_mostly_served_ahead(accum: 
     assert on == off and len(on) == 12
     # Every batch but the very first was guessed: 12 steps × accum micro-batches.
     assert trainer.prefetch.hits == 12 * accum - 1 and trainer.prefetch.misses == 1
+
+
+def test_worker_processes_give_the_same_run() -> None:
+    on, trainer = _losses(True, batch_size=12, grad_accum=2, data_workers=2)
+    off, _ = _losses(False, batch_size=12, grad_accum=2)
+    assert on == off and len(on) == 12
+    assert trainer.prefetch.hits >= 12 * 2 - 2  # up to two ahead: all but the first one or two were guessed
