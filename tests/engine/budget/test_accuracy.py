@@ -32,6 +32,9 @@ CASES = {
     "pool grad 0": {"model": {"contrastive_encoder_grad": 0.0}, "train": {"batch_size": 4}},
     "masked view": {"model": {"text_view": "masked"}, "train": {"batch_size": 4}},
     "masked view ckpt": {"model": {"text_view": "masked", "activation_checkpointing": True}},
+    # demo's shape: a patch spans every channel, so patchify is a view of a row-major x and a copy of the
+    # channel-major x the task really makes (the trace must build its batches in the task's layout)
+    "all-channel patches": {"model": {"patch_channels": 8}, "train": {"batch_size": 4}},
 }
 TOY = {"toy b64": {"train": {"batch_size": 64}}, "toy accum": {"train": {"batch_size": 50, "grad_accum": 4}}}
 
