@@ -22,8 +22,8 @@ master and discarded), the dashboard process's CPU, its screen updates
 (count, duration; timed inside it by bench/hooks/sitecustomize.py); after the
 window, while training, ``l`` (log-y) is pressed and the time until the
 status line's "log-y on/off" reaches the terminal is the key-to-screen latency.
-Goals: process ≥ 0.99 of headless (the dashboard issue asks ≥ 0.98),
-in-process ≥ 0.95, < 10 KB/s at the default refresh.
+Goals: process ≥ 0.99 of headless and in-process ≥ 0.95 (the dashboard
+issue), process ≥ 0.98 (the benchmarks issue), < 10 KB/s at the default refresh.
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def run(quick: bool = False) -> Section:
             [r["steps_per_s"] for r in rows], run_ratio[name], [r["kbps"] for r in rows], [r["ui_cpu"] for r in rows],
             [r["fps"] for r in rows], [f for r in rows for f in r["frames_ms"]], [k for r in rows for k in r["keys_ms"]]))
     process = stats(slice_ratio)[1]
-    verdicts = [verdict("engine process: steps/s with ÷ without the dashboard (slices)", process, 0.99),
-                verdict("engine process: steps/s with ÷ without the dashboard (slices; dashboard issue)", process, 0.98),
+    verdicts = [verdict("engine process: steps/s with ÷ without the dashboard (slices; dashboard issue)", process, 0.99),
+                verdict("engine process: steps/s with ÷ without the dashboard (slices; benchmarks issue)", process, 0.98),
                 verdict("--in-process ÷ headless steps/s (runs)", stats(run_ratio[IN_PROCESS])[1], 0.95)]
     kbps = slices["kbps"] + [r["kbps"] for name in (PROCESS, IN_PROCESS) for r in results.get(name, [])]
     verdicts.append(verdict("dashboard terminal bytes at default refresh (120×40)", stats(kbps)[1], 10.0,
