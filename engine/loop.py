@@ -28,7 +28,7 @@ from engine import events as ev
 from engine.config import RunConfig
 from engine.control import Controls, Request
 from engine.policies import AbortPolicy, CheckpointPolicy, NanGuard, eval_due
-from engine.prefetch import Prefetcher
+from engine.prefetch import Prefetcher, build_batch
 from engine.schedule import lr_at
 from engine.sinks import EventBus
 from engine.tasks import make_task
@@ -216,15 +216,16 @@ class Trainer:
         depth = self.prefetch.depth
         if len(ahead) < depth:
             later = min(-(-(depth - len(ahead)) // len(keys)), self.total_steps - self.step - 1)
-            overfit = bool(self.config.train.overfit)
             for s, indices in enumerate(self._peek_steps(max(0, later)), start=1):
-                ahead += [(tuple(c.tolist()), 0 if overfit else self.step + s) for c in self._chunks(indices)]
+                ahead += [(tuple(c.tolist()), self._mask_step(self.step + s)) for c in self._chunks(indices)]
         return ahead[:depth]
 
     def _build_batch(self, key: tuple) -> dict:
-        """A training batch on the host for ``key`` = (sample indices, the step its masks are drawn for)."""
-        indices, batch_step = key
-        return self.task.make_batch(list(indices), batch_step, train=True)
+        return build_batch(self.task, key)
+
+    def _mask_step(self, step: int) -> int:
+        """The step a batch's masks are drawn for: the step itself, or 0 for the frozen overfit samples."""
+        return 0 if self.config.train.overfit else step
 
     def _chunks(self, indices) -> list[np.ndarray]:
         return [c for c in np.array_split(np.asarray(indices), self.grad_accum) if len(c)]
@@ -258,7 +259,7 @@ class Trainer:
     def _forward_backward(self, indices: list[int], started: float) -> None:
         t = self.config.train
         self.optimizer.zero_grad(set_to_none=True)
-        batch_step = 0 if t.overfit else self.step
+        batch_step = self._mask_step(self.step)
         total_loss = torch.zeros((), device=self.device)
         components: dict[str, torch.Tensor] = {}
         chunks = self._chunks(indices)

@@ -97,11 +97,7 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
         # Stopped before its first checkpoint (the step-0 one, right after the first eval): nothing was
         # trained that could be lost, so start it again from its own config rather than refuse. A
         # directory whose checkpoints are all damaged still refuses (below): those may be recoverable.
-        try:
-            if overrides:
-                config = cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
-        except cfg.ConfigError as exc:
-            raise UsageError(str(explain_flag_error(exc))) from None
+        config = _with_flags(config, overrides)
         _check_task(config)
         return Prepared(config, run_dir, None, note="resume: the run stopped before its first checkpoint; "
                                                     f"starting it over from step 0 with {run_dir.config}")
@@ -114,11 +110,19 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
     base = loaded.meta.get("config") or config.model_dump()
     try:
         config = cfg.validate(base, f"{loaded.path}")
-        if overrides:
-            config = cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
     except cfg.ConfigError as exc:
         raise UsageError(str(explain_flag_error(exc))) from None
-    return Prepared(config, run_dir, loaded)
+    return Prepared(_with_flags(config, overrides), run_dir, loaded)
+
+
+def _with_flags(config: cfg.RunConfig, overrides: dict) -> cfg.RunConfig:
+    """``config`` with the flags given beside --resume applied (UsageError naming the flag when one is bad)."""
+    if not overrides:
+        return config
+    try:
+        return cfg.validate(cfg._deep_merge(config.model_dump(), overrides), "flags")
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
 
 
 def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool = True,

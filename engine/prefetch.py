@@ -46,9 +46,14 @@ def _init_worker(config_json: dict, task_state: dict | None) -> None:
     _WORKER_TASK = task
 
 
-def _build_in_worker(key: tuple) -> dict:
+def build_batch(task, key: tuple) -> dict:
+    """The training batch of ``key`` = (sample indices, the step its masks are drawn for), on the host."""
     indices, step = key
-    return _WORKER_TASK.make_batch(list(indices), step, train=True)
+    return task.make_batch(list(indices), step, train=True)
+
+
+def _build_in_worker(key: tuple) -> dict:
+    return build_batch(_WORKER_TASK, key)
 
 
 class Prefetcher:
@@ -59,7 +64,6 @@ class Prefetcher:
         """``build(key)`` builds inline (and on the thread); ``workers`` > 0 with ``worker_args``
         = (config as JSON, task state) builds in that many processes instead."""
         self.build = build
-        self.enabled = enabled
         self.depth = max(1, workers) if enabled else 0
         self._pool: Executor | None = None
         self._remote = False

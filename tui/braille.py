@@ -157,7 +157,7 @@ class BrailleCanvas:
 
     def _y_range(self) -> tuple[float, float]:
         if self._ylim is not None:
-            lo, hi = (self._ty(np.array(self._ylim)) if self._log_y else np.array(self._ylim)).tolist()
+            lo, hi = self._ty(np.array(self._ylim)).tolist()
         else:
             values = [self._ty(y) for _, y, _ in self._lines] + [self._ty(y) for _, y, _, _ in self._points]
             values += [self._ty(np.array([v])) for v, _ in self._hlines]
@@ -235,7 +235,7 @@ def _widen(lo: float, hi: float) -> tuple[float, float]:
     """A non-empty range: a flat series gets ±0.5 (or ±5 % of its value) around it."""
     if hi > lo:
         return lo, hi
-    pad = max(0.5 * abs(lo) * 0.1, 0.5) if lo else 0.5
+    pad = max(0.05 * abs(lo), 0.5)
     return lo - pad, hi + pad
 
 

@@ -80,11 +80,7 @@ class Ring:
     def column(self, index: int, last: int | None = None) -> np.ndarray:
         """One column oldest-first (the newest ``last`` values when given), 1-D and contiguous."""
         n = self._len if last is None else min(last, self._len)
-        begin = (self._start + self._len - n) % self.capacity
-        series = self._data[index]
-        if begin + n <= self.capacity:
-            return series[begin:begin + n]
-        return np.concatenate((series[begin:], series[: begin + n - self.capacity]))
+        return self.rows_between(index, self._len - n, self._len)
 
     def view(self, last: int | None = None) -> np.ndarray:
         """All columns oldest-first as an (n, width) array (a copy; for small rings and tests)."""
