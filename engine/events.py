@@ -64,6 +64,9 @@ class RunStarted(Event):
     start_step: int = 0
     resumed_from: str | None = None
     pid: int = 0
+    #: The task's declared capabilities (engine.tasks.spec.Capabilities.to_dict()): primary metric, curves,
+    #: live settings, memory model, exports. Viewers are driven by this, never by the task's name.
+    capabilities: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,13 +88,20 @@ class StepLogged(Event):
 
 @dataclass(frozen=True)
 class EvalDone(Event):
-    """A validation pass: total val loss, PSNR in dB when the task reports one, other metrics in ``extra``."""
+    """A validation pass: every metric the task reported (``metrics``, val_loss included), which is primary.
+
+    ``psnr_db`` and ``extra`` are the schema-1 form (kept while readers move to ``metrics``).
+    """
 
     type: ClassVar[str] = "eval"
     step: int = 0
     val_loss: float = float("nan")
     psnr_db: float | None = None
     extra: dict = field(default_factory=dict)
+    #: Every validation metric by name (val_loss included), reduced over the whole validation set.
+    metrics: dict = field(default_factory=dict)
+    #: Name of the task's primary metric (a key of ``metrics``); ``best`` is its best value so far.
+    primary: str = ""
     best: float | None = None
     is_best: bool = False
     seconds: float = 0.0
@@ -197,6 +207,18 @@ class Warning(Event):  # noqa: A001 - the architecture's name; shadows the built
 
 
 @dataclass(frozen=True)
+class PhaseStarted(Event):
+    """A start-up phase began (importing torch, building data, building the model, tracing memory, first eval).
+
+    Viewers show the current phase with its elapsed seconds until the first step arrives.
+    """
+
+    type: ClassVar[str] = "phase"
+    phase: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class LogLine(Event):
     """A line the training code printed (captured so it never corrupts a dashboard)."""
 
@@ -223,7 +245,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved,
-        CheckpointFailed, StateChanged, SettingChanged, Refused, Warning, LogLine, RunFinished,
+        CheckpointFailed, StateChanged, SettingChanged, Refused, Warning, PhaseStarted, LogLine, RunFinished,
     )
 }
 

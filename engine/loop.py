@@ -518,8 +518,10 @@ class Trainer:
             self.first_val_loss = val_loss
         self.last_val_loss = val_loss
         psnr = means.pop("psnr_db", None)
-        event = ev.EvalDone(step=self.step, val_loss=val_loss, psnr_db=psnr, extra=means,
-                            best=self.abort_policy.best, is_best=is_best, seconds=time.perf_counter() - started)
+        metrics = {"val_loss": val_loss, **({"psnr_db": psnr} if psnr is not None else {}), **means}
+        event = ev.EvalDone(step=self.step, val_loss=val_loss, psnr_db=psnr, extra=means, metrics=metrics,
+                            primary=metric, best=self.abort_policy.best, is_best=is_best,
+                            seconds=time.perf_counter() - started)
         self.bus.emit(event)
         if is_best and self.config.checkpoint.save_best and self.step > 0:
             self._checkpoint("best")
