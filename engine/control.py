@@ -180,6 +180,10 @@ class Controls:
         self.stop_event.set()
         self._wake.set()
 
+    def stopping(self) -> bool:
+        """True once any stop was asked for, graceful or immediate."""
+        return self.stop_event.is_set() or self.graceful_event.is_set()
+
     def submit(self, request: Request) -> str:
         """Queue a request for the next step boundary; returns its id."""
         if request.action == "abort":

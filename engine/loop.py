@@ -376,11 +376,11 @@ class Trainer:
     def _boundary(self) -> None:
         """Apply queued controls; block here while paused. Raises _Stop / _GracefulStop to end the run."""
         self._apply(self.controls.drain())
-        while self.state == "paused":
+        # Paused, every stop reason still ends the wait: abort-now, and a graceful stop (SIGTERM, first Ctrl-C,
+        # SIGHUP with on_hangup=stop, a viewer's graceful abort), which checkpoints at the paused step below.
+        while self.state == "paused" and not self.controls.stopping():
             self.controls.wait(0.25)
             self._apply(self.controls.drain())
-            if self.controls.stop_event.is_set():
-                break
         if self.controls.stop_event.is_set():
             raise _Stop(self.controls.stop_reason or "aborted now, no checkpoint")
         if self.controls.graceful_event.is_set():
