@@ -127,26 +127,9 @@ def _dashboard_available() -> bool:
 
 
 def _presets(args: argparse.Namespace) -> int:
-    from engine.presets import PRESETS
+    from tui.presets_cmd import main as presets_main
 
-    if args.task not in PRESETS:
-        sys.stderr.write(f"sensorlm-tui: error: --task {args.task!r}: allowed: {', '.join(PRESETS)}\n")
-        return EXIT_BAD_INPUT
-    counts = {}
-    if args.task == "sensorlm":
-        try:
-            from engine.tasks.sensorlm.presets_info import param_counts
-            counts = param_counts()
-        except ImportError:
-            counts = {}
-    print(f"{'preset':<8} {'parameters':>14}  shape")
-    for name, preset in PRESETS[args.task].items():
-        model = preset.get("model", {})
-        shape = ", ".join(f"{k}={v}" for k, v in model.items() if k in ("dim", "depth", "heads", "patch_time",
-                                                                         "patch_channels"))
-        count = counts.get(name)
-        print(f"{name:<8} {count if count is None else format(count, ','):>14}  {shape}")
-    return 0
+    return presets_main(args)
 
 
 if __name__ == "__main__":
