@@ -138,8 +138,25 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def clock(seconds: float) -> str:
+    """A duration as M:SS or H:MM:SS (the headless lines' ``elapsed`` and ``eta`` fields)."""
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 class ConsoleSink:
-    """Plain greppable lines for headless runs: no carriage returns, colour only on a TTY without NO_COLOR."""
+    """Plain greppable lines for headless runs: no carriage returns, colour only on a TTY without NO_COLOR.
+
+    Every line is ``<tag> <text> elapsed M:SS [eta M:SS] at HH:MM:SS``: the tag first (``grep ^step``),
+    the clock last as ``key value`` fields. ``elapsed`` counts from the run_started event (this session
+    of a resumed run); ``at`` is the event's local wall-clock time (the start line also gives the date);
+    printed step lines carry ``eta`` at the rate over the last ``RATE_WINDOW`` step events, so the first
+    step's warm-up and an eval pause fade out of it instead of skewing it for the whole run.
+    """
+
+    #: Step events the ETA's rate is measured over.
+    RATE_WINDOW = 64
 
     def __init__(self, stream: TextIO | None = None, print_every: int = 10, total_steps: int = 0) -> None:
         self.stream = stream or sys.stdout
@@ -147,10 +164,34 @@ class ConsoleSink:
         self.total = total_steps
         isatty = getattr(self.stream, "isatty", lambda: False)()
         self.colour = isatty and "NO_COLOR" not in os.environ
+        self._start_t: float | None = None
+        self._recent: deque[tuple[float, int]] = deque(maxlen=self.RATE_WINDOW)
+        self._event: ev.Event | None = None  # the event being printed: its time stamps the line
+
+    def _eta(self, event: ev.StepLogged) -> str:
+        """Time left at the recent rate ("?" without a total or a rate yet)."""
+        rate = event.steps_per_s
+        if len(self._recent) >= 2:
+            (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
+            if t1 > t0 and s1 > s0:
+                rate = (s1 - s0) / (t1 - t0)
+        return clock((self.total - event.step) / rate) if self.total and rate > 0 else "?"
+
+    def _clock_fields(self, event: ev.Event) -> str:
+        if self._start_t is None or event.type == "run_started":
+            self._start_t = event.t
+        fields = f" elapsed {clock(event.t - self._start_t)}"
+        if event.type == "step" and not event.skipped:
+            fields += f" eta {self._eta(event)}"
+        when = time.localtime(event.t)
+        date = time.strftime(" on %Y-%m-%d", when) if event.type == "run_started" else ""
+        return f"{fields} at {time.strftime('%H:%M:%S', when)}{date}"
 
     def _out(self, tag: str, text: str, colour: str = "") -> None:
         if self.colour and colour:
             tag = f"\x1b[{colour}m{tag}\x1b[0m"
+        if self._event is not None:
+            text += self._clock_fields(self._event)
         try:
             self.stream.write(f"{tag} {text}\n")
             self.stream.flush()
@@ -159,6 +200,9 @@ class ConsoleSink:
 
     def __call__(self, event: ev.Event) -> None:
         kind = event.type
+        self._event = event
+        if kind == "step":
+            self._recent.append((event.t, event.step))
         if kind == "run_started":
             self.total = event.total_steps
             start = f" resumed from {event.resumed_from} at step {event.start_step}" if event.resumed_from else ""
@@ -200,6 +244,7 @@ class ConsoleSink:
                 line += f" checkpoint {event.checkpoint}"
             self._out("done ", line, "1")
             if event.resume_command:
+                self._event = None  # no clock fields: the line stays a command to copy
                 self._out("done ", f"resume with: {event.resume_command}")
 
 
