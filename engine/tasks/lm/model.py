@@ -1,0 +1,132 @@
+"""Building the LM: transformers for the model, peft for the adapters; nothing hand-written.
+
+Order matters and is fixed here:
+
+1. the base model — ``AutoModelForCausalLM.from_pretrained(path,
+   local_files_only=True)`` in fp32 (the optimizer's master weights; autocast
+   makes the bf16/fp16 compute copies), or ``LlamaForCausalLM(LlamaConfig)``
+   with random weights;
+2. activation checkpointing through transformers' own
+   ``activation_checkpointing_enable`` (``use_reentrant=False``) on the *base*
+   model, before peft wraps it. Parameter names stay as they are, so the PEFT
+   state dict (and the exported adapter) keeps every target module; wrapping
+   the layers with torch's ``checkpoint_wrapper`` after ``get_peft_model``
+   instead makes ``get_peft_model_state_dict`` return nothing
+   (research/wave2.md);
+3. ``get_peft_model(model, LoraConfig(...))`` for LoRA; norms train through
+   ``modules_to_save``, so they are saved in, and restored from, the adapter.
+
+The weight-init seed is honoured on every path: random base weights and the
+LoRA A matrices (peft's kaiming init) are both drawn inside one
+``torch.random.fork_rng`` seeded with ``train.seed``, so the same seed gives
+the same model whatever ran before, and the global RNG is left untouched.
+(Seed 001 seeded only one of its two construction paths.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.tasks.base import TaskError
+from engine.tasks.lm.spec import LMConfig
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
+
+
+def check_model_dir(path: str) -> Path:
+    """The directory, or TaskError naming lm.model.path when it is missing or has no readable config.json."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise TaskError(f"lm.model.path={path}: no such directory")
+    config = root / "config.json"
+    if not config.is_file():
+        raise TaskError(f"lm.model.path={path}: no config.json (not a Hugging Face model directory)")
+    try:
+        json.loads(config.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TaskError(f"lm.model.path={path}: config.json is not valid JSON ({_first_line(exc)})") from None
+    return root
+
+
+def base_model(cfg: LMConfig, seq_len: int) -> nn.Module:
+    """The base causal LM (fp32), from lm.model.path or randomly initialised from the lm.model shape."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    m = cfg.model
+    if m.path:
+        root = check_model_dir(m.path)
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # a missing-weights warning becomes our one-line error below
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(
+                str(root), local_files_only=True, dtype=torch.float32,
+                attn_implementation=m.attn_implementation, output_loading_info=True)
+        except Exception as exc:  # corrupt weights, unknown architecture, …: transformers raises many types
+            raise TaskError(f"lm.model.path={m.path}: cannot load the model ({_first_line(exc)})") from None
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        missing = [k for k in info.get("missing_keys", ()) if "rotary" not in k]
+        if missing:
+            raise TaskError(f"lm.model.path={m.path}: weights missing for {len(missing)} tensors "
+                            f"(first: {sorted(missing)[0]}); the directory is incomplete or corrupt")
+    else:
+        config = LlamaConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+                             intermediate_size=m.intermediate_size, num_hidden_layers=m.layers,
+                             num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
+                             max_position_embeddings=max(2048, seq_len), tie_word_embeddings=m.tie_embeddings,
+                             attn_implementation=m.attn_implementation)
+        model = LlamaForCausalLM(config)
+    if m.activation_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def linear_names(model: nn.Module) -> list[str]:
+    """Last name components of the model's Linear layers (what LoRA targets are matched against)."""
+    return sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, nn.Linear)})
+
+
+def norm_names(model: nn.Module) -> list[str]:
+    """Last name components of the model's normalisation layers (RMSNorm, LayerNorm)."""
+    return sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
+                   if name and "norm" in type(mod).__name__.lower()})
+
+
+def add_lora(model: nn.Module, cfg: LMConfig) -> nn.Module:
+    """``get_peft_model`` with the configured LoRA; TaskError naming lm.lora.targets for an unknown module."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = cfg.lora
+    targets = lora.target_list()
+    have = linear_names(model)
+    unknown = [t for t in targets if t not in have]
+    if unknown:
+        raise TaskError(f"lm.lora.targets: {', '.join(unknown)} not in this model; its linear layers: "
+                        f"{', '.join(have)} (or attention, mlp, all-linear)")
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                        task_type="CAUSAL_LM", bias="none",
+                        modules_to_save=norm_names(model) if lora.train_norms else None)
+    return get_peft_model(model, config)
+
+
+def build(cfg: LMConfig, seq_len: int, seed: int) -> nn.Module:
+    """Base model (+ LoRA), every random draw from ``seed`` (module docstring)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = base_model(cfg, seq_len)
+        if cfg.finetune == "lora":
+            model = add_lora(model, cfg)
+    return model
+
+
+def vocab_size(model: nn.Module) -> int:
+    """Rows of the input embedding: the largest token id + 1 the model accepts."""
+    return int(model.get_input_embeddings().weight.shape[0])
