@@ -271,6 +271,7 @@ class DashboardApp(App[int]):
 
     def _check_ended(self) -> None:
         if not self.model.ended:
+            self._said_ended = False  # a resumed run (a new generation) may end again and be said again
             return
         if self._exit_when_ended:
             fin = self.model.finished

@@ -70,6 +70,10 @@ class RunModel:
         self.state_reason = ""
         self.liveness = "unknown"
         self.finished: ev.RunFinished | None = None
+        #: RunStarted events seen: each (a fresh start or a resume) opens a new generation of the run.
+        self.generation = 0
+        #: The step the current generation resumed from (None for a fresh start).
+        self.resumed_from_step: int | None = None
         self.last_step: ev.StepLogged | None = None
         self.steps = Ring(capacity, 2 + len(LEVELS) - 1)
         self._ema = [EmaState() for _ in LEVELS[1:]]
@@ -179,6 +183,19 @@ class RunModel:
             rows[:, column] = ema_extend(loss, level, state)
         self.steps.drop_newest(len(loss))
         self.steps.append_many(rows)
+
+    def _restart_rates(self, since: float) -> None:
+        """Forget rate samples older than ``since`` (an event's time): a resume, a pause or a batch change
+        starts a new pace, and mixing the old one in made steps/s and the ETA wrong for a whole window.
+
+        Filtering by time rather than clearing keeps this right when a whole history is folded in
+        (``_ingest_history`` adds every step before the other events): samples after ``since`` stay.
+        """
+        keep = [(t, s) for t, s in self._rate if t >= since]
+        self._rate.clear()
+        self._rate.extend(keep)
+        self._first_step = keep[0] if keep else None
+        self.versions["progress"] += 1
 
     def _ingest_one(self, event: ev.Event) -> None:
         self.last_t = event.t
@@ -372,9 +389,19 @@ def _latest_attempts(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np
 
 # ---------------------------------------------------------------- handlers
 def _on_started(m: RunModel, e: ev.RunStarted) -> None:
+    # Every RunStarted opens a new generation: an engine resumed the run (after an abort, a crash or a
+    # finish), so whatever ended before no longer holds — state, rates, ETA and controls start afresh.
     m.started = e
-    if m.state == "starting":
-        m.state = "running"
+    m.generation += 1
+    m.resumed_from_step = e.start_step if e.resumed_from else None
+    m.finished = None
+    if m.state in ("starting", *ENDED_STATES):
+        m.state, m.state_reason = "running", ""
+    if m.liveness in ENDED_LIVENESS:
+        m.liveness = "unknown"  # the session's next poll says what the new engine is
+    if m.last_step is not None and m.last_step.t < e.t:
+        m.last_step = None  # the progress line shows the resume step until the new engine logs one
+    m._restart_rates(e.t)
     where = f" (resumed from {e.resumed_from} at step {e.start_step})" if e.resumed_from else ""
     m._log("state", f"run {e.name or '?'} started: {e.task}/{e.preset}, {e.total_steps} steps on {e.device}{where}",
            e.start_step)
@@ -422,6 +449,8 @@ def _on_state(m: RunModel, e: ev.StateChanged) -> None:
     routine = {e.state, m.state} == {"running", "checkpointing"}
     if e.state != m.state and not routine:
         m._log("state", f"state → {e.state}" + (f": {e.reason}" if e.reason else ""), e.step)
+    if m.state == "paused" and e.state == "running":
+        m._restart_rates(e.t)  # the pause is not part of the pace
     m.state, m.state_reason = e.state, e.reason
     m.versions["header"] += 1
     m.versions["progress"] += 1
@@ -437,6 +466,8 @@ def _on_setting(m: RunModel, e: ev.SettingChanged) -> None:
         m._log("setting", f"{e.name}: {e.old} → {e.new}{why}", e.step)
     if e.name in MARKED_SETTINGS and e.old != e.new:
         m.markers.append(Marker(e.step, e.name, e.old, e.new))
+        if e.name != "lr":
+            m._restart_rates(e.t)  # a new batch or kernel is a new pace; the LR does not change step time
         m.versions["loss"] += 1
         m.versions["progress"] += 1
 

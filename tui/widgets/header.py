@@ -55,6 +55,8 @@ class RunHeader(Horizontal):
             device = f"{s.device} · {s.device_name}" if named else (s.device_name or s.device)
             title = (f"[b]{escape(s.name or 'run')}[/b] · {escape(s.task)}/{escape(s.preset)} · "
                      f"{human_count(s.params)} params · {escape(device)}")
+            if model.resumed_from_step is not None:
+                title += f" · resumed from step {model.resumed_from_step}"
         if model.read_only:
             title += " · [$warning]read-only[/]"
         state = model.state
