@@ -38,6 +38,8 @@ class Prepared:
     resume: object | None  # engine.checkpoint.Loaded; typed loosely to keep this module torch-free at import
     #: A line for the run's log before training starts (e.g. a resume that had to start over).
     note: str | None = None
+    #: A fresh run: refused if the directory already holds one (checked again once it owns the directory).
+    fresh: bool = False
 
 
 def build_parser(prog: str = "sensorlm-tui train") -> argparse.ArgumentParser:
@@ -61,10 +63,17 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(f"name={name[:80]!r}: a run name cannot contain '/' or be '.' or '..'")
     config = config.model_copy(update={"name": name})
     root = Path(args.run_dir) if args.run_dir else Path("runs") / name
-    if (root / "events.jsonl").exists():
-        raise UsageError(f"--run-dir {root}: already holds a run; use --resume {root} or another directory")
+    _refuse_existing(RunDir(root))
     _check_task(config)
-    return Prepared(config, RunDir(root), None)
+    return Prepared(config, RunDir(root), None, fresh=True)
+
+
+def _refuse_existing(run_dir: RunDir) -> None:
+    """UsageError when a fresh run would write into a directory that holds one (its events, config, checkpoints)."""
+    what = run_dir.holds_run()
+    if what:
+        raise UsageError(f"--run-dir {run_dir.root}: already holds a run ({what}); use --resume {run_dir.root} "
+                         "or another directory")
 
 
 def _check_task(config: cfg.RunConfig) -> None:
@@ -136,6 +145,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     from engine.control import Controls
     from engine.loop import Trainer
     from engine.rundir import StatusWriter
+    from engine.runlock import RunLock
     from engine.sinks import ConsoleSink, EventBus, JsonlSink
 
     from engine import device as dev
@@ -153,14 +163,20 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         trainer.setup()
     except (TaskError, CheckpointError, ValueError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    lock = None
     try:
+        lock = RunLock.acquire(run_dir)  # the first file written there; a second engine stops here
+        if prepared.fresh:
+            _refuse_existing(run_dir)  # again, now that no other engine can be creating it
         run_dir.create()
         if prepared.resume is None:
             (run_dir.config).write_text(cfg.dump_toml(config))
         jsonl = JsonlSink(run_dir.events)
-    except RunDirError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
+    except (RunDirError, UsageError, OSError) as exc:
+        if lock is not None:
+            lock.release()
+        if isinstance(exc, RunDirError) or isinstance(exc, UsageError):
+            raise UsageError(str(exc)) from None
         raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
 
     status = StatusWriter(run_dir, on_beat=jsonl.flush)
@@ -219,6 +235,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
             server.stop()
     status.stop(state=final_state, exit_code=exit_code, step=trainer.step)
     bus.close()
+    lock.release()
     return exit_code
 
 

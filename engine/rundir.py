@@ -2,6 +2,7 @@
 
 Layout of ``runs/<name>/``::
 
+    engine.lock          flock held by the engine that owns the directory (engine.runlock)
     config.toml          resolved configuration (what --resume reads)
     events.jsonl         every event, append-only, schema version first
     status.json          pid, host, start time, heartbeat (every second), state
@@ -50,6 +51,11 @@ class RunDir:
         return self.root.name
 
     @property
+    def lock(self) -> Path:
+        """The ownership lock (engine.runlock): created first, flocked for the engine's life."""
+        return self.root / "engine.lock"
+
+    @property
     def config(self) -> Path:
         """Resolved config.toml."""
         return self.root / "config.toml"
@@ -83,6 +89,21 @@ class RunDir:
     def task_dir(self) -> Path:
         """Task artefacts (tokenizer, normalisation stats)."""
         return self.root / "task"
+
+    def holds_run(self) -> str | None:
+        """What makes this directory a run a fresh start must not overwrite (None when there is nothing).
+
+        Any checkpoint counts, even with events.jsonl deleted: a fresh run would rotate it away.
+        """
+        for path in (self.events, self.config):
+            if path.exists():
+                return path.name
+        try:
+            if any(self.checkpoints.iterdir()):
+                return "checkpoints"
+        except OSError:
+            pass
+        return None
 
     def create(self) -> "RunDir":
         """Make the directory tree (owner-only), or RunDirError saying why not."""
