@@ -171,7 +171,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         run_dir.create()
         if prepared.resume is None:
             (run_dir.config).write_text(cfg.dump_toml(config))
-        jsonl = JsonlSink(run_dir.events)
+        jsonl = JsonlSink(run_dir.events, warn=lambda text: bus.emit(ev.Warning(text=text)))
     except (RunDirError, UsageError, OSError) as exc:
         if lock is not None:
             lock.release()

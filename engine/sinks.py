@@ -79,51 +79,127 @@ class MemorySink:
 
 
 class JsonlSink:
-    """Append-only events.jsonl writer; the first record is the schema version."""
+    """Append-only events.jsonl writer; the first record is the schema version.
 
-    def __init__(self, path: Path, flush_interval: float = 1.0) -> None:
+    A full disk (or any failing write) never detaches it: lines it could not write stay in memory, in
+    order, up to ``max_backlog`` bytes, and every later event or heartbeat retries (at most once a
+    ``retry_interval``). ``warn`` (set by the engine to emit a Warning) is told once when writing starts to
+    fail and once when it recovers. It writes through a raw O_APPEND descriptor rather than a buffered
+    file because a buffered writer that hit ENOSPC has lost track of how much of its buffer reached the
+    disk; ``os.write`` returns the bytes written, so a retry continues exactly where the disk stopped.
+    Past the bound, step events are dropped (and counted in the recovery warning); everything else
+    (evals, checkpoints, state changes, run_finished) is always kept: there are few of them.
+    """
+
+    def __init__(self, path: Path, flush_interval: float = 1.0, *, max_backlog: int = 64 << 20,
+                 retry_interval: float = 1.0, warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
         fresh = not self.path.exists() or self.path.stat().st_size == 0
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._lock = threading.Lock()
         self._interval = flush_interval
+        self._retry = retry_interval
+        self._max_backlog = max_backlog
+        #: Called (outside the sink's lock) with a one-line warning when writing fails and when it recovers.
+        self.warn = warn
+        self._pending: deque[bytes] = deque()
+        self._pending_bytes = 0
+        self._failing: str | None = None  # the error while the disk refuses our writes
+        self._failed_at = 0.0
+        self._late = self._dropped = 0
         self._last_flush = time.monotonic()
         if not fresh:
             # A resumed run appends; a torn last line from a crash gets its own line ending.
             with open(self.path, "rb") as handle:
                 handle.seek(max(0, self.path.stat().st_size - 1))
                 if handle.read(1) != b"\n":
-                    self._file.write("\n")
+                    self._pending.append(b"\n")
+                    self._pending_bytes += 1
         self(ev.Schema())
 
+    @property
+    def backlog(self) -> int:
+        """Bytes accepted but not yet on disk."""
+        return self._pending_bytes
+
     def __call__(self, event: ev.Event) -> None:
-        line = ev.to_json(event) + "\n"
+        line = (ev.to_json(event) + "\n").encode()
         with self._lock:
-            if self._file.closed:
+            if self._fd is None:
                 return
-            self._file.write(line)
+            if event.type == "step" and self._pending_bytes + len(line) > self._max_backlog:
+                self._dropped += 1
+            else:
+                self._pending.append(line)
+                self._pending_bytes += len(line)
+                if self._failing:
+                    self._late += 1
             now = time.monotonic()
-            if event.type in URGENT or now - self._last_flush >= self._interval:
-                self._file.flush()
-                self._last_flush = now
+            due = event.type in URGENT or now - self._last_flush >= self._interval
+            if due and (not self._failing or now - self._failed_at >= self._retry):
+                note = self._write_locked()
+            else:
+                note = None
+        self._tell(note)
 
     def flush(self) -> None:
-        """Push buffered lines to the OS (called by the heartbeat thread every second)."""
+        """Push pending lines to the OS (called by the heartbeat thread every second; retries a full disk)."""
         with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-                self._last_flush = time.monotonic()
+            note = self._write_locked() if self._fd is not None else None
+        self._tell(note)
 
-    def close(self) -> None:
-        """Flush, fsync and close."""
-        with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-                try:
-                    os.fsync(self._file.fileno())
-                except OSError:
-                    pass
-                self._file.close()
+    def _write_locked(self) -> str | None:
+        """Write every pending line; returns a warning to emit when failing starts or stops."""
+        self._last_flush = time.monotonic()
+        if not self._pending:
+            data = b""
+        else:  # one write for the lot (a second of step events is one syscall, not hundreds)
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending.clear()
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self._fd, memoryview(data)[done:])
+        except OSError as exc:
+            self._pending.appendleft(data[done:])  # what the disk did not take, from the exact byte
+            self._pending_bytes = sum(map(len, self._pending))
+            self._failed_at = time.monotonic()
+            if self._failing is None:
+                self._failing = exc.strerror or str(exc)
+                return (f"{self.path}: cannot write events ({self._failing}); keeping them in memory "
+                        f"(up to {_human_bytes(self._max_backlog)}) and retrying every {self._retry:g} s")
+            return None
+        self._pending_bytes = 0
+        if self._failing is not None:
+            error, self._failing = self._failing, None
+            lost = f"; {self._dropped} step events over the {_human_bytes(self._max_backlog)} backlog were " \
+                "dropped" if self._dropped else ""
+            note = f"{self.path}: writable again after '{error}'; {self._late} events written late{lost}"
+            self._late = self._dropped = 0
+            return note
+        return None
+
+    def _tell(self, note: str | None) -> None:
+        if note and self.warn is not None:
+            self.warn(note)
+
+    def close(self, retry_for: float = 10.0) -> None:
+        """Write what is pending (retrying a full disk for up to ``retry_for`` s), fsync and close."""
+        deadline = time.monotonic() + retry_for
+        while True:
+            with self._lock:
+                if self._fd is None:
+                    return
+                self._write_locked()
+                if not self._pending or time.monotonic() >= deadline:
+                    try:
+                        os.fsync(self._fd)
+                    except OSError:
+                        pass
+                    os.close(self._fd)
+                    self._fd = None
+                    return
+            time.sleep(min(self._retry, 0.2))
 
 
 def _fmt(value: float | None, spec: str = ".4f") -> str:

@@ -11,6 +11,7 @@ root; other users get chmod); where mounting is not allowed the tmpfs test skips
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -141,3 +142,77 @@ def test_run_directory_under_proc_is_a_one_line_error(engines, tmp_path: Path) -
     lines = engine.stderr().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"sensorlm-tui: error: {target}: cannot create run directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["err-0.txt", "out-0.txt"]  # nothing else written
+
+
+def _fill(directory: Path) -> Path:
+    """Write a file until the file system is full; returns it (deleting it gives the space back)."""
+    filler = directory / "filler"
+    chunk = b"\0" * (64 << 10)
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(chunk)
+        except OSError:
+            pass
+    for small in (4096, 512, 1):  # the last partial blocks too: events.jsonl must not find a byte free
+        try:
+            with open(filler, "ab", buffering=0) as handle:
+                while True:
+                    handle.write(b"\0" * small)
+        except OSError:
+            pass
+    return filler
+
+
+def test_full_disk_under_the_whole_run_directory_loses_no_event(engines, tmp_path: Path) -> None:
+    """The whole run directory on a 16 MiB tmpfs, filled mid-run: the event log keeps its lines in memory,
+    says so in a Warning, and writes every one once space returns (before, it detached for good)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    with _mounted(run, "-t", "tmpfs", "-o", "size=16m", "tmpfs"):
+        engine = engines.spawn([*TOY, "--max-steps", "1000000", "--eval-every", "0", "--checkpoint-every", "0",
+                                "--run-dir", str(run)], tmp_path)
+        engine.wait_for(r"^step\s+20/")
+        filler = _fill(run)
+        at = len(engine.lines())
+        engine.wait_for(r"^warn .*events\.jsonl: cannot write events \(No space left on device\)", after=at)
+        full_at = engine.last_step()
+        engine.wait_for(rf"^step\s+{full_at + 50}/")  # trains on with the disk full
+        filler.unlink()
+        engine.wait_for(r"^warn .*events\.jsonl: writable again after 'No space left on device'; \d+ events "
+                        r"written late", after=at)
+        engine.signal(signal.SIGTERM)
+        assert engine.wait(60) == 130, engine.stderr()
+        steps = [e["step"] for e in events_of(run, "step")]
+        assert steps == list(range(1, len(steps) + 1)), "a step event is missing or out of order"
+        assert steps[-1] > full_at + 50
+        finished = events_of(run, "run_finished")
+        assert finished and finished[-1]["steps"] == steps[-1]
+        warnings = [e["text"] for e in events_of(run, "warning")]
+        assert any("cannot write events (No space left on device)" in t for t in warnings)
+        assert any("writable again" in t for t in warnings)
+
+
+def test_event_backlog_is_bounded_and_never_drops_what_viewers_must_see(tmp_path: Path) -> None:
+    from engine import events as ev
+    from engine.sinks import JsonlSink
+
+    target = tmp_path / "fs"
+    target.mkdir()
+    with _mounted(target, "-t", "tmpfs", "-o", "size=1m", "tmpfs"):
+        told: list[str] = []
+        sink = JsonlSink(target / "events.jsonl", max_backlog=20_000, retry_interval=0.0, warn=told.append)
+        filler = _fill(target)
+        for step in range(1, 2001):
+            sink(ev.StepLogged(step=step, loss=1.0))
+        sink(ev.RunFinished(status="finished", steps=2000))
+        assert len(told) == 1 and "No space left on device" in told[0]
+        assert sink.backlog < 20_000 + 1000, "the backlog outgrew its bound"
+        filler.unlink()
+        sink.flush()
+        sink.close()
+        assert "writable again" in told[-1] and "step events over the 19.5 KiB backlog were dropped" in told[-1], told
+        lines = [json.loads(line) for line in (target / "events.jsonl").read_text().splitlines()]
+        steps = [e["step"] for e in lines if e["type"] == "step"]
+        assert steps == sorted(steps) and steps[0] == 1 and len(steps) < 2000
+        assert lines[-1]["type"] == "run_finished", "run_finished is kept past the bound"
