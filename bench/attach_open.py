@@ -14,9 +14,15 @@ frame with the history drawn" two ways, each ``--repeat`` times:
   start) until the rendered screen shows the same text: reading + folding +
   rendering only.
 
-Also timed on the same run: `sensorlm-tui runs DIR` (a subprocess, so with
-Python's start-up) and ``run_index.summarize`` alone — both read only
-status.json and the log's last 1 MiB, whatever its length.
+Both opens are timed cold (no ``events.index`` beside the log: the first
+viewer of a run, which decodes the whole log with msgspec and leaves the index
+behind) and warm (the index present: every later viewer).
+
+Also on the same run: reading ÷ plain ``json.loads`` per line (CPU; the
+reader without its index against ``json.loads`` of the first 200,000 lines,
+scaled); `sensorlm-tui runs DIR` (a subprocess, so with Python's start-up)
+and ``run_index.summarize`` alone — both read only status.json and the log's
+last 1 MiB, whatever its length.
 
 Each open is reported as wall time and as the CPU seconds the viewer process used
 until then: on a shared, loaded machine the wall time mostly measures the
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -41,13 +48,17 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import ROOT, Section, fmt_stats, smoke
+from bench.common import ROOT, Section, fmt_stats, smoke, verdict
 from bench.open_run import write_run
+from engine import history_index
+from engine.history import read_history
 
 #: Poll interval of both measurements (s).
 POLL_S = 0.05
 #: Give up on one open after this long (s).
 TIMEOUT_S = 300.0
+#: Lines ``json.loads`` decodes for the reading ratio (scaled to the whole log).
+JSON_LINES = 200_000
 
 
 def _done(text: str, steps: int) -> bool:
@@ -98,8 +109,27 @@ def inprocess_open(run: Path, steps: int) -> tuple[float, float]:
     return asyncio.run(body())
 
 
+def reading_ratio(run: Path, repeat: int) -> tuple[float, float, float]:
+    """(reader CPU s, json.loads-per-line CPU s scaled to every line, their ratio), the reader without its index."""
+    events = run / "events.jsonl"
+    reader = min(_cpu(lambda: read_history(events, index=False)) for _ in range(repeat))
+    with open(events, "rb") as handle:
+        lines = handle.read().split(b"\n")
+    total = sum(1 for line in lines if line)
+    head = [line for line in lines[:JSON_LINES] if line]
+    del lines
+    plain = min(_cpu(lambda: [json.loads(line) for line in head]) for _ in range(repeat)) * total / len(head)
+    return reader, plain, reader / plain
+
+
+def _cpu(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
 def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str, list[tuple[float, float]] | str]:
-    """Build the run, time both opens ``repeat`` times ((wall, CPU) each); a skipped variant maps to its reason."""
+    """Build the run, time each open cold and warm ``repeat`` times ((wall, CPU) each); a skipped one maps to why."""
     out: dict[str, list[tuple[float, float]] | str] = {}
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         run = Path(tmp) / "bench-attach"
@@ -107,6 +137,9 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
         path = write_run(run, steps)
         print(f"wrote {steps:,} steps, {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s",
               flush=True)
+        reader, plain, ratio = reading_ratio(run, repeat)
+        out["reading"] = [(reader, plain)]
+        out["ratio"] = [(ratio, ratio)]
         start = time.perf_counter()
         listed = subprocess.run([sys.executable, "-m", "tui.cli", "runs", str(run.parent)], capture_output=True,
                                 text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -117,11 +150,24 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
         start = time.perf_counter()
         summarize(run)
         out["summarize"] = [(time.perf_counter() - start, 0.0)]
+        index = history_index.path_for(path)
+
+        def cold(fn):
+            index.unlink(missing_ok=True)
+            return fn(run, steps)
+
+        def warm(fn):
+            if not index.exists():
+                history_index.save(read_history(path, index=False))
+            return fn(run, steps)
+
         if shutil.which("tmux"):
-            out["terminal"] = [terminal_open(run, steps) for _ in range(repeat)]
+            out["terminal cold"] = [cold(terminal_open) for _ in range(repeat)]
+            out["terminal warm"] = [warm(terminal_open) for _ in range(repeat)]
         else:
-            out["terminal"] = "tmux not installed"
-        out["in-process"] = [inprocess_open(run, steps) for _ in range(repeat)]
+            out["terminal cold"] = out["terminal warm"] = "tmux not installed"
+        out["in-process cold"] = [cold(inprocess_open) for _ in range(repeat)]
+        out["in-process warm"] = [warm(inprocess_open) for _ in range(repeat)]
     return out
 
 
@@ -133,19 +179,32 @@ def run(quick: bool = False) -> Section:
     """Suite entry: 1M steps, 3 repeats (--quick: 100k steps, 1 repeat)."""
     steps, repeat = (2_000, 1) if smoke() else (100_000, 1) if quick else (1_000_000, 3)
     results = measure(steps, repeat)
+    reader, plain = results["reading"][0]
+    ratio = results["ratio"][0][0]
+    rows = []
+    for how, key in (("`sensorlm-tui attach RUN` in tmux (process start → frame)", "terminal"),
+                     ("AttachApp under run_test (read + fold + render)", "in-process")):
+        for state in ("cold", "warm"):
+            values = results[f"{key} {state}"]
+            rows.append(f"| {how}, {state} | {_cell(values, 0)} | {_cell(values, 1)} |")
     body = "\n".join([
         f"Synthetic finished run with {steps:,} step events; time until the first frame shows the history "
-        f"(`step {steps}/{steps}` on screen), {repeat} repeat(s), 120×40.", "",
-        "| how | wall | CPU of the viewer |", "|---|---|---|",
-        f"| `sensorlm-tui attach RUN` in tmux (process start → frame) | {_cell(results['terminal'], 0)} | "
-        f"{_cell(results['terminal'], 1)} |",
-        f"| AttachApp under run_test (read + fold + render) | {_cell(results['in-process'], 0)} | "
-        f"{_cell(results['in-process'], 1)} |",
+        f"(`step {steps}/{steps}` on screen), {repeat} repeat(s), 120×40. Cold: no `events.index` (the first "
+        "viewer of a run decodes the log and leaves one); warm: the index present.", "",
+        "| how | wall | CPU of the viewer |", "|---|---|---|", *rows,
         f"| `sensorlm-tui runs DIR` (subprocess) | {_cell(results['runs'], 0)} | – |",
-        f"| `run_index.summarize(run)` | {_cell(results['summarize'], 0)} | – |",
+        f"| `run_index.summarize(run)` | {_cell(results['summarize'], 0)} | – |", "",
+        f"- reading the log (engine.history, no index): {reader:.2f} s CPU; plain `json.loads` per line "
+        f"(first {JSON_LINES:,} lines, scaled): {plain:.2f} s CPU; ratio **{ratio:.2f}**",
     ])
+    verdicts = [verdict("attach_open: reading ÷ json.loads per line (CPU)", ratio, 0.5, higher_is_better=False)]
+    for key in ("terminal warm", "terminal cold"):
+        if not isinstance(results[key], str):
+            first = sorted(w for w, _ in results[key])[len(results[key]) // 2]
+            verdicts.append(verdict(f"attach_open: {steps:,} steps → first full frame, {key} (wall)", first, 2.0,
+                                    higher_is_better=False, unit=" s"))
     return Section("attach: opening a long run", f"python -m bench --only attach_open{' --quick' if quick else ''}",
-                   body)
+                   body, verdicts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where to write the run (default a temp dir)")
     args = parser.parse_args(argv)
     for name, values in measure(args.steps, args.repeat, args.dir).items():
-        if name in ("runs", "summarize"):
+        if name == "reading":
+            print(f"reading: {values[0][0]:.2f} s CPU (engine.history, no index) vs {values[0][1]:.2f} s CPU "
+                  f"(json.loads per line, scaled)")
+        elif name == "ratio":
+            print(f"reading ÷ json.loads: {values[0][0]:.2f}")
+        elif name in ("runs", "summarize"):
             print(f"{name}: wall {values[0][0] * 1e3:.0f} ms")
         elif isinstance(values, str):
             print(f"{name}: skipped ({values})")

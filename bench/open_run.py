@@ -5,9 +5,10 @@ the byte format ``events.to_json`` writes, toy-task shaped, with an eval,
 memory and system sample every 100 steps), then measures, each best of
 ``--repeat``:
 
-- open: ``RunClient.history()`` over the whole file (the vectorised reader in
-  engine.history), next to plain ``events.from_json`` per line on the first
-  100,000 lines, scaled (the naive way; too slow to run on all of them);
+- open: ``read_history`` over the whole file without its index (the msgspec
+  decode in engine.history), next to plain ``events.from_json`` per line on
+  the first 100,000 lines, scaled (the naive way; too slow to run on all of
+  them), and the reopen with ``events.index`` written (engine.history_index);
 - materialise: iterating every event as an object (what a viewer pays if it
   asks for objects instead of ``History.column``);
 - memory: the reader's peak and what the History keeps (tracemalloc);
@@ -35,6 +36,8 @@ from pathlib import Path
 from bench.common import Section, fmt_stats, smoke
 from engine import events as ev
 from engine.client import POLL_INTERVAL_S, RunClient
+from engine.history import read_history
+from engine.history_index import save as save_index
 
 _STEP = ('{{"type":"step","t":{t!r},"step":{step},"epoch":{epoch},"loss":{loss!r},"lr":{lr!r},'
          '"grad_norm":{gn!r},"samples_per_s":{sps!r},"steps_per_s":{stps!r},"batch_size":32,'
@@ -118,10 +121,13 @@ def run(quick: bool = False) -> Section:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "bench-run"
         size = write_run(root, steps).stat().st_size
-        open_s, open_cpu, history = _best(lambda: RunClient(root, read_only=True).history(), repeat)
+        events = root / "events.jsonl"
+        open_s, open_cpu, history = _best(lambda: read_history(events, index=False), repeat)
         n = len(history)
+        save_index(history)
+        warm_s, warm_cpu, _ = _best(lambda: read_history(events), repeat)
         tracemalloc.start()
-        kept = RunClient(root, read_only=True).history()
+        kept = read_history(events, index=False)
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         del kept
@@ -135,12 +141,13 @@ def run(quick: bool = False) -> Section:
         f"Synthetic run: {steps:,} step events ({n:,} events, {size / 2**20:.0f} MiB of events.jsonl); best of "
         f"{repeat}; wall and CPU seconds of this process.", "",
         "| what | wall s | CPU s | per event |", "|---|---:|---:|---:|",
-        f"| open: `RunClient.history()` (vectorised reader) | {open_s:.2f} | {open_cpu:.2f} | "
+        f"| open: `read_history` (msgspec, no index) | {open_s:.2f} | {open_cpu:.2f} | "
         f"{open_cpu / n * 1e6:.2f} µs CPU |",
+        f"| reopen with `events.index` | {warm_s:.2f} | {warm_cpu:.2f} | {warm_cpu / n * 1e6:.2f} µs CPU |",
         f"| naive `events.from_json` per line (first {len(head):,} lines, scaled) | – | {naive_total:.1f} | "
         f"{naive_cpu / len(head) * 1e6:.2f} µs CPU |",
         f"| materialise every event as an object | {mat_s:.2f} | {mat_cpu:.2f} | {mat_cpu / n * 1e6:.2f} µs CPU |",
-        "", f"- naive ÷ vectorised open (CPU): **{naive_total / open_cpu:.1f}×**",
+        "", f"- naive ÷ msgspec open (CPU): **{naive_total / open_cpu:.1f}×**",
         f"- reader memory: peak {peak / 2**20:.0f} MiB while opening, {current / 2**20:.0f} MiB kept "
         f"({current / n:.0f} B/event) (tracemalloc)",
         f"- first live event after an append (another thread): {fmt_stats(live, '.1f')} ms over {trials} appends; "
@@ -164,13 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         size = path.stat().st_size
         print(f"wrote {args.steps:,} step events, {size / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s")
 
-        open_s, open_cpu, history = _best(lambda: RunClient(root, read_only=True).history(), args.repeat)
+        open_s, open_cpu, history = _best(lambda: read_history(root / "events.jsonl", index=False), args.repeat)
         steps = history.count_type("step")
         n = len(history)
         print(f"open (history): {open_s:.2f} s wall, {open_cpu:.2f} s CPU for {n:,} events ({steps:,} steps) "
               f"= {open_cpu / n * 1e6:.2f} us CPU/event")
         tracemalloc.start()  # numpy reports its buffers to tracemalloc: this is the reader's own peak
-        kept = RunClient(root, read_only=True).history()
+        kept = read_history(root / "events.jsonl", index=False)
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         print(f"memory: peak {peak / 2**20:.0f} MiB while opening, {current / 2**20:.0f} MiB kept "
