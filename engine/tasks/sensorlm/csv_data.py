@@ -50,16 +50,26 @@ from engine.tasks.base import TaskError
 MAX_LINE_BYTES = 64 * 1024
 #: A window is kept when at least this fraction of its minutes has any valid value.
 MIN_WINDOW_COVERAGE = 0.1
+#: Longest time a file may span, first row to last. Storage is sized by rows, not by span, so this is a
+#: sanity bound: a mistyped year (0001-01-01, 9999-12-31) is an error naming its line, not a 31 GiB array.
+MAX_SPAN_DAYS = 36_525
+#: Largest magnitude a value may have: values are stored as float32, and 1e39 would silently become inf.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass
 class Series:
-    """A whole CSV file: channel names, the origin (midnight of the first day) and per-minute values."""
+    """A whole CSV file: channel names, the origin (midnight of the first day) and its rows.
+
+    One array row per CSV row (not per minute of the span: the gap-filling happens per window, in
+    ``windows``), so memory follows the file's size whatever its timestamps say.
+    """
 
     path: str
     channels: list[str]
     origin: datetime
-    values: np.ndarray  # (minutes since origin, channels) float32, NaN at gaps
+    minute: np.ndarray  # (rows,) int64 minutes since origin, strictly increasing
+    values: np.ndarray  # (rows, channels) float32, NaN at gaps
     valid: np.ndarray  # same shape, bool
 
 
@@ -171,6 +181,12 @@ def read_series(path: str | Path, expected_channels: int | None = None) -> Serie
             if ts <= previous:
                 raise TaskError(f"{path}:{number}:1: timestamp {fields[0][1].strip()!r} is not after the previous "
                                 f"row's {previous.isoformat()} (timestamps must strictly increase)")
+        else:
+            first = (number, ts)
+        if ts - first[1] > timedelta(days=MAX_SPAN_DAYS):
+            raise TaskError(f"{path}:{number}:1: timestamp {fields[0][1].strip()!r} is more than {MAX_SPAN_DAYS} "
+                            f"days after the first row's {first[1].isoformat()} (line {first[0]}); a file may span "
+                            f"at most {MAX_SPAN_DAYS // 365} years")
         previous = ts
         row: list[float] = []
         for (col, cell), name in zip(fields[1:], channels):
@@ -185,6 +201,9 @@ def read_series(path: str | Path, expected_channels: int | None = None) -> Serie
             if not math.isfinite(value):
                 raise TaskError(f"{path}:{number}:{col}: {name}: {cell!r} is not finite; leave the cell blank "
                                 "for missing data")
+            if abs(value) > FLOAT32_MAX:
+                raise TaskError(f"{path}:{number}:{col}: {name}: {cell[:40]!r} is outside the float32 range "
+                                f"(magnitude at most {FLOAT32_MAX:.4g})")
             row.append(value)
         stamps.append(ts)
         rows.append(row)
@@ -192,9 +211,8 @@ def read_series(path: str | Path, expected_channels: int | None = None) -> Serie
         raise TaskError(f"{path}:2:1: no data rows after the header")
     origin = stamps[0].replace(hour=0, minute=0)
     index = np.array([(ts - origin) // timedelta(minutes=1) for ts in stamps], np.int64)
-    values = np.full((int(index[-1]) + 1, len(channels)), np.nan, np.float32)
-    values[index] = np.asarray(rows, np.float32)
-    return Series(str(path), channels, origin, values, ~np.isnan(values))
+    values = np.asarray(rows, np.float32)
+    return Series(str(path), channels, origin, index, values, ~np.isnan(values))
 
 
 def read_captions(path: str | Path) -> list[tuple[int, datetime, str]]:
@@ -228,16 +246,22 @@ def read_captions(path: str | Path) -> list[tuple[int, datetime, str]]:
 
 
 def windows(series: Series, minutes: int) -> list[Window]:
-    """Cut a series into consecutive windows of ``minutes`` rows, keeping those with enough recorded minutes."""
-    total = series.values.shape[0]
+    """Cut a series into consecutive windows of ``minutes`` minutes, keeping those with enough recorded minutes.
+
+    Only windows that hold rows are built (one dense ``minutes`` × channels array each): a window without
+    rows could never reach ``MIN_WINDOW_COVERAGE``, and walking the empty span cost 85 s for one row
+    dated 0001-01-01.
+    """
+    number = series.minute // minutes
+    starts, first = np.unique(number, return_index=True)
+    ends = [*first[1:].tolist(), len(number)]
     out = []
-    for start in range(0, total, minutes):
+    for window, lo, hi in zip(starts.tolist(), first.tolist(), ends):
         values = np.full((minutes, len(series.channels)), np.nan, np.float32)
-        chunk = series.values[start:start + minutes]
-        values[: len(chunk)] = chunk
+        values[series.minute[lo:hi] - window * minutes] = series.values[lo:hi]
         valid = ~np.isnan(values)
         if valid.any(axis=1).mean() >= MIN_WINDOW_COVERAGE:
-            out.append(Window(series.origin + timedelta(minutes=start), values, valid))
+            out.append(Window(series.origin + timedelta(minutes=window * minutes), values, valid))
     return out
 
 

@@ -116,3 +116,15 @@ def test_malformed_captions(tmp_path):
     path.write_text("start,text\n")
     with pytest.raises(TaskError, match=re.escape(f"{path}:1:1: header must be")):
         read_captions(path)
+
+
+def test_storage_follows_rows_not_the_time_span(tmp_path):
+    """Two short recordings 80 years apart: two windows, arrays sized by the 4 rows (was one row per minute of
+    the span: 42 million rows, and 31 GiB for a 9999-12-31 row)."""
+    path = tmp_path / "apart.csv"
+    path.write_text("timestamp,hr\n1950-01-01T00:00,1\n1950-01-01T00:01,2\n2030-06-01T10:00,3\n2030-06-01T10:01,4\n")
+    series = read_series(path)
+    assert series.values.shape == (4, 1) and series.minute.tolist()[:2] == [0, 1]
+    wins = windows(series, 10)  # 2 of 10 minutes recorded: kept (at least 10 %)
+    assert [w.start for w in wins] == [datetime(1950, 1, 1), datetime(2030, 6, 1, 10)]
+    assert wins[1].values[:2, 0].tolist() == [3.0, 4.0] and np.isnan(wins[1].values[2:]).all()
