@@ -45,6 +45,13 @@ def _module_activations(tracker, device) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+class _NoHook:
+    """Stands in for a hook handle on a parameter that has no gradient hook (MemTracker removes handles on exit)."""
+
+    def remove(self) -> None:
+        """Nothing was registered."""
+
+
 def _tracker_class():
     """MemTracker that tracks only the global peak and accepts a top-level module being called again.
 
@@ -63,6 +70,15 @@ def _tracker_class():
                 if self._peak_mem.get(dev, 0) < snap["Total"]:
                     self._peak_mem[dev] = snap["Total"]
                     self._peak_mem_snap[dev] = dict(snap)
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            # Stock MemTracker hooks every parameter's gradient, and registering a hook on a frozen one
+            # raises; a LoRA model is mostly frozen. A frozen parameter never gets a gradient, so it gets
+            # a do-nothing handle instead of a hook.
+            for param in module.parameters():
+                if not param.requires_grad:
+                    self._param_to_grad_hook_handles.setdefault(param, (_NoHook(), _NoHook()))
+            return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
         def _pre_fw_hook(self, module, inputs):  # noqa: D401 - torch's hook signature
             if module in self.memory_tracking and not self._mod_tracker.is_bw:

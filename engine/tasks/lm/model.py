@@ -26,6 +26,7 @@ the same model whatever ran before, and the global RNG is left untouched.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -114,7 +115,31 @@ def add_lora(model: nn.Module, cfg: LMConfig) -> nn.Module:
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
                         task_type="CAUSAL_LM", bias="none",
                         modules_to_save=norm_names(model) if lora.train_norms else None)
-    return get_peft_model(model, config)
+    with _fake_safe_peft():
+        return get_peft_model(model, config)
+
+
+@contextmanager
+def _fake_safe_peft():
+    """Under FakeTensorMode (the budget's traced estimate) make ``Module.to`` a no-op while peft wraps the model.
+
+    peft moves each new adapter onto its layer's device and dtype with
+    ``.to``, which must swap a fake parameter in place and fails ("Couldn't
+    swap Linear.weight"). In a trace the model is built on one device in fp32
+    already, so every such move is a no-op anyway; outside a trace nothing
+    is patched.
+    """
+    from torch._guards import detect_fake_mode
+
+    if detect_fake_mode() is None:
+        yield
+        return
+    saved = nn.Module.to
+    nn.Module.to = lambda self, *args, **kwargs: self
+    try:
+        yield
+    finally:
+        nn.Module.to = saved
 
 
 def build(cfg: LMConfig, seq_len: int, seed: int) -> nn.Module:

@@ -1,0 +1,249 @@
+"""The LM's training step as a ledger (engine.budget.ledger): an upper bound on its peak, torch-free, in microseconds.
+
+Read against transformers' Llama (``LlamaDecoderLayer``, ``LlamaRMSNorm``,
+``LlamaMLP``, the sdpa/eager attention functions) and engine/tasks/lm/task.py's
+loss. Symbols: B micro-batch, T seq_len, d hidden, f intermediate, H heads,
+Hk key/value heads, Q = d/H head dim, V vocabulary, L layers, r LoRA rank;
+u = B·T·d, ukv = B·T·Hk·Q, uf = B·T·f elements. ``lp`` is the bytes of a
+matmul output (2 under autocast, else 4); RMSNorm computes in fp32 and the
+residual stream is fp32 in every precision.
+
+What autograd keeps depends on what trains, and this is where LoRA changes
+the budget besides its tiny optimizer state: a frozen Linear keeps no input
+(its input gradient needs only the weight), a frozen norm weight keeps no
+normalised copy, and a frozen LM head keeps no input at all. So per layer:
+
+- RMSNorm (×2): its input (4·u, kept by ``pow`` and the ``x·rsqrt`` product),
+  rsqrt (4·B·T), the normalised copy (4·u) only if the norm weight trains,
+  and its output (4·u, or its lp copy under autocast) only if a consumer
+  Linear trains (weight or adapter);
+- attention: rotary q and k (lp·u, lp·ukv), v (lp·ukv), the kernel's output
+  (lp·u; sdpa lays it out (B, T, H, Q), so it is o_proj's input too, no
+  copy) and its logsumexp (4·B·H·T); eager keeps the T×T softmax
+  (4·B·H·T²) and, if o_proj trains, the merged-heads copy it reads (lp·u);
+- MLP: gate (lp·uf), its SiLU (lp·uf), up (lp·uf), and down's input (lp·uf)
+  only if down trains;
+- each adapted Linear: its ``lora_A`` output (lp·B·T·r), kept by ``lora_B``.
+
+Activation checkpointing keeps a layer's input only (4·u, plus the CPU RNG
+snapshot), and its backward holds the recomputed layer beside the incoming
+gradient. The head and loss: logits (lp·B·T·V, plus an fp32 copy under
+autocast) are alive at the forward's peak; ``log_softmax`` keeps its fp32
+output (4·B·T·V) and ``nll_loss`` the int64 targets; the loss's backward holds
+that output, its gradient and the logits' gradient at once (3 × 4·B·T·V) —
+at a 32k vocabulary this, not attention, is what a long sequence runs into.
+
+Static terms: fp32 weights (base, adapters, norm copies), AdamW state and
+gradients only for what trains, the int64 batch, the loss scalars; on CUDA
+the allocator's 512-byte rounding and the cuBLAS workspaces (as
+engine.budget.analytic). The peak is the largest moment the ledger sees, and
+with gradient accumulation the larger of the first and a later micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.budget.analytic import CUDA_BLOCK, CUDA_WORKSPACE, SCALARS, micro_batches
+from engine.budget.estimate import Estimate
+from engine.budget.ledger import Peak, Stage, peak
+from engine.tasks.lm.spec import LMConfig
+
+F32 = 4
+#: Bytes of the CPU generator state torch.utils.checkpoint snapshots per call (host memory; CPU only).
+CPU_RNG_STATE = 5056
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model's dimensions and what trains in it."""
+
+    d: int
+    f: int
+    H: int
+    Hk: int
+    L: int
+    V: int
+    tied: bool
+    eager: bool
+    lora: bool
+    r: int
+    targets: tuple[str, ...]
+    norms_train: bool
+
+    @classmethod
+    def of(cls, lm: LMConfig, hf: dict | None = None) -> "Shape":
+        """From the [lm] section; ``hf`` is a model directory's config.json when lm.model.path is set."""
+        m = lm.model
+        if hf:
+            d, H = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+            dims = (d, int(hf["intermediate_size"]), H, int(hf.get("num_key_value_heads") or H),
+                    int(hf["num_hidden_layers"]), int(hf["vocab_size"]), bool(hf.get("tie_word_embeddings", False)))
+        else:
+            dims = (m.hidden_size, m.intermediate_size, m.heads, m.kv_heads, m.layers, m.vocab_size, m.tie_embeddings)
+        lora = lm.finetune == "lora"
+        return cls(*dims, eager=m.attn_implementation == "eager", lora=lora, r=lm.lora.r,
+                   targets=tuple(lm.lora.target_list()) if lora else (), norms_train=not lora or lm.lora.train_norms)
+
+    @property
+    def Q(self) -> int:
+        return self.d // self.H
+
+    def linear(self, name: str) -> tuple[int, int]:
+        """(in, out) features of a decoder-layer projection."""
+        kv = self.Hk * self.Q
+        return {"q_proj": (self.d, self.d), "k_proj": (self.d, kv), "v_proj": (self.d, kv), "o_proj": (self.d, self.d),
+                "gate_proj": (self.d, self.f), "up_proj": (self.d, self.f), "down_proj": (self.f, self.d)}[name]
+
+    def trains(self, name: str) -> bool:
+        """Whether a projection has a gradient of its own (full fine-tune, or an adapter on it)."""
+        return not self.lora or name in self.targets
+
+
+def layer_tensors(s: Shape) -> tuple[list[int], list[int]]:
+    """(every parameter tensor, the trainable ones) of one decoder layer, in elements."""
+    every, train = [s.d, s.d], []
+    for name in ATTN + MLP:
+        i, o = s.linear(name)
+        every.append(i * o)
+        if not s.lora:
+            train.append(i * o)
+        elif name in s.targets:
+            every += [s.r * i, o * s.r]
+            train += [s.r * i, o * s.r]
+    if s.lora and s.norms_train:
+        every += [s.d, s.d]  # modules_to_save copies
+    if s.norms_train:
+        train += [s.d, s.d]
+    return every, train
+
+
+def outer_tensors(s: Shape) -> tuple[list[int], list[int]]:
+    """(every, trainable) parameter tensors outside the layers: embedding, final norm, head; and rotary buffer."""
+    every = [s.V * s.d, s.d] + ([] if s.tied else [s.V * s.d]) + [s.Q // 2]
+    train = [] if s.lora else [s.V * s.d, s.d] + ([] if s.tied else [s.V * s.d])
+    if s.lora and s.norms_train:
+        every.append(s.d)
+        train.append(s.d)
+    return every, train
+
+
+def _norm_saved(s: Shape, B: int, T: int, lp: int, out_kept: bool) -> int:
+    u = B * T * s.d
+    return F32 * u + F32 * B * T + (F32 * u if s.norms_train else 0) + ((lp if lp < F32 else F32) * u if out_kept else 0)
+
+
+def layer_saved(s: Shape, B: int, T: int, lp: int) -> int:
+    """Bytes one decoder layer keeps for backward (module docstring)."""
+    u, ukv, uf = B * T * s.d, B * T * s.Hk * s.Q, B * T * s.f
+    attn = lp * u + 2 * lp * ukv + lp * u + F32 * B * s.H * T
+    if s.eager:
+        attn += F32 * B * s.H * T * T  # the softmax output @v reads
+        # o_proj's input is a merged-heads copy of the (B, H, T, Q) output
+        attn += lp * u if s.trains("o_proj") else 0
+    # sdpa's output is laid out (B, T, H, Q) already: o_proj reads it without a copy
+    mlp = 3 * lp * uf + (lp * uf if s.trains("down_proj") else 0)
+    adapters = sum(lp * B * T * s.r for name in s.targets)
+    norms = _norm_saved(s, B, T, lp, any(s.trains(n) for n in ATTN[:3])) + \
+        _norm_saved(s, B, T, lp, any(s.trains(n) for n in MLP[:2]))
+    return attn + mlp + adapters + norms
+
+
+def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool) -> list[Stage]:
+    """The step's stages in forward order: embedding, L layers, final norm + head, loss."""
+    u, uf, BTV = B * T * s.d, B * T * s.f, B * T * s.V
+    every, train = layer_tensors(s)
+    o_every, o_train = outer_tensors(s)
+    full = not s.lora
+    out = [Stage("embedding", grads=F32 * s.V * s.d if full else 0, fwd_extra=F32 * u)]
+    per_layer = layer_saved(s, B, T, lp)
+    attn_map = F32 * B * s.H * T * T if s.eager else 0
+    # Transients: the forward's largest is the MLP's (gate, up, SiLU, product alive before down); the
+    # backward's the MLP's: two uf-sized gradients at once (product's, then SiLU's and up's, the saved
+    # inputs freed as each Linear's backward finishes) beside two residual-sized ones and, full
+    # fine-tune, the largest weight gradient being made.
+    fwd_extra = 2 * lp * uf + F32 * u + attn_map
+    bwd_extra = 2 * lp * uf + 2 * F32 * u + 2 * attn_map + (F32 * s.d * s.f if full else 0)
+    for i in range(s.L):
+        if checkpointing:
+            out.append(Stage(f"layer {i}", saved={"activations: layers": F32 * u + (CPU_RNG_STATE if cpu else 0)},
+                             grads=F32 * sum(train), fwd_extra=per_layer + fwd_extra,
+                             bwd_extra=per_layer + bwd_extra, grad_in=F32 * u))
+        else:
+            out.append(Stage(f"layer {i}", saved={"activations: layers": per_layer}, grads=F32 * sum(train),
+                             fwd_extra=fwd_extra, bwd_extra=bwd_extra, grad_in=F32 * u))
+    head_saved = _norm_saved(s, B, T, lp, full)
+    head_grads = F32 * (s.d + (s.V * s.d if not s.tied else 0)) if full else (F32 * s.d if s.norms_train else 0)
+    out.append(Stage("norm + head", saved={"activations: head": head_saved}, grads=head_grads,
+                     fwd_extra=lp * BTV, bwd_extra=2 * F32 * u + (F32 * s.V * s.d if full else 0),
+                     grad_in=F32 * BTV))
+    casts = F32 * BTV if lp < F32 else 0  # logits.float() under autocast
+    out.append(Stage("loss", saved={"logits + loss": F32 * BTV + 8 * B * T},
+                     fwd_extra=lp * BTV + casts + F32 * B * T, bwd_extra=F32 * BTV + casts, grad_in=F32 * BTV))
+    return out
+
+
+def _hf_config(lm: LMConfig) -> dict | None:
+    if not lm.model.path:
+        return None
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(lm.model.path) / "config.json").read_text("utf-8"))
+
+
+def detail(config, batch_size: int | None = None, grad_accum: int | None = None, seq_len: int | None = None,
+           precision: str | None = None, checkpointing: bool | None = None,
+           device: str | None = None) -> tuple[Peak, dict]:
+    """The ledger's peak and the resolved settings; see ``estimate``."""
+    lm: LMConfig = config.task_config
+    t = config.train
+    B = batch_size if batch_size is not None else t.batch_size
+    accum = grad_accum if grad_accum is not None else t.grad_accum
+    T = seq_len if seq_len is not None else lm.seq_len
+    prec = precision or t.precision
+    ckpt = lm.model.activation_checkpointing if checkpointing is None else checkpointing
+    dev = "cpu" if (device or t.device) == "cpu" else "cuda"
+    if B < 1 or T < 1:
+        raise ValueError(f"batch_size={B}, seq_len={T}: must be >= 1")
+    s = Shape.of(lm, _hf_config(lm))
+    lp = 2 if prec in ("bf16", "fp16") else F32
+    every, train = layer_tensors(s)
+    o_every, o_train = outer_tensors(s)
+    all_every = every * s.L + o_every
+    all_train = train * s.L + o_train
+    weights, trained = F32 * sum(all_every), F32 * sum(all_train)
+    best: Peak | None = None
+    first, later = micro_batches(B, accum)
+    for micro, pre in ((first, False), (later, True)):
+        if micro is None:
+            continue
+        static = {"weights": weights, "optimizer": 2 * trained + F32 * len(all_train), "input": 8 * micro * (T + 1),
+                  "scalars": SCALARS * (CUDA_BLOCK if dev == "cuda" else F32)}
+        if lp < F32:  # autocast keeps one lp copy of every matmul weight per forward
+            static["autocast weight copies"] = lp * sum(n for n in all_every if n >= s.d * s.r)
+        if dev == "cuda":
+            static["allocator rounding"] = CUDA_BLOCK * (4 * len(all_every) + 30 * s.L + 20)
+            static["cuBLAS/cuDNN workspaces"] = CUDA_WORKSPACE
+            opt_extra = trained
+        else:
+            opt_extra = 2 * F32 * max(all_train or [0])
+        result = peak(stages(s, micro, T, lp, ckpt, dev == "cpu"), static, [], opt_extra, pre_grads=pre)
+        if best is None or result.total > best.total:
+            best = result
+    assert best is not None
+    settings = {"batch_size": B, "grad_accum": accum, "micro_batch": first, "seq_len": T, "precision": prec,
+                "checkpointing": ckpt, "device": dev, "phase": best.phase,
+                "params": sum(all_every) - s.Q // 2, "trainable": sum(all_train)}
+    return best, settings
+
+
+def estimate(config, batch_size: int | None = None, grad_accum: int | None = None, seq_len: int | None = None,
+             precision: str | None = None, checkpointing: bool | None = None,
+             device: str | None = None) -> Estimate:
+    """Upper bound on the peak bytes of an lm training step with the given settings overridden."""
+    best, settings = detail(config, batch_size, grad_accum, seq_len, precision, checkpointing, device)
+    return Estimate(total=best.total, breakdown=dict(best.parts), upper_bound=True, source="analytic",
+                    settings=settings)
