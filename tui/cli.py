@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     except ImportError:
         pass
 
+    data = sub.add_parser("data", help="write a task's synthetic data set, or check a data directory")
+    data_tasks = data.add_subparsers(dest="data_task", required=True, parser_class=OneLineParser)
+    from engine.tasks.gapfill.data_cli import add_arguments as add_gapfill_data
+    add_gapfill_data(data_tasks.add_parser("gapfill", help="six-band solar image shards + manifest (gap-filling)"))
+
     presets = sub.add_parser("presets", help="list presets with their parameter counts")
     presets.add_argument("--task", default="sensorlm")
     return parser
@@ -92,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             return plan_main(args)
         if args.command == "presets":
             return _presets(args)
+        if args.command == "data":
+            from engine.tasks.gapfill.data_cli import main as gapfill_data
+            return gapfill_data(args)
         if args.command == "attach":
             from tui.attach_cmd import main as attach_main
             return attach_main(args)

@@ -1,0 +1,143 @@
+"""The gap-filler as the registry sees it (torch-free): its ``[gapfill]`` section, presets, capabilities.
+
+Sub-tables: ``[gapfill.synthetic]`` (the generator used when ``data.path`` is
+unset), ``[gapfill.samples]`` (how a sample and its damage are drawn),
+``[gapfill.model]`` (the U-Net) and ``[gapfill.loss]`` (the loss weights).
+
+The primary metric is the mean per-band display PSNR (dB, higher is better):
+per sample and band, then averaged; the engine's abort rule and ``best``
+follow it. Validation metrics reduce "pooled" (the task returns sums and
+counts) because the short- and long-gap figures average over a subset of
+each batch, which a batch-size-weighted mean of batch means would get wrong.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
+
+#: Band names in shard order (the same tuple as engine.tasks.gapfill.physics.BANDS, kept literal here so the
+#: spec stays import-light; a test checks they agree).
+BANDS = ("094", "131", "171", "195", "284", "304")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors; values re-validated on assignment (as every config section)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SyntheticConfig(_Strict):
+    """The synthetic Sun written to the cache on first use when ``data.path`` is unset."""
+
+    days: int = Field(10, ge=2, le=366, description="Days of data per instrument.")
+    val_every: int = Field(5, ge=2, le=366, description="Every N-th day is a validation day (the rest train).")
+    size: int = Field(32, ge=16, le=1024, description="Image height and width in pixels.")
+    cadence_minutes: int = Field(30, ge=1, le=1440, description="Minutes between frames.")
+    instruments: int = Field(2, ge=1, le=4, description="Instruments observing the same Sun (own gains, noise, radius).")
+    noise: float = Field(0.02, ge=0, le=1, description="Photon-noise level (relative to the quiet-Sun level).")
+    seed: int = Field(0, ge=0, description="Seed of the generator (the Sun, gains, noise, outages).")
+
+    @model_validator(mode="after")
+    def _has_both_splits(self) -> "SyntheticConfig":
+        if self.val_every > self.days:
+            raise ValueError(f"gapfill.synthetic.val_every={self.val_every} must be <= days={self.days} "
+                             "(or no day validates)")
+        return self
+
+
+class SampleConfig(_Strict):
+    """How a training or validation sample is drawn: the gap hidden around a target, its neighbours."""
+
+    neighbours: int = Field(2, ge=1, le=8, description="Usable frames taken on each side of the gap.")
+    short_max: int = Field(4, ge=1, le=64, description="Short gaps hide 1..short_max frames.")
+    long_min: int = Field(24, ge=2, le=4096, description="Long gaps hide long_min..long_max frames.")
+    long_max: int = Field(144, ge=2, le=4096, description="Longest gap hidden, in frames.")
+    long_fraction: float = Field(0.5, ge=0, le=1, description="Share of training samples with a long gap.")
+    max_hours: float = Field(120.0, gt=0, le=10000, description="Neighbours farther than this from the target are not used.")
+    val_samples: int = Field(64, ge=2, le=100000, description="Validation samples: evenly spaced, half short and half long gaps.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "SampleConfig":
+        if self.long_max < self.long_min:
+            raise ValueError(f"gapfill.samples.long_max={self.long_max} must be >= long_min={self.long_min}")
+        return self
+
+
+class ModelConfig(_Strict):
+    """The conditioned U-Net."""
+
+    base: int = Field(16, ge=4, le=512, description="Channels of the U-Net's first level (doubling per level).")
+    depth: int = Field(2, ge=1, le=6, description="Down-sampling levels; the image size must divide by 2**depth.")
+    conditioned: bool = Field(True, description="Ablation switch: false feeds the network no conditioning "
+                              "(which frames are present, their time offsets); the overfit gate must then fail.")
+    cuda_bf16: bool = Field(True, description="Run the U-Net under bf16 autocast on CUDA (alignment, blend and loss "
+                            "stay fp32).")
+
+
+class LossConfig(_Strict):
+    """Weights and softening of the loss terms (all in the asinh-coded space, display term excepted)."""
+
+    gradient: float = Field(0.5, ge=0, le=100, description="Weight of the gradient-matching term.")
+    display: float = Field(0.25, ge=0, le=100, description="Weight of the softened display-space term.")
+    charbonnier_eps: float = Field(1e-3, gt=0, le=1, description="Charbonnier knee.")
+    display_eps: float = Field(5e-3, gt=0, le=1, description="Softening of the display gamma in the loss "
+                               "(bounds its slope; reported PSNR uses the hard mapping).")
+
+
+class GapfillConfig(_Strict):
+    """The ``[gapfill]`` section."""
+
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    samples: SampleConfig = Field(default_factory=SampleConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+
+
+_CURVES = (
+    *(Metric(f"psnr_{band}_db", f"PSNR {band} Å", "dB") for band in BANDS),
+    Metric("psnr_short_db", "PSNR, short gaps", "dB"),
+    Metric("psnr_long_db", "PSNR, long gaps", "dB"),
+    *(Metric(f"baseline_{method}{gap}_db", f"{method} baseline{label}", "dB")
+      for method in ("nearest", "linear", "blend")
+      for gap, label in (("", ""), ("_short", ", short gaps"), ("_long", ", long gaps"))),
+    Metric("val_loss", "val loss", higher_is_better=False),
+    *(Metric(name, label, higher_is_better=False, kind="train")
+      for name, label in (("charbonnier", "Charbonnier"), ("gradient", "gradient matching"),
+                          ("display", "display (softened)"))),
+)
+
+CAPABILITIES = Capabilities(
+    primary=Metric("psnr_db", "display PSNR (mean of bands)", "dB", higher_is_better=True),
+    curves=_CURVES,
+    settings=(),
+    memory="traced",
+    eval_reduction="pooled",
+)
+
+#: Presets keyed like a TOML file. demo: 32 px, 2 instruments × 10 days; learns in a few minutes on 2 CPU cores.
+PRESETS = {
+    "demo": {
+        "gapfill": {"synthetic": {"size": 32, "days": 10}, "model": {"base": 16, "depth": 2}},
+        "train": {"batch_size": 16, "lr": 2e-3, "max_steps": 600, "eval_every": 100, "weight_decay": 1e-4,
+                  "warmup_frac": 0.05},
+    },
+    # A GPU-sized run: 128 px, base 48, bf16 U-Net.
+    "base": {
+        "gapfill": {"synthetic": {"size": 128, "days": 20}, "model": {"base": 48, "depth": 3},
+                    "samples": {"val_samples": 128}},
+        "train": {"batch_size": 16, "lr": 1e-3, "max_steps": 20000, "eval_every": 250, "weight_decay": 1e-4},
+    },
+}
+
+SPEC = TaskSpec(
+    name="gapfill",
+    config=GapfillConfig,
+    capabilities=CAPABILITIES,
+    task="engine.tasks.gapfill.task:GapfillTask",
+    presets=PRESETS,
+    default_preset="demo",
+    analytic_memory=None,
+    summary="fill missing frames of a six-band solar image series (U-Net over aligned neighbours)",
+)

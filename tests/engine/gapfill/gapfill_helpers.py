@@ -1,0 +1,27 @@
+"""Helpers for the gap-filler's tests: the tiny data set's parameters and a config object.
+
+Until the task registry exposes ``config.task_config``, a test config is a
+namespace with ``task_config`` (the [gapfill] section), ``train`` and ``data``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from engine.config import TrainConfig
+from engine.tasks.gapfill.spec import GapfillConfig
+
+#: The tiny data set every test shares: 16 px, 5 days (day 5 validates), 2-hour cadence, 1 instrument.
+TINY = {"days": 5, "val_every": 5, "size": 16, "cadence_minutes": 120, "instruments": 1, "noise": 0.02, "seed": 0}
+
+
+def make_config(data_path=None, **sections):
+    """A config object as the engine hands tasks: task_config, train, data (with data.path)."""
+    gap = {"synthetic": TINY, "model": {"base": 8, "depth": 1},
+           "samples": {"neighbours": 2, "short_max": 2, "long_min": 4, "long_max": 12, "max_hours": 48,
+                       "val_samples": 8}}
+    for key, value in sections.pop("gapfill", {}).items():
+        gap[key] = {**gap.get(key, {}), **value}
+    train = TrainConfig(**sections.pop("train", {}))
+    return SimpleNamespace(task_config=GapfillConfig.model_validate(gap), train=train,
+                           data=SimpleNamespace(path=str(data_path) if data_path else None))
