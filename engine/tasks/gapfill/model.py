@@ -1,11 +1,13 @@
 """The filler: a small conditioned U-Net that starts exactly as the prior-weighted blend of aligned neighbours.
 
-Output = Σ_k softmax_k(log prior_k + δ_k) · aligned_k + residual, per pixel and
-band, where the prior weight of neighbour k is ``present_k · (visible_k + 1e-3) / |Δt_k|``
+Output = Σ_k (softmax_k(log prior_k + δ_k) + α_k) · aligned_k + residual, per
+pixel and band, where the prior weight of neighbour k is ``present_k · (visible_k + 1e-3) / |Δt_k|``
 (inverse time distance: with one neighbour each side that is linear
-interpolation in time, after alignment) and δ (one map per slot) and the
-residual (one map per band) come from the U-Net's last convolution, which is
-zero-initialised. So the untrained model *is* the blend, every eval is judged
+interpolation in time, after alignment) and δ and α (one map per slot each)
+and the residual (one map per band) come from the U-Net's last convolution,
+which is zero-initialised. δ re-weights the neighbours within the convex
+blend; α adds unconstrained (possibly negative) weights, which is what a
+sharpening or a temporal extrapolation needs and a softmax cannot express. So the untrained model *is* the blend, every eval is judged
 against a meaningful floor, and training can only move away from it by
 learning something.
 
@@ -72,7 +74,7 @@ class GapfillNet(nn.Module):
                                          nn.Conv2d(width, width // 2, 3, padding=1), nn.GELU()))
             self.merge.append(_block(width, width // 2))
             width //= 2
-        self.head = nn.Conv2d(base, slots + bands, 1)
+        self.head = nn.Conv2d(base, 2 * slots + bands, 1)
         nn.init.zeros_(self.head.weight)  # the untrained model is exactly the blend
         nn.init.zeros_(self.head.bias)
 
@@ -101,8 +103,10 @@ class GapfillNet(nn.Module):
         out = self.head(h)
         with torch.autocast(aligned.device.type, enabled=False):
             out = out.float()
-            log_w = prior_log_weights(present.float(), hours.float(), visible.float()) + out[:, : self.slots]
-            return blend(aligned.float(), log_w) + out[:, self.slots:]
+            K = self.slots
+            log_w = prior_log_weights(present.float(), hours.float(), visible.float()) + out[:, :K]
+            extra = (out[:, K: 2 * K] * present.float()[:, :, None, None])[:, :, None] * aligned.float()
+            return blend(aligned.float(), log_w) + extra.sum(1) + out[:, 2 * K:]
 
 
 def build(slots: int, bands: int, cfg) -> GapfillNet:

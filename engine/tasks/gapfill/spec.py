@@ -119,7 +119,8 @@ CAPABILITIES = Capabilities(
 #: Presets keyed like a TOML file. demo: 32 px, 2 instruments × 10 days; learns in a few minutes on 2 CPU cores.
 PRESETS = {
     "demo": {
-        "gapfill": {"synthetic": {"size": 32, "days": 10}, "model": {"base": 16, "depth": 2}},
+        "gapfill": {"synthetic": {"size": 32, "days": 10}, "model": {"base": 16, "depth": 2},
+                    "samples": {"long_fraction": 0.3}},
         "train": {"batch_size": 16, "lr": 2e-3, "max_steps": 600, "eval_every": 100, "weight_decay": 1e-4,
                   "warmup_frac": 0.05},
     },
