@@ -1,4 +1,4 @@
-"""`sensorlm-tui` command line: argparse → headless | dashboard | plan | attach | runs | presets.
+"""`sensorlm-tui` command line: argparse → headless | dashboard | plan | attach | runs | presets | export.
 
 Imports neither textual nor torch until a subcommand needs them, so `--help`
 and `plan` are instant. Bare `sensorlm-tui` opens the dashboard on the demo run.
@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     from engine.tasks.gapfill.data_cli import add_arguments as add_gapfill_data
     add_gapfill_data(data_tasks.add_parser("gapfill", help="six-band solar image shards + manifest (gap-filling)"))
 
+    export = sub.add_parser("export", help="write a run's export (PEFT adapter, pretrained model) from a checkpoint")
+    from engine.export_cmd import add_arguments as add_export_arguments
+    add_export_arguments(export)
+
     presets = sub.add_parser("presets", help="list presets with their parameter counts")
     presets.add_argument("--task", default="sensorlm")
     return parser
@@ -100,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "data":
             from engine.tasks.gapfill.data_cli import main as gapfill_data
             return gapfill_data(args)
+        if args.command == "export":
+            from engine.export_cmd import main as export_main
+            return export_main(args)
         if args.command == "attach":
             from tui.attach_cmd import main as attach_main
             return attach_main(args)

@@ -14,7 +14,7 @@ Optimizer groups (``param_groups``): only trainable parameters get groups (a
 frozen base has no gradient and no AdamW state). Plain: weight decay on
 matrices, none on vectors. LoRA+ (``lm.lora.plus_ratio`` > 1): the groups of
 ``peft.optimizers.create_loraplus_optimizer``; each group carries
-``lr_scale`` = its lr ÷ ``train.lr``, which the engine multiplies into the
+``lr_mult`` = its lr ÷ ``train.lr``, which the engine multiplies into the
 scheduled lr every step (a group's absolute lr would be overwritten by the
 schedule). peft puts lora_B *and every trainable 1-D parameter* (norms) at
 lr × ratio, embeddings at its own 1e-6.
@@ -118,11 +118,15 @@ class LMTask(Task):
         if lmmodel.vocab_size(model) < self.vocab:
             raise TaskError(f"lm.model.path={self.lm.model.path}: embedding has {lmmodel.vocab_size(model)} rows, "
                             f"config.json says vocab_size {self.vocab}")
+        self._flops = self.flops_per_token(model)
         return model
 
     def describe(self) -> dict[str, Any]:
+        """Corpus size, tokens per sample and FLOPs per token: a viewer's tokens/s is samples/s × tokens_per_sample,
+        its MFU engine.tasks.lm.mfu.mfu(tokens/s, flops_per_token, device name)."""
         return {"tokens": int(len(self.stream.train)), "seq_len": self.seq_len, "tokens_per_sample": self.seq_len,
-                "vocab": self.vocab, "corpus": self.where, "finetune": self.lm.finetune}
+                "vocab": self.vocab, "corpus": self.where, "finetune": self.lm.finetune,
+                "flops_per_token": getattr(self, "_flops", None)}
 
     # -- data ----------------------------------------------------------------------------------
     def train_size(self) -> int:
@@ -161,7 +165,7 @@ class LMTask(Task):
 
     # -- optimizer -----------------------------------------------------------------------------
     def param_groups(self, model: nn.Module) -> list[dict]:
-        """Trainable parameters only; LoRA+ groups with ``lr_scale`` when lm.lora.plus_ratio > 1."""
+        """Trainable parameters only; LoRA+ groups with ``lr_mult`` when lm.lora.plus_ratio > 1."""
         t = self.config.train
         if self.lm.finetune == "lora" and self.lm.lora.plus_ratio > 1:
             from peft.optimizers import create_loraplus_optimizer
@@ -169,11 +173,11 @@ class LMTask(Task):
             built = create_loraplus_optimizer(model, torch.optim.AdamW, lr=t.lr,
                                               loraplus_lr_ratio=self.lm.lora.plus_ratio,
                                               loraplus_weight_decay=t.weight_decay)
-            return [{"params": list(g["params"]), "weight_decay": g["weight_decay"], "lr_scale": g["lr"] / t.lr}
+            return [{"params": list(g["params"]), "weight_decay": g["weight_decay"], "lr_mult": g["lr"] / t.lr}
                     for g in built.param_groups if g["params"]]
         trainable = [p for p in model.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": t.weight_decay, "lr_scale": 1.0},
-                  {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr_scale": 1.0}]
+        groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": t.weight_decay, "lr_mult": 1.0},
+                  {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr_mult": 1.0}]
         return [g for g in groups if g["params"]]
 
     # -- live settings -------------------------------------------------------------------------

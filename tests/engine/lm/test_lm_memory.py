@@ -28,7 +28,7 @@ def _real_peak(config) -> int:
     task = LMTask(config)
     task.setup()
     model = task.build_model()
-    optimizer = torch.optim.AdamW([{k: v for k, v in g.items() if k != "lr_scale"} for g in task.param_groups(model)],
+    optimizer = torch.optim.AdamW([{k: v for k, v in g.items() if k != "lr_mult"} for g in task.param_groups(model)],
                                   lr=config.train.lr)
     B = config.train.batch_size
     made = {s: task.make_batch(list(range(s * B, (s + 1) * B)), s, True)["tokens"] for s in range(2)}

@@ -20,10 +20,10 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 def _train(task: LMTask, model, steps: int = 4):
-    """A few AdamW steps over the task's own param groups (lr × lr_scale per group)."""
+    """A few AdamW steps over the task's own param groups (lr × lr_mult per group)."""
     t = task.config.train
     groups = task.param_groups(model)
-    opt = torch.optim.AdamW([{**g, "lr": t.lr * g["lr_scale"]} for g in groups], lr=t.lr)
+    opt = torch.optim.AdamW([{**g, "lr": t.lr * g["lr_mult"]} for g in groups], lr=t.lr)
     for step in range(steps):
         batch = task.make_batch(list(range(4 * step, 4 * step + 4)), step, True)
         loss, _ = task.loss(model, batch, step)
@@ -89,7 +89,7 @@ def test_full_finetune_exports_a_pretrained_directory(corpus_file, tmp_path) -> 
 def test_loraplus_puts_lora_b_at_lr_times_ratio(corpus_file) -> None:
     task = _setup(make_config(corpus_file, lora={"plus_ratio": 16.0}))
     model = task.build_model()
-    scale = {id(p): g["lr_scale"] for g in task.param_groups(model) for p in g["params"]}
+    scale = {id(p): g["lr_mult"] for g in task.param_groups(model) for p in g["params"]}
     named = dict(model.named_parameters())
     lora_b = [n for n in named if "lora_B" in n]
     lora_a = [n for n in named if "lora_A" in n]
