@@ -1,4 +1,4 @@
-"""`sensorlm-tui` command line: argparse → headless | dashboard | plan | attach | runs | presets | export.
+"""`sensorlm-tui` command line: argparse → headless | dashboard | plan | attach | runs | plot | presets | export.
 
 Imports neither textual nor torch until a subcommand needs them, so `--help`
 and `plan` are instant. Bare `sensorlm-tui` opens the dashboard on the demo run.
@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_view_arguments(train)
     train.add_argument("--in-process", action="store_true",
                        help="run the trainer inside the dashboard's worker thread instead of its own process")
+    train.add_argument("--plot", nargs="?", const="", default=None, metavar="METRIC",
+                       help="headless: when the run ends, draw its curves (METRIC, default the primary) with plotext")
 
     attach = sub.add_parser("attach", help="open the dashboard on a run started anywhere")
     attach.add_argument("run", nargs="?", help="run directory or name under ./runs (default: newest live run)")
@@ -55,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a run's export (PEFT adapter, pretrained model) from a checkpoint")
     from engine.export_cmd import add_arguments as add_export_arguments
     add_export_arguments(export)
+
+    plot = sub.add_parser("plot", help="draw a run's curves (or several runs overlaid) to standard output")
+    from tui.plot_cmd import add_arguments as add_plot_arguments
+    add_plot_arguments(plot)
 
     presets = sub.add_parser("presets", help="list presets with their parameter counts")
     presets.add_argument("--task", default="sensorlm")
@@ -99,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write("sensorlm-tui: error: plan: the memory planner is not installed in this build\n")
                 return EXIT_BAD_INPUT
             return plan_main(args)
+        if args.command == "plot":
+            from tui.plot_cmd import main as plot_main
+            return plot_main(args)
         if args.command == "presets":
             return _presets(args)
         if args.command == "data":
@@ -126,10 +135,14 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         return EXIT_BAD_INPUT
     if args.headless or not _has_terminal() or not _dashboard_available():
         try:
-            return run_prepared(prepared)
+            code = run_prepared(prepared)
         except UsageError as exc:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
             return EXIT_BAD_INPUT
+        if args.plot is not None:
+            from tui.plot_cmd import plot_after_run
+            plot_after_run(prepared.run_dir.root, args.plot or None)
+        return code
     from tui.train_cmd import run_train_dashboard
 
     return run_train_dashboard(args, argv, prepared)
