@@ -2,8 +2,9 @@
 
 Columns: name, state (live / finished / aborted / failed / crashed / stale /
 unknown; a live run's engine state in brackets when it is not simply
-running), step / total, best val PSNR, last checkpoint (file and step), age
-(since the run started). Each run costs one status.json read and a 1 MiB
+running), step / total, best val PSNR, a sparkline of the primary metric
+(tui/trend.py: sampled from the log, constant cost), last checkpoint (file
+and step), age (since the run started). Each run costs one status.json read and a 1 MiB
 tail of its event log (tui/run_index.py), so a run with a million logged
 steps lists as fast as a new one. Torch-free, textual-free.
 """
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from tui.format import human_duration
 from tui.run_index import RunSummary, list_runs
+from tui.trend import trend
 
 EXIT_BAD_INPUT = 2
 
-_HEADERS = ("NAME", "STATE", "STEP", "BEST PSNR", "LAST CHECKPOINT", "AGE")
+_HEADERS = ("NAME", "STATE", "STEP", "BEST PSNR", "TREND", "LAST CHECKPOINT", "AGE")
 
 
 def _state(run: RunSummary) -> str:
@@ -43,10 +45,21 @@ def _checkpoint(run: RunSummary) -> str:
     return f"{name} @ {run.last_checkpoint_step}" if run.last_checkpoint_step is not None else name
 
 
+def _trend(run: RunSummary) -> str:
+    found = trend(Path(run.path))
+    return "–" if found is None else f"{found.metric} {found.spark()}"
+
+
+def _trend_json(run: RunSummary) -> dict | None:
+    found = trend(Path(run.path))
+    return None if found is None else {"metric": found.metric,
+                                       "values": [v if v == v else None for v in found.values]}
+
+
 def row(run: RunSummary, now: float) -> tuple[str, ...]:
     """The table cells of one run."""
     psnr = "–" if run.best_psnr is None else f"{run.best_psnr:.2f} dB"
-    return (run.name, _state(run), _step(run), psnr, _checkpoint(run), human_duration(run.age_s(now)))
+    return (run.name, _state(run), _step(run), psnr, _trend(run), _checkpoint(run), human_duration(run.age_s(now)))
 
 
 def table(runs: list[RunSummary], now: float | None = None) -> str:
@@ -68,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     runs = list_runs(root)
     if args.json:
-        print(json.dumps([r.to_json() for r in runs], indent=1))
+        print(json.dumps([{**r.to_json(), "trend": _trend_json(r)} for r in runs], indent=1))
         return 0
     if not runs:
         print(f"no runs in {root}/ (start one with `sensorlm-tui train`)")
