@@ -19,7 +19,7 @@ import numpy as np
 from bench.common import Section, fmt_stats, interleave, smoke, stats, verdict
 from tui.ema import LEVELS, EmaState, ema_extend
 from tui.model import RunModel
-from tui.widgets.loss_plot import LossPlot
+from tui.widgets.metric_chart import MetricChart
 
 #: Content size of the loss plot at 120×40 (inside its border).
 WIDTH, HEIGHT = 78, 16
@@ -40,20 +40,20 @@ def model_with(points: int) -> RunModel:
     for column, level in enumerate(LEVELS[1:], start=2):
         rows[:, column] = ema_extend(loss, level, EmaState())
     model.steps.append_many(rows)
-    model.versions["loss"] += 1
+    model.versions["charts"] += 1
     return model
 
 
-def plot_for(model: RunModel) -> LossPlot:
-    """A LossPlot on ``model`` with fixed colours (no running app needed), full-history view."""
-    plot = LossPlot()
+def plot_for(model: RunModel) -> MetricChart:
+    """A MetricChart of the loss on ``model`` with fixed colours (no running app needed), full-history view."""
+    plot = MetricChart("loss")
     plot._model = model
     plot.window = "full"
     plot.color = lambda role: {"raw": (156, 140, 242), "ema": (78, 161, 255)}.get(role, (245, 166, 35))
     return plot
 
 
-def frame_ms(plot: LossPlot) -> float:
+def frame_ms(plot: MetricChart) -> float:
     """One dashboard frame, milliseconds."""
     start = time.perf_counter()
     plot.build(WIDTH, HEIGHT)

@@ -20,7 +20,8 @@ def describe(device: torch.device) -> str:
     """Human name: the GPU's name, or 'CPU (n threads)'."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"CPU ({torch.get_num_threads()} threads)"
+    n = torch.get_num_threads()
+    return f"CPU ({n} thread{'' if n == 1 else 's'})"
 
 
 def set_threads(requested: int, ui_shares_machine: bool) -> int:

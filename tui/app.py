@@ -33,12 +33,13 @@ from engine import control
 from engine.events import Refused, SettingChanged
 from engine.session import Session
 from tui.commands import DashboardCommands
-from tui.messages import ControlDone, EventBatch, LivenessChanged, SessionFailed, SessionReady
+from tui.messages import CompareLoaded, ControlDone, EventBatch, LivenessChanged, SessionFailed, SessionReady
 from tui.model import RunModel
 from tui.pump import BATCH_S, SessionPump
 from tui.screens.confirm import AbortScreen, QuitScreen
-from tui.screens.dashboard import DashboardScreen
+from tui.screens.dashboard import CONTROL_ACTIONS, DashboardScreen
 from tui.screens.help import HelpScreen
+from tui.screens.metric import MetricScreen
 from tui.screens.tune import TuneScreen
 
 #: Seconds a control may wait for its ack before it is reported as failed.
@@ -71,8 +72,8 @@ class DashboardApp(App[int]):
 
     CSS_PATH = themes.CSS_PATHS
     TITLE = "sensorlm-tui"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide"), (160, "-xwide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall"), (50, "-xtall")]
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
                 Binding("ctrl+c", "request_quit", "quit", show=False, priority=True)]
@@ -80,7 +81,7 @@ class DashboardApp(App[int]):
     def __init__(self, session_factory: Callable[[], Session], estimator: Callable | None = None,
                  theme: str | None = None, refresh: float | None = None, read_only: bool = False,
                  ansi: bool = False, capacity: int = 1 << 20, batch_s: float = BATCH_S,
-                 in_process: bool = False, config=None) -> None:
+                 in_process: bool = False, config=None, compare: str | None = None) -> None:
         theme_name = themes.resolve("ansi" if ansi else theme)
         plot_hz = check_refresh(refresh)
         super().__init__(ansi_color=True if ansi else None)
@@ -111,6 +112,9 @@ class DashboardApp(App[int]):
         self._failed_panels: set[str] = set()
         self._sighup = False
         self._quit_armed = False
+        self._controls_shown: tuple | None = None
+        #: A run directory to overlay once the app is up (``attach --compare``).
+        self._compare_at_start = compare
 
     # ------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> DashboardScreen:
@@ -122,6 +126,8 @@ class DashboardApp(App[int]):
         self.set_interval(self.text_period, self._tick_text, name="text")
         self.set_interval(self.plot_period, self._tick_plots, name="plots")
         self.theme_changed_signal.subscribe(self, lambda _theme: self.redraw(force=True))
+        if self._compare_at_start:
+            self.load_compare(self._compare_at_start)
         try:  # Textual installs no SIGHUP handler: without one an SSH drop kills us before any cleanup
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
             self._sighup = True
@@ -173,16 +179,51 @@ class DashboardApp(App[int]):
 
     def _panels(self, kind: str) -> list:
         """The panels to feed; [] while the screen is not composed (start-up) or being torn down (exit)."""
-        names = ("loss", "psnr") if kind == "plots" else ("header", "progress", "memory", "system", "log")
         try:
             screen = self.dashboard
-            return [screen.query_one(f"#{name}") for name in names]
-        except (IndexError, NoMatches):
+            if kind == "plots":
+                return screen.charts
+            return [screen.query_one(f"#{name}") for name in ("header", "progress", "memory", "system", "log")]
+        except (IndexError, NoMatches, AttributeError):
             return []
 
     def _tick_text(self) -> None:
+        if self.model.starting_up:  # the phase clock ticks while nothing else moves
+            self.model.versions["charts"] += 1
+            self.model.versions["progress"] += 1
         for panel in self._panels("text"):
             self._safe(panel, panel.update_from, self.model)
+        self._sync_footer()
+
+    def _sync_footer(self) -> None:
+        """Refresh the footer's keys when what may be sent changed (paused ↔ running, ended, read-only)."""
+        shown = (self.model.state == "paused", self._controllable())
+        if shown != self._controls_shown:
+            self._controls_shown = shown
+            try:
+                self.dashboard.refresh_bindings()
+            except IndexError:
+                pass
+
+    def _controllable(self) -> bool:
+        return not self.read_only and not self.model.ended
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Footer and keys follow the state: pause xor resume; no control keys when read-only or ended."""
+        if action in CONTROL_ACTIONS and not self._controllable():
+            return False
+        if action == "pause":
+            return self.model.state != "paused"
+        if action == "resume":
+            return self.model.state == "paused"
+        return True
+
+    def get_system_commands(self, screen):
+        """Textual's palette commands minus its theme picker: the dashboard's "theme: …" commands are the one
+        theme system (Textual's own themes would bypass the dashboard's palettes and its ansi mode)."""
+        for command in super().get_system_commands(screen):
+            if command.title.lower() != "theme":
+                yield command
 
     def _tick_plots(self) -> None:
         for panel in self._panels("plots"):
@@ -316,6 +357,18 @@ class DashboardApp(App[int]):
                                               type(exc).__name__))
                 continue
             self.post_message(ControlDone(request, ack))
+
+    def action_explain(self, what: str) -> None:
+        """A control key while no control may be sent (hidden from the footer): say why it does nothing."""
+        self.control_allowed(what)
+
+    def action_pause(self) -> None:
+        """space while running: pause."""
+        self.action_toggle_pause()
+
+    def action_resume(self) -> None:
+        """space while paused: resume."""
+        self.action_toggle_pause()
 
     def action_toggle_pause(self) -> None:
         """space: pause, or resume when paused."""
@@ -460,30 +513,107 @@ class DashboardApp(App[int]):
         return config
 
     # -------------------------------------------------------------- toggles
-    def _loss_plot(self):
-        plots = self._panels("plots")
-        return plots[0] if plots else None
+    def _charts(self) -> list:
+        return self._panels("plots")
 
     def action_toggle_log_y(self) -> None:
-        """l: log-y on the loss plot."""
-        plot = self._loss_plot()
-        if plot is not None:
-            plot.toggle_log_y()
-            self.say(f"loss plot: log-y {'on' if plot.log_y else 'off'}")
+        """l: log-y on every chart."""
+        charts = self._charts()
+        for chart in charts:
+            chart.toggle_log_y()
+        if charts:
+            self.say(f"charts: log-y {'on' if charts[0].log_y else 'off'}")
 
     def action_cycle_smoothing(self) -> None:
-        """s: next EMA smoothing weight."""
-        plot = self._loss_plot()
-        if plot is not None:
-            level = plot.cycle_smoothing()
-            self.say(f"loss plot: smoothing {level:g}" if level else "loss plot: smoothing off (raw)")
+        """s: next EMA smoothing weight (every chart)."""
+        charts = self._charts()
+        level = None
+        for chart in charts:
+            level = chart.cycle_smoothing()
+        if level is not None:
+            self.say(f"charts: smoothing {level:g}" if level else "charts: smoothing off (raw)")
 
     def action_toggle_window(self) -> None:
-        """h: recent 1000 steps ↔ full history."""
-        plot = self._loss_plot()
-        if plot is not None:
-            window = plot.toggle_window()
-            self.say(f"loss plot: {'full history' if window == 'full' else 'last 1000 steps'}")
+        """h: recent 1000 steps ↔ full history (every chart)."""
+        window = None
+        for chart in self._charts():
+            window = chart.toggle_window()
+        if window is not None:
+            self.say(f"charts: {'full history' if window == 'full' else 'last 1000 steps'}")
+
+    def action_next_chart(self) -> None:
+        """v: in the one-chart layout (< 100 columns), show the other chart."""
+        shown = self.dashboard.next_chart()
+        chart = self.dashboard.query_one(f"#chart-{shown}")
+        self.say(f"chart {shown}: {self.model.describe(chart.shown(self.model)).label} (v switches, m chooses)")
+
+    def action_choose_metric(self) -> None:
+        """m: the metric chooser (which scalar each chart shows)."""
+        if isinstance(self.screen, MetricScreen):
+            return
+        visible = self.dashboard.visible_charts()
+        target = int(visible[-1].id.rsplit("-", 1)[1]) if visible else 1
+        current = {int(c.id.rsplit("-", 1)[1]): c.shown(self.model) for c in visible}
+        self.push_screen(MetricScreen(self.model.choices(), current, target), self._metric_chosen)
+
+    def _metric_chosen(self, choice: tuple[int, str] | None) -> None:
+        if choice is not None:
+            self.choose_metric(*choice)
+
+    def choose_metric(self, chart: int, name: str | None) -> None:
+        """Chart ``chart`` (1-4) shows ``name`` from now on (None: the primary metric)."""
+        widget = self.dashboard.query_one(f"#chart-{chart}")
+        widget.choose(name)
+        widget.update_from(self.model, force=True)
+        shown = widget.shown(self.model)
+        self.say(f"chart {chart}: {self.model.describe(shown).label or shown}")
+
+    # -------------------------------------------------------------- compare
+    def action_pick_compare(self) -> None:
+        """o: the run picker — overlay another run's curves (or clear the overlay)."""
+        from tui.screens.runs import RunPickerScreen
+
+        if not isinstance(self.screen, RunPickerScreen):
+            self.push_screen(RunPickerScreen(self.runs_root(), self.run_dir), self._compare_chosen)
+
+    def runs_root(self):
+        """Where the run picker lists runs: the parent of this run's directory, else ./runs."""
+        from pathlib import Path
+
+        return Path(self.run_dir).parent if self.run_dir else Path("runs")
+
+    def _compare_chosen(self, path: str | None) -> None:
+        if path == "":
+            self.model.set_compare(None)
+            self.redraw(force=True)
+            self.say("compare: cleared")
+        elif path:
+            self.load_compare(path)
+
+    def load_compare(self, path: str) -> None:
+        """Read another run's history on a thread worker and overlay it on every chart, aligned by step."""
+        self.say(f"compare: reading {path}…", "pending")
+        self.run_worker(partial(self._read_compare, path), thread=True, exit_on_error=False, group="compare",
+                        name="compare")
+
+    def _read_compare(self, path: str) -> None:
+        from tui.compare import read_run
+
+        try:
+            other = read_run(path, self.model.capacity)
+        except (OSError, ValueError) as exc:
+            self.post_message(CompareLoaded(path, None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            return
+        self.post_message(CompareLoaded(path, other))
+
+    def on_compare_loaded(self, message: CompareLoaded) -> None:
+        if message.model is None:
+            self.say(f"compare {message.path}: {message.error}", "error")
+            return
+        self.model.set_compare(message.model)
+        self.redraw(force=True)
+        name = message.model.started.name if message.model.started else message.path
+        self.say(f"compare: {name} ({message.model.step} steps) overlaid, aligned by step", "ok")
 
     def action_help(self) -> None:
         """?: the help screen."""

@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="open the dashboard on a run started anywhere")
     attach.add_argument("run", nargs="?", help="run directory or name under ./runs (default: newest live run)")
     attach.add_argument("--read-only", action="store_true", help="watch only: control keys are disabled")
+    attach.add_argument("--compare", metavar="OTHER", default=None,
+                        help="overlay another run's curves (directory or name under ./runs), aligned by step")
     _add_view_arguments(attach)
 
     runs = sub.add_parser("runs", help="list runs: state, step, best PSNR, last checkpoint, age")
@@ -69,9 +71,20 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_view_arguments(parser: argparse.ArgumentParser) -> None:
     view = parser.add_argument_group("dashboard")
-    view.add_argument("--theme", default=None, help="dark, light or high-contrast")
+    view.add_argument("--theme", default=None, type=_theme, help="dark, light, high-contrast or ansi")
     view.add_argument("--refresh", type=float, default=None, metavar="HZ", help="plot redraws per second (<= 2)")
     view.add_argument("--ansi", action="store_true", help="16-colour mode for slow links")
+
+
+def _theme(name: str) -> str:
+    """--theme's value checked at parse time, so a headless run refuses a bad one too (exit 2, one line)."""
+    from themes import ThemeError, resolve  # textual's Theme: imported only when --theme is given
+
+    try:
+        resolve(name)
+    except ThemeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--theme {name!r}: ")) from None
+    return name
 
 
 def _has_terminal() -> bool:

@@ -21,6 +21,40 @@ def human_bytes(n: float | int | None) -> str:
     return f"{sign}{n:.0f} TiB"  # pragma: no cover - loop always returns
 
 
+def bytes_pair(used: float | int | None, total: float | int | None) -> str:
+    """"2.61 / 23.5 GiB": one unit when both share it, else each with its own; the unit is never dropped."""
+    a, b = human_bytes(used), human_bytes(total)
+    unit_a, unit_b = a.rpartition(" ")[2], b.rpartition(" ")[2]
+    if used is not None and total is not None and unit_a == unit_b:
+        return f"{a.rpartition(' ')[0]} / {b}"
+    return f"{a} / {b}"
+
+
+def middle_ellipsis(text: str, width: int, cut_text: bool = True) -> str:
+    """Fit ``text`` in ``width`` columns by shortening its longest path-like words in the middle
+    (runs/…/last.safetensors), then (``cut_text``) the text itself in the middle; both ends stay readable."""
+    if len(text) <= width or width < 8:
+        return text
+    words = text.split(" ")
+    while len(" ".join(words)) > width:
+        paths = [i for i, w in enumerate(words) if "/" in w and len(w) > 12]
+        if not paths:
+            break
+        i = max(paths, key=lambda j: len(words[j]))
+        word, over = words[i], len(" ".join(words)) - width
+        keep = max(10, len(word) - over - 1)
+        head = keep // 2
+        shorter = word[:head] + "…" + word[len(word) - (keep - head):]
+        if len(shorter) >= len(word):
+            break
+        words[i] = shorter
+    text = " ".join(words)
+    if len(text) <= width or not cut_text:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
 def human_count(n: int | float | None) -> str:
     """1234 → 1.23k, 12_345_678 → 12.3M; '–' for unknown."""
     if n is None:

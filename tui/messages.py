@@ -52,3 +52,13 @@ class ControlDone(Message):
         self.request = request
         self.ack = ack
         self.error = error
+
+
+class CompareLoaded(Message):
+    """Another run's history was read for the compare overlay: ``model`` (a RunModel), or ``error`` says why not."""
+
+    def __init__(self, path: str, model, error: str | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.model = model
+        self.error = error

@@ -10,13 +10,14 @@ its own.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import numpy as np
 
 from engine import events as ev
 from engine.control import SETTABLE
+from tui import metrics as mx
 from tui.ema import LEVELS, EmaState, ema_extend
 from tui.format import human_bytes, short_float
 from tui.history import Ring
@@ -36,6 +37,11 @@ _FINAL_STATE = {"finished": "finished", "aborted": "aborted", "interrupted": "ab
 
 # Columns of the step ring: step, raw loss, then one EMA per non-zero smoothing level.
 _STEP, _LOSS = 0, 1
+#: Newest steps kept of each per-step scalar besides the loss (grad norm, LR, throughput, components):
+#: 2 × 8 bytes a step, so 4 MiB a scalar; the loss itself keeps ``capacity`` steps.
+SCALAR_CAPACITY = 1 << 18
+#: StepLogged fields stored per step (the loss has its own ring with its EMAs).
+STEP_FIELDS = ("grad_norm", "lr", "samples_per_s", "steps_per_s")
 # Columns of the memory ring.
 MEM_COLUMNS = ("step", "allocated", "reserved", "peak", "nvml_used", "predicted")
 
@@ -80,6 +86,16 @@ class RunModel:
         self._rate: deque[tuple[float, int]] = deque(maxlen=256)  # (t, step) for steps/s and ETA
         self._first_step: tuple[float, int] | None = None
         self.evals: list[ev.EvalDone] = []
+        #: The task's declared capabilities (primary metric, curves); the val_loss fallback until RunStarted.
+        self.capabilities = mx.capabilities_of(None)
+        #: Start-up phases reported before the first step (PhaseStarted), oldest first.
+        self.phases: list[ev.PhaseStarted] = []
+        self._stepped_since_phase = False
+        #: Per-step scalars besides the loss, by name: rings of (step, value).
+        self.scalars: dict[str, Ring] = {}
+        self._val_names: list[str] = []
+        #: Another run drawn behind this one's curves, aligned by step (a RunModel; None: no overlay).
+        self.compare: RunModel | None = None
         self.memory = Ring(min(capacity, 1 << 16), len(MEM_COLUMNS))
         self.last_memory: ev.MemorySampled | None = None
         self.system: ev.SystemSampled | None = None
@@ -128,8 +144,10 @@ class RunModel:
             last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
             t = history.column("step", "t")
             recent = slice(-self._rate.maxlen, None)
+            names = list(STEP_FIELDS) + [f"components.{k}" for k in self._component_names(last)]
+            extra = {name.rpartition(".")[2]: history.column("step", name) for name in names}
             self._append_steps(step, history.column("step", "loss"), last, (float(t[0]), int(step[0])),
-                               zip(t[recent].tolist(), step[recent].astype(np.int64).tolist()))
+                               zip(t[recent].tolist(), step[recent].astype(np.int64).tolist()), extra)
         for event in history.others("step"):
             self._ingest_one(event)
         if len(history):
@@ -138,13 +156,35 @@ class RunModel:
     def _ingest_steps(self, steps: list[ev.StepLogged]) -> None:
         loss = np.fromiter((s.loss for s in steps), dtype=np.float64, count=len(steps))
         step = np.fromiter((s.step for s in steps), dtype=np.float64, count=len(steps))
+        extra = {name: np.fromiter((_num(getattr(s, name, None)) for s in steps), dtype=np.float64, count=len(steps))
+                 for name in STEP_FIELDS}
+        for key in self._component_names(steps[-1], steps[0]):
+            extra[key] = np.fromiter((_num((s.components or {}).get(key)) for s in steps), dtype=np.float64,
+                                     count=len(steps))
         self._append_steps(step, loss, steps[-1], (steps[0].t, steps[0].step),
-                           ((s.t, s.step) for s in steps[-self._rate.maxlen:]))
+                           ((s.t, s.step) for s in steps[-self._rate.maxlen:]), extra)
+
+    def _component_names(self, *samples: ev.StepLogged) -> list[str]:
+        """Loss components to store: those the task declares, those already stored, those these steps carry."""
+        names = [m.name for m in self.capabilities.curves if m.kind == "train" and m.name not in STEP_FIELDS]
+        names += [k for k in self.scalars if k not in STEP_FIELDS]
+        for sample in samples:
+            names += [k for k, v in (sample.components or {}).items() if isinstance(v, (int, float))]
+        return [k for k in dict.fromkeys(names) if k != "loss"]
 
     def _append_steps(self, step: np.ndarray, loss: np.ndarray, last: ev.StepLogged, first: tuple[float, int],
-                      recent: Iterable[tuple[float, int]]) -> None:
-        step, loss = _latest_attempts(step, loss)
+                      recent: Iterable[tuple[float, int]], extra: dict[str, np.ndarray] | None = None) -> None:
+        keep = _latest_attempts(step)
+        if keep is not None:
+            step, loss = step[keep], loss[keep]
+            extra = {k: v[keep] for k, v in (extra or {}).items()}
         rewound = self._rewind_to(float(step[0])) if len(step) else False
+        for name, values in (extra or {}).items():
+            if name not in self.scalars:
+                if not np.isfinite(values).any():
+                    continue  # never logged (a NaN grad norm of a run that does not measure it)
+                self.scalars[name] = Ring(min(self.capacity, SCALAR_CAPACITY), 2)
+            self.scalars[name].append_many(np.stack([step, values], axis=1))
         rows = np.empty((len(step), self.steps.width))
         rows[:, _STEP] = step
         rows[:, _LOSS] = loss
@@ -155,17 +195,22 @@ class RunModel:
             self._resmooth()
         self.last_step = last
         self.last_t = last.t
+        self._stepped_since_phase = True
         if self._first_step is None:
             self._first_step = first
         self._rate.extend(recent)
         if self.state == "starting":
             self.state = "running"
             self.versions["header"] += 1
-        self.versions["loss"] += 1
+        self.versions["charts"] += 1
         self.versions["progress"] += 1
 
     def _rewind_to(self, first_new_step: float) -> bool:
         """Drop stored steps at or after ``first_new_step``: a resumed run redoes them from its checkpoint."""
+        for ring in self.scalars.values():
+            steps = ring.column(0)
+            if len(steps) and steps[-1] >= first_new_step:
+                ring.drop_newest(len(steps) - int(np.searchsorted(steps, first_new_step, side="left")))
         stored = self.steps.column(_STEP)
         if not len(stored) or stored[-1] < first_new_step:
             return False
@@ -291,9 +336,65 @@ class RunModel:
             return None
         return max(0.0, self.last_t - self.started.t)
 
-    def psnr_series(self) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, PSNR dB) of every eval that reported a PSNR."""
-        pairs = [(e.step, e.psnr_db) for e in self.evals if e.psnr_db is not None]
+    # --------------------------------------------------------------- metrics
+    @property
+    def primary(self):
+        """The task's primary metric (engine.tasks.spec.Metric): declared, else named by the evals, else val_loss."""
+        caps = self.capabilities
+        if self.started is not None and self.started.capabilities:
+            return caps.primary
+        named = next((getattr(e, "primary", "") for e in reversed(self.evals) if getattr(e, "primary", "")), "")
+        if not named:
+            return caps.primary
+        metric = mx.describe(named, caps, "val")
+        return replace(metric, higher_is_better=self._infer_higher(named, metric.higher_is_better))
+
+    def _infer_higher(self, name: str, default: bool) -> bool:
+        """An undeclared primary's direction, read off the engine's running ``best`` (the max or the min)."""
+        xs, ys = self.val_series(name)
+        best = next((e.best for e in reversed(self.evals) if isinstance(e.best, (int, float))), None)
+        finite = ys[np.isfinite(ys)]
+        if best is None or not len(finite) or finite.max() == finite.min():
+            return default
+        return abs(best - finite.max()) <= abs(best - finite.min())
+
+    def train_names(self) -> list[str]:
+        """Per-step scalars this run logs: loss first, then its components, grad norm, LR, throughput."""
+        return (["loss"] if len(self.steps) else []) + list(self.scalars)
+
+    def val_names(self) -> list[str]:
+        """Validation metrics this run reports, in the order they first appeared."""
+        return list(self._val_names)
+
+    def choices(self) -> list[mx.Choice]:
+        """Every scalar the chooser offers, primary first."""
+        caps = self.capabilities
+        if self.primary.name != caps.primary.name:
+            caps = type(caps)(primary=self.primary, curves=caps.curves)
+        return mx.catalog(caps, self.train_names(), self.val_names())
+
+    def describe(self, name: str):
+        """Label, unit and direction of the scalar ``name``."""
+        if name == self.primary.name:
+            return self.primary
+        return mx.describe(name, self.capabilities)
+
+    def pair(self, name: str) -> tuple[str | None, str | None]:
+        """(training scalar, validation metric) drawn when ``name`` is chosen (loss ↔ val_loss)."""
+        return mx.pair(name, self.train_names(), self.val_names())
+
+    def train_series(self, name: str, last: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of a per-step scalar (the raw loss for "loss"); the newest ``last`` when given."""
+        if name == "loss":
+            return self.steps.column(_STEP, last), self.steps.column(_LOSS, last)
+        ring = self.scalars.get(name)
+        if ring is None:
+            return np.empty(0), np.empty(0)
+        return ring.column(0, last), ring.column(1, last)
+
+    def val_series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of a validation metric over every eval that reported it."""
+        pairs = [(e.step, v) for e in self.evals if isinstance(v := _eval_metrics(e).get(name), (int, float))]
         if not pairs:
             return np.empty(0), np.empty(0)
         arr = np.asarray(pairs, dtype=np.float64)
@@ -301,27 +402,57 @@ class RunModel:
 
     def val_loss_series(self) -> tuple[np.ndarray, np.ndarray]:
         """(steps, val loss) of every eval."""
-        if not self.evals:
-            return np.empty(0), np.empty(0)
-        arr = np.asarray([(e.step, e.val_loss) for e in self.evals], dtype=np.float64)
-        return arr[:, 0], arr[:, 1]
+        return self.val_series("val_loss")
 
-    def best_psnr(self) -> tuple[int, float] | None:
-        """(step, dB) of the best PSNR so far."""
-        xs, ys = self.psnr_series()
+    def best_primary(self) -> tuple[int, float] | None:
+        """(step, value) of the best primary metric so far, by its direction."""
+        return self.best_of(self.primary.name)
+
+    def best_of(self, name: str) -> tuple[int, float] | None:
+        """(step, value) of the best value of validation metric ``name``, by its declared direction."""
+        xs, ys = self.val_series(name)
         finite = np.isfinite(ys)
         if not finite.any():
             return None
-        i = int(np.nanargmax(np.where(finite, ys, -np.inf)))
+        higher = self.describe(name).higher_is_better
+        i = int(np.argmax(np.where(finite, ys, -np.inf)) if higher else np.argmin(np.where(finite, ys, np.inf)))
         return int(xs[i]), float(ys[i])
 
     def abort_threshold(self) -> float | None:
-        """PSNR below which the engine's abort policy counts an eval as bad: best − train.abort_drop_db."""
-        best = self.best_psnr()
+        """The primary value past which the engine's abort policy counts an eval as bad.
+
+        ``train.abort_drop`` (or the older ``abort_drop_db``) away from the best, on the worse side.
+        """
+        best = self.best_primary()
         train = self.train_config
         if best is None or not train.get("abort_patience", 2):
             return None
-        return best[1] - float(train.get("abort_drop_db", 1.5))
+        drop = train.get("abort_drop", train.get("abort_drop_db", 1.5))
+        if not isinstance(drop, (int, float)):
+            return None
+        return best[1] - float(drop) if self.primary.higher_is_better else best[1] + float(drop)
+
+    def set_compare(self, other: "RunModel | None") -> None:
+        """Overlay ``other``'s curves on every chart (None clears the overlay)."""
+        self.compare = other
+        self.versions["charts"] += 1
+
+    # ---------------------------------------------------------------- phases
+    @property
+    def starting_up(self) -> bool:
+        """True while the engine reports start-up phases and no step has arrived yet."""
+        return bool(self.phases) and not self._stepped_since_phase and not self.ended
+
+    def phase_lines(self, now: float) -> list[str]:
+        """One line per start-up phase: finished ones with their duration, the current one with its elapsed time."""
+        out = []
+        for i, phase in enumerate(self.phases):
+            done = i + 1 < len(self.phases)
+            seconds = (self.phases[i + 1].t if done else now) - phase.t
+            detail = f" ({phase.detail})" if phase.detail else ""
+            mark = "✓" if done else "…"
+            out.append(f"{mark} {phase.phase}{detail} {max(0.0, seconds):.1f}s")
+        return out
 
     def budget_bytes(self) -> int | None:
         """The memory budget: the newest MemorySampled.budget, else RunStarted.budget['budget' | 'bytes']."""
@@ -336,7 +467,7 @@ class RunModel:
         return _first_int(self.started.budget if self.started else {}, "capacity", "capacity_bytes", "device_total")
 
     def setting(self, name: str) -> Any:
-        """The current value of a settable (batch_size, lr, attn_backend, attn_chunk), newest change first.
+        """The current value of a live setting (``train.<name>`` or where the task declares it), newest change first.
 
         ``lr`` is the peak LR the schedule scales (what ``set lr`` changes), not
         the scheduled value of the last step (``last_step.lr``).
@@ -347,8 +478,15 @@ class RunModel:
         if name == "batch_size" and self.last_step is not None and self.last_step.batch_size:
             return self.last_step.batch_size
         config = self.started.config if self.started else {}
-        section = "model" if name.startswith("attn") else "train"
-        return (config.get(section) or {}).get(name)
+        declared = self.capabilities.setting(name)
+        if declared is not None:
+            node = config
+            for part in declared.path.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            return node
+        # Undeclared (a run from before capabilities): train.<name>, else the first section that has it.
+        sections = [config.get("train")] + [v for k, v in config.items() if k != "train"]
+        return next((sec[name] for sec in sections if isinstance(sec, dict) and name in sec), None)
 
     def summary(self) -> str:
         """One line for after the app exits: how the run ended, its checkpoint and how to resume."""
@@ -356,9 +494,11 @@ class RunModel:
         fin = self.finished
         status = fin.status if fin else self.state
         parts = [f"{name}: {status} at step {fin.steps if fin else self.step}"]
-        best = self.best_psnr()
+        best = self.best_primary()
         if best is not None:
-            parts.append(f"best PSNR {best[1]:.2f} dB @ {best[0]}")
+            metric = self.primary
+            unit = f" {metric.unit}" if metric.unit else ""
+            parts.append(f"best {metric.label or metric.name} {short_float(best[1])}{unit} @ {best[0]}")
         checkpoint = (fin.checkpoint if fin else None) or (self.checkpoints[-1].path if self.checkpoints else None)
         parts.append(f"checkpoint {checkpoint}" if checkpoint else "no checkpoint")
         if fin and fin.resume_command:
@@ -374,17 +514,32 @@ def _first_int(d: dict, *keys: str) -> int | None:
     return None
 
 
-def _latest_attempts(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Keep, for steps logged more than once (crash, then resume from an earlier checkpoint), the last attempt.
+def _latest_attempts(step: np.ndarray) -> np.ndarray | None:
+    """Rows to keep where steps were logged more than once (crash, then resume from an earlier checkpoint):
+    the last attempt of each. None when every step is new (the common case: nothing to copy).
 
     A row survives when every later row has a larger step: a suffix minimum, O(n) in numpy.
     """
     if len(step) < 2 or bool(np.all(np.diff(step) > 0)):
-        return step, loss
+        return None
     later_min = np.minimum.accumulate(step[::-1])[::-1]
     keep = np.ones(len(step), dtype=bool)
     keep[:-1] = step[:-1] < later_min[1:]
-    return step[keep], loss[keep]
+    return keep
+
+
+def _num(value: Any) -> float:
+    """A logged number as a float; NaN for None or anything else."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
+
+
+def _eval_metrics(e: ev.EvalDone) -> dict:
+    """Every validation metric of an eval by name (an event without ``metrics`` still has its val_loss)."""
+    out = dict(getattr(e, "metrics", None) or {})
+    val_loss = getattr(e, "val_loss", None)
+    if "val_loss" not in out and isinstance(val_loss, (int, float)) and np.isfinite(val_loss):
+        out["val_loss"] = val_loss
+    return out
 
 
 # ---------------------------------------------------------------- handlers
@@ -402,10 +557,11 @@ def _on_started(m: RunModel, e: ev.RunStarted) -> None:
     if m.last_step is not None and m.last_step.t < e.t:
         m.last_step = None  # the progress line shows the resume step until the new engine logs one
     m._restart_rates(e.t)
+    m.capabilities = mx.capabilities_of(getattr(e, "capabilities", None))
     where = f" (resumed from {e.resumed_from} at step {e.start_step})" if e.resumed_from else ""
     m._log("state", f"run {e.name or '?'} started: {e.task}/{e.preset}, {e.total_steps} steps on {e.device}{where}",
            e.start_step)
-    for area in ("header", "progress", "memory", "psnr", "loss"):
+    for area in ("header", "progress", "memory", "charts"):
         m.versions[area] += 1
 
 
@@ -413,12 +569,30 @@ def _on_eval(m: RunModel, e: ev.EvalDone) -> None:
     while m.evals and m.evals[-1].step >= e.step:  # a resumed run re-evaluates steps it had reached before
         m.evals.pop()
     m.evals.append(e)
-    psnr = f", PSNR {e.psnr_db:.2f} dB" if e.psnr_db is not None else ""
-    extra = "".join(f", {k} {short_float(v)}" for k, v in list(e.extra.items())[:3] if isinstance(v, (int, float)))
-    m._log("eval", f"eval: val loss {short_float(e.val_loss)}{psnr}{extra}{' (best)' if e.is_best else ''}"
-           f" in {e.seconds:.1f}s", e.step)
-    m.versions["psnr"] += 1
-    m.versions["loss"] += 1
+    values = _eval_metrics(e)
+    for name in values:
+        if name not in m._val_names:
+            m._val_names.append(name)
+    primary = m.primary.name
+    order = [primary] + [k for k in values if k != primary]  # the primary first: the line may be cut
+    parts = []
+    for name in order:
+        value = values.get(name)
+        if isinstance(value, (int, float)):
+            metric = m.describe(name)
+            parts.append(f"{metric.label or name} {short_float(value)}{' ' + metric.unit if metric.unit else ''}")
+    m._log("eval", f"eval{' (best)' if e.is_best else ''}: {', '.join(parts)} in {e.seconds:.1f}s", e.step)
+    m.versions["charts"] += 1
+    m.versions["progress"] += 1
+
+
+def _on_phase(m: RunModel, e: ev.PhaseStarted) -> None:
+    if m._stepped_since_phase:  # an engine starting again (a resume): its phases replace the old ones
+        m.phases, m._stepped_since_phase = [], False
+    m.phases.append(e)
+    m._log("state", f"phase: {e.phase}" + (f" ({e.detail})" if e.detail else ""))
+    for area in ("charts", "progress"):
+        m.versions[area] += 1
 
 
 def _on_memory(m: RunModel, e: ev.MemorySampled) -> None:
@@ -468,7 +642,7 @@ def _on_setting(m: RunModel, e: ev.SettingChanged) -> None:
         m.markers.append(Marker(e.step, e.name, e.old, e.new))
         if e.name != "lr":
             m._restart_rates(e.t)  # a new batch or kernel is a new pace; the LR does not change step time
-        m.versions["loss"] += 1
+        m.versions["charts"] += 1
         m.versions["progress"] += 1
 
 
@@ -510,5 +684,6 @@ _HANDLERS = {
     ev.Refused: _on_refused,
     ev.Warning: _on_warning,
     ev.LogLine: _on_logline,
+    ev.PhaseStarted: _on_phase,
     ev.RunFinished: _on_finished,
 }

@@ -202,10 +202,23 @@ def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[
 
 
 # ---------------------------------------------------------------- demo data
+#: What the demo run's task declares (RunStarted.capabilities): a primary metric with a unit, two loss
+#: components and a second validation metric. Generic on purpose: the dashboard must chart any task.
+DEMO_CAPABILITIES = {
+    "primary": {"name": "score", "label": "val score", "unit": "dB", "higher_is_better": True, "kind": "val"},
+    "curves": [{"name": "recon", "label": "recon loss", "higher_is_better": False, "kind": "train"},
+               {"name": "align", "label": "align loss", "higher_is_better": False, "kind": "train"},
+               {"name": "recall_at_1", "label": "recall@1", "higher_is_better": True, "kind": "val"}],
+    "settings": [], "memory": "traced", "exports": [], "eval_reduction": "per_batch",
+}
+
+
 def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50, seed: int = 0,
              t0: float = 1_700_000_000.0, step_seconds: float = 0.5, name: str = "demo-run",
-             budget: int = 8 << 30, capacity: int = 16 << 30, finished: bool = False) -> list[ev.Event]:
-    """A deterministic, plausible run: a decaying noisy loss, evals with PSNR, memory, system, a setting change.
+             budget: int = 8 << 30, capacity: int = 16 << 30, finished: bool = False,
+             task: str = "demo") -> list[ev.Event]:
+    """A deterministic, plausible run: a decaying noisy loss with two components, evals with a primary metric
+    ("score" in dB, higher is better), memory, system, a setting change.
 
     Timestamps are synthetic (``t0 + step · step_seconds``) so elapsed time and
     ETA are the same on every machine; that is what keeps snapshots stable.
@@ -214,12 +227,12 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
     config = {"train": {"batch_size": 16, "lr": 2e-3, "max_steps": total_steps, "eval_every": eval_every,
                         "abort_drop_db": 1.5, "abort_patience": 2},
               "model": {"attn_backend": "sdpa", "attn_chunk": 256, "dim": 64, "depth": 2},
-              "task": {"name": "sensorlm", "preset": "demo"}}
+              "task": {"name": task, "preset": "demo"}}
     out: list[ev.Event] = [ev.RunStarted(
-        name=name, task="sensorlm", preset="demo", config=config, params=1_234_567, device="cpu",
+        name=name, task=task, preset="demo", config=config, params=1_234_567, device="cpu",
         device_name="CPU (2 cores)", budget={"budget": budget, "capacity": capacity}, total_steps=total_steps,
-        pid=4242, t=t0)]
-    psnr_best = -math.inf
+        pid=4242, t=t0, capabilities=DEMO_CAPABILITIES)]
+    score_best = -math.inf
     batch = 16
     for step in range(1, steps + 1):
         t = t0 + step * step_seconds
@@ -228,9 +241,10 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
             batch = 32
         loss = 2.0 * math.exp(-step / 120) + 0.15 + 0.05 * float(rng.standard_normal())
         lr = 2e-3 * min(1.0, step / 20)
-        out.append(ev.StepLogged(step=step, epoch=step // 100, loss=loss, lr=lr, grad_norm=0.5,
+        out.append(ev.StepLogged(step=step, epoch=step // 100, loss=loss, lr=lr,
+                                 grad_norm=0.5 + 1.5 * math.exp(-step / 60) + 0.1 * math.sin(step / 3),
                                  samples_per_s=batch / step_seconds, steps_per_s=1 / step_seconds,
-                                 batch_size=batch, t=t))
+                                 batch_size=batch, components={"recon": 0.7 * loss, "align": 0.3 * loss}, t=t))
         if step % 10 == 0:
             alloc = int((1.1 + 0.8 * (batch / 32)) * (1 << 30) + (step % 30) * (4 << 20))
             out.append(ev.MemorySampled(step=step, allocated=alloc, reserved=alloc + (300 << 20),
@@ -240,11 +254,12 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
                                                    "transient": alloc // 4}, source="scripted", t=t))
             out.append(ev.SystemSampled(cpu_percent=87.5, ram_used=6 << 30, ram_total=16 << 30, t=t))
         if step % eval_every == 0:
-            psnr = 18.0 + 8.0 * (1 - math.exp(-step / 150)) + 0.3 * float(rng.standard_normal())
-            is_best = psnr > psnr_best
-            psnr_best = max(psnr_best, psnr)
-            out.append(ev.EvalDone(step=step, val_loss=loss * 1.1, psnr_db=psnr, best=psnr_best, is_best=is_best,
-                                   seconds=1.5, extra={"r_at_1": 0.1 + step / 3000}, t=t))
+            score = 18.0 + 8.0 * (1 - math.exp(-step / 150)) + 0.3 * float(rng.standard_normal())
+            is_best = score > score_best
+            score_best = max(score_best, score)
+            out.append(ev.EvalDone(step=step, val_loss=loss * 1.1, best=score_best, is_best=is_best, seconds=1.5,
+                                   metrics={"val_loss": loss * 1.1, "score": score, "recall_at_1": 0.1 + step / 3000},
+                                   primary="score", t=t))
             out.append(ev.CheckpointSaved(step=step, path=f"runs/{name}/checkpoints/last.safetensors", kind="last",
                                           seconds=0.31, bytes=14_800_000, t=t))
         if step == 7:

@@ -46,7 +46,7 @@ async def test_abort_graceful_exits_once_stopped_with_checkpoint_and_resume_comm
         await wait_for(pilot, lambda: app.return_code is not None, "app exit")
     assert [(r.action, r.mode) for r in session.sent] == [("abort", "graceful")]
     assert app.return_code == 0
-    assert app.summary == ("demo-run: aborted at step 300 · best PSNR 24.91 dB @ 300 · "
+    assert app.summary == ("demo-run: aborted at step 300 · best val score 24.91 dB @ 300 · "
                            "checkpoint runs/scripted/checkpoints/last.safetensors · "
                            "resume: sensorlm-tui train --resume runs/scripted")
     assert app.wait_closed(5) and session.closed.is_set()
@@ -158,12 +158,12 @@ async def test_toggles_change_the_loss_plot():
     app, _ = make()
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
-        plot = app.dashboard.query_one("#loss")
+        plot = app.dashboard.query_one("#chart-1")
         builds = plot.builds
         await pilot.press("l", "s", "h")
         await pilot.pause(0.1)
         assert (plot.log_y, plot.smoothing, plot.window) == (True, 4, "full")
-        assert app.status_text == "loss plot: full history"
+        assert app.status_text == "charts: full history"
         await wait_for(pilot, lambda: plot.builds > builds, "plot rebuilt")  # the title is set when it redraws
         await wait_for(pilot, lambda: plot.title_text.startswith(
             "[b]loss[/b] · [$primary]EMA 0.99[/] · full history · log-y"), "the toggles in the plot title")
@@ -241,7 +241,8 @@ async def test_tune_with_the_real_analytic_estimator_predicts_from_the_run_confi
         import pytest
 
         pytest.skip("engine.budget.analytic not installed")
-    app, _ = make(estimator=estimator)
+    # The analytic model validates RunStarted.config: the demo run must name a real task here.
+    app, _ = make(ScriptedSession(history=demo_run(300, task="sensorlm")), estimator=estimator)
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
         await pilot.press("t")

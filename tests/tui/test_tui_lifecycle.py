@@ -29,7 +29,7 @@ async def test_the_factory_runs_on_a_worker_after_the_first_frame():
         header = app.dashboard.query_one("#header-badge")
         assert "CONNECTING" in str(header.render()), "the dashboard is up while the session is still opening"
         app.redraw(force=True)
-        assert "waiting for the first step…" in str(app.dashboard.query_one("#loss").render())
+        assert "waiting for the first step…" in str(app.dashboard.query_one("#chart-1").render())
         release.set()
         await loaded(pilot, app, steps=20)
     assert seen == [False]

@@ -23,15 +23,59 @@ def test_eta_waits_for_ten_steps_and_ten_seconds():
     assert abs(m2.eta_seconds() - 80 * 2.0) < 1e-6  # 80 steps left at 0.5 steps/s
 
 
-def test_abort_threshold_is_best_minus_the_configured_drop():
+def _caps(name: str, higher: bool, unit: str = "") -> dict:
+    return {"primary": {"name": name, "label": name, "unit": unit, "higher_is_better": higher, "kind": "val"}}
+
+
+def test_best_and_abort_line_follow_the_primary_metrics_direction():
+    up = RunModel()
+    up.ingest([ev.RunStarted(name="r", config={"train": {"abort_drop": 2.0, "abort_patience": 3}},
+                             capabilities=_caps("acc", True), t=1000.0),
+               ev.EvalDone(step=10, metrics={"val_loss": 1.0, "acc": 20.0}, primary="acc"),
+               ev.EvalDone(step=20, metrics={"val_loss": 0.9, "acc": 25.0}, primary="acc"),
+               ev.EvalDone(step=30, metrics={"val_loss": 0.8, "acc": 24.0}, primary="acc")])
+    assert up.best_primary() == (20, 25.0)
+    assert up.abort_threshold() == 23.0, "higher is better: the line sits below the best"
+    down = RunModel()
+    down.ingest([ev.RunStarted(name="r", config={"train": {"abort_drop": 0.5}}, capabilities=_caps("ppl", False)),
+                 ev.EvalDone(step=10, metrics={"ppl": 9.0}), ev.EvalDone(step=20, metrics={"ppl": 7.0}),
+                 ev.EvalDone(step=30, metrics={"ppl": 8.0})])
+    assert down.best_primary() == (20, 7.0)
+    assert down.abort_threshold() == 7.5, "lower is better: the line sits above the best"
+    up.ingest([_started(abort_patience=0)])
+    assert up.abort_threshold() is None, "patience 0 means the engine never aborts"
+
+
+def test_a_run_without_capabilities_falls_back_to_val_loss():
     m = RunModel()
-    m.ingest([_started(abort_drop_db=2.0, abort_patience=3),
-              ev.EvalDone(step=10, val_loss=1.0, psnr_db=20.0), ev.EvalDone(step=20, val_loss=0.9, psnr_db=25.0),
-              ev.EvalDone(step=30, val_loss=0.9, psnr_db=24.0)])
-    assert m.best_psnr() == (20, 25.0)
-    assert m.abort_threshold() == 23.0
-    m.ingest([_started(abort_patience=0)])
-    assert m.abort_threshold() is None, "patience 0 means the engine never aborts"
+    m.ingest([_started(abort_drop_db=0.25), ev.EvalDone(step=10, val_loss=1.0), ev.EvalDone(step=20, val_loss=0.5),
+              ev.EvalDone(step=30, val_loss=0.7)])
+    assert m.primary.name == "val_loss" and not m.primary.higher_is_better
+    assert m.best_primary() == (20, 0.5)
+    assert m.abort_threshold() == 0.75, "the older abort_drop_db still sets the guide line"
+
+
+def test_every_logged_scalar_is_a_choice_primary_first_and_val_overlays_train():
+    m = RunModel()
+    m.ingest(demo_run(120))
+    names = [c.name for c in m.choices()]
+    assert names[0] == "score" and m.choices()[0].primary
+    assert {"loss", "val_loss", "recall_at_1", "recon", "align", "grad_norm", "lr", "samples_per_s"} <= set(names)
+    assert m.pair("loss") == ("loss", "val_loss") and m.pair("val_loss") == ("loss", "val_loss")
+    assert m.pair("grad_norm") == ("grad_norm", None)
+    x, y = m.train_series("grad_norm")
+    assert len(x) == 120 and x[0] == 1 and abs(y[0] - demo_run(1)[1].grad_norm) < 1e-12
+    assert m.describe("score").unit == "dB" and m.describe("recon").label == "recon loss"
+
+
+def test_phases_are_listed_until_the_first_step():
+    m = RunModel()
+    m.ingest([ev.PhaseStarted(phase="importing torch", t=100.0), ev.PhaseStarted(phase="building model",
+                                                                                  detail="1.2M params", t=101.5)])
+    assert m.starting_up
+    assert m.phase_lines(now=104.0) == ["✓ importing torch 1.5s", "… building model (1.2M params) 2.5s"]
+    m.ingest(demo_run(1))
+    assert not m.starting_up
 
 
 def test_an_ack_seen_twice_is_logged_once_and_marks_the_plot():
@@ -65,7 +109,7 @@ def test_current_settings_follow_changes_then_steps_then_config():
     m = RunModel()
     m.ingest(demo_run(300))
     assert m.setting("batch_size") == 32  # changed at step 150
-    assert m.setting("attn_backend") == "sdpa"  # from RunStarted.config['model']
+    assert m.setting("attn_backend") == "sdpa"  # undeclared: the first config section that has it
     assert m.budget_bytes() == 8 << 30 and m.capacity_bytes() == 16 << 30
 
 
@@ -88,9 +132,20 @@ def test_memory_panel_says_when_nothing_is_measurable():
 
     m = RunModel()
     m.ingest(demo_run(5, budget=0, capacity=0) + [ev.MemorySampled(step=5, device="cpu")])
-    assert MemoryPanel.gauge_and_numbers(m, 40) == "[$text-muted]cpu: device memory is not measured[/]"
+    assert MemoryPanel.gauge_and_numbers(m, 40) == "[$text-muted]cpu: memory is not measured[/]"
     m.ingest(demo_run(10))
     text = MemoryPanel.gauge_and_numbers(m, 40)
     gauge = text.splitlines()[0]
-    assert "[$success]peak 2.06 GiB[/]" in text and "meas/pred [b]0.93[/b]" in text
+    assert "[$success]meas 2.06[/] · [$primary]pred 2.09 GiB[/]" in text and "err [b]+1.8 %[/b]" in text  # (2.09 − 2.06) / 2.06
     assert gauge.startswith("[$success]█████[/]") and gauge.index("┃") > gauge.index("█")
+
+
+def test_memory_panel_shows_predicted_against_measured_on_cpu_without_dashes():
+    from tui.widgets.memory import MemoryPanel
+
+    m = RunModel()
+    m.ingest(demo_run(5, budget=0, capacity=0) + [ev.MemorySampled(step=5, device="cpu", peak=110 << 20,
+                                                                   predicted=100 << 20, budget=8 << 30)])
+    text = MemoryPanel.gauge_and_numbers(m, 40)
+    assert "meas 110[/] · [$primary]pred 100 MiB" in text and "err [b]-9.1 %[/b]" in text
+    assert "–" not in text, "unknown numbers are left out, not shown as dashes"

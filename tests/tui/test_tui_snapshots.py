@@ -35,7 +35,7 @@ async def _settle(pilot) -> None:
     app = pilot.app
     await loaded(pilot, app)
     app.redraw(force=True)
-    await wait_for(pilot, lambda: app.dashboard.query_one("#loss").builds > 0, "loss plot drawn")
+    await wait_for(pilot, lambda: app.dashboard.query_one("#chart-1").builds > 0, "loss plot drawn")
     await _log_at_end(pilot)
     await pilot.pause(0.1)
 

@@ -42,7 +42,7 @@ async def test_every_theme_renders_and_the_palette_switches_it():
             app.set_theme(name)
             await pilot.pause(0.05)
             app.redraw(force=True)
-            plot = app.dashboard.query_one("#loss")
+            plot = app.dashboard.query_one("#chart-1")
             plot.render()
             assert plot.error is None, name
 
@@ -53,7 +53,7 @@ async def test_no_color_plots_carry_no_colour_and_ansi_plots_only_16_colours(mon
     app, _ = make()
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
-        plot = app.dashboard.query_one("#loss")
+        plot = app.dashboard.query_one("#chart-1")
         await wait_for(pilot, lambda: plot.builds > 0, "first plot frame")
         assert app.no_color
         assert all(span.style in ("", None) or not span.style.color for span in plot.render().spans)
@@ -61,7 +61,7 @@ async def test_no_color_plots_carry_no_colour_and_ansi_plots_only_16_colours(mon
     app, _ = make(ansi=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
-        plot = app.dashboard.query_one("#loss")
+        plot = app.dashboard.query_one("#chart-1")
         await wait_for(pilot, lambda: plot.builds > 0, "first plot frame")
         colours = {span.style.color for span in plot.render().spans if span.style and span.style.color}
         assert colours and all(c.number is not None and c.number < 16 for c in colours)

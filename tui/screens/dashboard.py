@@ -1,4 +1,14 @@
-"""The dashboard screen: panels and the control/toggle keys (which act only while no modal is open)."""
+"""The dashboard screen: panels and the control/toggle keys (which act only while no modal is open).
+
+Charts: two side by side from 100 columns (the loss and the task's primary
+metric by default); below 100 columns one at a time, ``v`` switching between
+them (tabs); from 160×50 a 2×2 grid adds grad norm and the LR. ``m`` chooses
+what any chart shows.
+
+The footer follows the state: space reads "pause" or "resume", and a
+read-only viewer or an ended run shows no control keys at all (pressing one
+still says why it does nothing, through the hidden fallback bindings).
+"""
 
 from __future__ import annotations
 
@@ -9,29 +19,41 @@ from textual.widgets import Footer, Static
 
 from tui.widgets.header import RunHeader
 from tui.widgets.log import RunLog
-from tui.widgets.loss_plot import LossPlot
 from tui.widgets.memory import MemoryPanel
+from tui.widgets.metric_chart import MetricChart
 from tui.widgets.progress import ProgressPanel
-from tui.widgets.psnr_plot import PsnrPlot
 from tui.widgets.status import StatusLine
 from tui.widgets.system import SystemPanel
 
-#: Keys, shared by the footer, the help screen and the README.
+#: Keys, shared by the footer, the help screen and the README. Control keys come twice: shown while a control
+#: may be sent (``DashboardApp.check_action``), and hidden behind them to say why not when it may not.
 KEYS = [
-    Binding("space", "app.toggle_pause", "pause"),
+    Binding("space", "app.pause", "pause"),
+    Binding("space", "app.resume", "resume"),
+    Binding("space", "app.toggle_pause", "pause", show=False),
     Binding("c", "app.checkpoint", "ckpt"),
     Binding("a", "app.abort", "abort"),
     Binding("t", "app.tune", "tune"),
+    Binding("c", "app.explain('checkpoint')", "ckpt", show=False),
+    Binding("a", "app.explain('abort')", "abort", show=False),
+    Binding("t", "app.explain('tune')", "tune", show=False),
+    Binding("m", "app.choose_metric", "metric"),
+    Binding("v", "app.next_chart", "chart", show=False),
+    Binding("o", "app.pick_compare", "compare", show=False),
     Binding("l", "app.toggle_log_y", "log-y"),
     Binding("s", "app.cycle_smoothing", "smooth"),
     Binding("h", "app.toggle_window", "hist"),
     Binding("question_mark", "app.help", "help", key_display="?"),
     Binding("q", "app.request_quit", "quit"),
 ]
+#: Actions that steer the run: hidden from the footer when no control may be sent.
+CONTROL_ACTIONS = ("pause", "resume", "checkpoint", "abort", "tune")
+#: Default metric per chart (None: the task's primary metric).
+CHART_METRICS = ("loss", None, "grad_norm", "lr")
 
 
 class DashboardScreen(Screen):
-    """Header, loss + PSNR plots, progress / memory / system, log, status line, footer.
+    """Header, metric charts, progress / memory / system, log, status line, footer.
 
     Its bindings live on the screen, not the app, so while a modal is up a
     stray ``c`` or space cannot checkpoint or pause the run behind it.
@@ -41,13 +63,12 @@ class DashboardScreen(Screen):
 
     def compose(self):
         yield RunHeader(id="header")
-        with Horizontal(id="plots"):
-            with Vertical(id="loss-box", classes="plot-box"):
-                yield Static("loss", id="loss-title", classes="plot-title")
-                yield LossPlot(id="loss")
-            with Vertical(id="psnr-box", classes="plot-box"):
-                yield Static("val PSNR", id="psnr-title", classes="plot-title")
-                yield PsnrPlot(id="psnr")
+        for row, charts in (("plots", (1, 2)), ("plots-more", (3, 4))):
+            with Horizontal(id=row):
+                for i in charts:
+                    with Vertical(id=f"chart-{i}-box", classes="plot-box"):
+                        yield Static("", id=f"chart-{i}-title", classes="plot-title")
+                        yield MetricChart(CHART_METRICS[i - 1], id=f"chart-{i}", classes="chart")
         with Horizontal(id="panels"):
             yield ProgressPanel(id="progress")
             yield MemoryPanel(id="memory")
@@ -61,3 +82,22 @@ class DashboardScreen(Screen):
         self.query_one("#memory").border_title = "memory"
         self.query_one("#system").border_title = "system"
         self.query_one("#log").border_title = "log"
+
+    @property
+    def charts(self) -> list[MetricChart]:
+        """Every chart, shown or not (chart-1 … chart-4)."""
+        return list(self.query(MetricChart))
+
+    @property
+    def tab(self) -> int:
+        """Which chart the one-chart (narrow) layout shows: 1 or 2."""
+        return 2 if self.has_class("-tab-2") else 1
+
+    def next_chart(self) -> int:
+        """Show the other chart in the one-chart layout; returns the chart now shown."""
+        self.set_class(self.tab == 1, "-tab-2")
+        return self.tab
+
+    def visible_charts(self) -> list[MetricChart]:
+        """The charts on screen now, in order."""
+        return [c for c in self.charts if c.parent is not None and c.parent.display and c.parent.parent.display]

@@ -24,10 +24,10 @@ from tui.braille import BrailleCanvas
 
 # Theme variable behind each data role ("default": the widget's CSS colour, the same as the axes).
 _ROLE_VARIABLE = {"raw": "default", "ema": "primary", "val": "warning", "marker": "default",
-                  "best": "success", "threshold": "error", "line": "primary"}
+                  "best": "success", "threshold": "error", "line": "primary", "compare": "secondary"}
 # The same roles in the terminal's own palette (ansi themes).
 _ROLE_ANSI = {"raw": "default", "ema": "blue", "val": "yellow", "marker": "default", "best": "green",
-              "threshold": "red", "line": "blue"}
+              "threshold": "red", "line": "blue", "compare": "magenta"}
 
 
 class Chart(Widget):
@@ -139,8 +139,11 @@ class Chart(Widget):
         waiting = self.placeholder(self._model)
         if waiting is not None:  # an empty frame of axes says nothing; a sentence does
             self.builds += 1
-            pad = "\n" * max(0, height // 2 - 1)
-            return Text(pad + waiting.center(width), no_wrap=True, overflow="crop", style="dim")
+            lines = waiting.split("\n")[:height]
+            block = max(len(line) for line in lines)  # one left edge for every line, the block centred
+            left = " " * max(0, (width - block) // 2)
+            pad = "\n" * max(0, (height - len(lines)) // 2)
+            return Text(pad + "\n".join(left + line for line in lines), no_wrap=True, overflow="crop", style="dim")
         canvas = BrailleCanvas(width, height)
         self.draw(canvas, self._model, width, height)
         self.builds += 1

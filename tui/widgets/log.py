@@ -1,12 +1,16 @@
 """The run's log: evals, checkpoints (path, size, seconds), settings, refusals, warnings, captured output.
 
 Entries are drained from the model at the text rate, not per event, so a
-training script that prints in a loop costs one repaint per tick.
+training script that prints in a loop costs one repaint per tick. Long lines
+wrap (a refusal's reason or a checkpoint path is never cut off), indented
+under the step column; there is no horizontal scrollbar.
 Colours are resolved from the theme when a line is written (a RichLog keeps
 rendered lines), so lines written before a theme switch keep their colours.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 from rich.style import Style
 from rich.text import Text
@@ -25,7 +29,7 @@ class RunLog(RichLog):
     area = "log"
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(max_lines=2000, wrap=False, markup=False, highlight=False, **kwargs)
+        super().__init__(max_lines=2000, wrap=False, markup=False, highlight=False, min_width=20, **kwargs)
         self._seen = -1
         #: Plain text of every line written (tests assert on it; bounded like the widget).
         self.plain: list[str] = []
@@ -37,11 +41,16 @@ class RunLog(RichLog):
             return False
         self._seen = version
         entries = model.take_log()
+        width = self.scrollable_content_region.width or (self.app.size.width - 4)
         for entry in entries:
             prefix = f"{entry.step:>7} │ " if entry.step is not None else "        │ "
-            line = Text(prefix, style=self._style("state", dim=True))
-            line.append(entry.text, style=self._style(entry.kind))
-            self.write(line)
+            # Wrapped here, not by RichLog: continuation rows keep the step column (a hanging indent), and
+            # the width is the panel's now (RichLog wraps deferred lines at its 78-column minimum).
+            chunks = textwrap.wrap(entry.text, max(20, width - len(prefix) - 1), break_on_hyphens=False) or [""]
+            for i, chunk in enumerate(chunks):
+                line = Text(prefix if i == 0 else "        │ ", style=self._style("state", dim=True))
+                line.append(chunk, style=self._style(entry.kind))
+                self.write(line)
             self.plain.append(prefix + entry.text)
         if len(self.plain) > 2000:
             del self.plain[:-2000]

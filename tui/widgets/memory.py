@@ -1,4 +1,4 @@
-"""Memory: one gauge with measured peak, predicted peak, budget and device capacity; the breakdown; history.
+"""Memory: one gauge with measured peak, predicted peak (and the error in %), budget and capacity; history.
 
 Which number is "the" memory confuses users (pytorch #37250): allocated is
 live tensors, reserved is what the caching allocator holds, NVML is what the
@@ -103,35 +103,64 @@ class MemoryPanel(TextPanel):
 
     @staticmethod
     def gauge_and_numbers(model, width: int) -> str:
-        """Gauge and numbers as markup."""
+        """Gauge and numbers as markup: only numbers that exist (a CPU run shows what it measures, no dashes)."""
         mem = model.last_memory
         budget, capacity = model.budget_bytes(), model.capacity_bytes()
         if mem is None:
             predicted = _first(model.started.budget, "predicted", "total") if model.started else None
             if predicted is None and budget is None:
                 return "[$text-muted]no memory sample yet[/]"
-            return (gauge(width, None, predicted, budget, capacity) + "\n"
-                    f"pred {human_bytes(predicted)} · budget {human_bytes(budget)} · cap {human_bytes(capacity)}")
+            return gauge(width, None, predicted, budget, capacity) + "\n" + _join(
+                [("pred", predicted), ("budget", budget), ("cap", capacity)]) + " [$text-muted]· not measured yet[/]"
         measured = mem.peak or mem.allocated
-        if not any((measured, mem.reserved, mem.nvml_used, mem.predicted, budget)):
-            # CPU runs: no allocator to ask, and process RSS is not a usable measure (research/memory.md).
-            return f"[$text-muted]{escape(mem.device)}: device memory is not measured[/]"
+        extra = {k: v for k, v in (("rss", getattr(mem, "rss", None)),) if isinstance(v, (int, float)) and v}
+        if not any((measured, mem.reserved, mem.nvml_used, mem.predicted, budget, *extra.values())):
+            return f"[$text-muted]{escape(mem.device)}: memory is not measured[/]"
         cls = fit_class(measured, budget)
-        ratio = mem.ratio if mem.ratio is not None else (
-            measured / mem.predicted if measured and mem.predicted else None)
-        lines = [
-            gauge(width, measured, mem.predicted, budget, capacity),
-            f"[{FIT_COLOR[cls]}]peak {human_bytes(measured)}[/] · [$primary]pred {human_bytes(mem.predicted)}[/]"
-            + (f" · meas/pred [b]{ratio:.2f}[/b]" if ratio is not None else ""),
-            f"budget {human_bytes(budget)} · capacity {human_bytes(capacity)}",
-            f"alloc {human_bytes(mem.allocated)} · reserved {human_bytes(mem.reserved)} · "
-            f"nvml {human_bytes(mem.nvml_used)}",
-        ]
+        lines = [gauge(width, measured, mem.predicted, budget, capacity), accuracy_line(measured, mem.predicted, cls)]
+        limits = _join([("budget", budget), ("capacity", capacity)])
+        if limits:
+            lines.append(limits)
+        detail = _join([("alloc", mem.allocated), ("reserved", mem.reserved), ("nvml", mem.nvml_used),
+                        *extra.items()])
+        if detail:
+            lines.append(detail)
         if mem.breakdown:
             top = sorted(mem.breakdown.items(), key=lambda kv: -(kv[1] or 0))[:3]
             lines.append("[$text-muted]pred: " + " · ".join(f"{escape(str(k))} {human_bytes(v)}" for k, v in top)
                          + "[/]")
         return "\n".join(lines)
+
+
+def error_percent(measured: float | None, predicted: float | None) -> float | None:
+    """How far the prediction is from the measurement, in % of the measurement (+: predicted more)."""
+    if not measured or not predicted:
+        return None
+    return (predicted - measured) / measured * 100.0
+
+
+def accuracy_line(measured: int | None, predicted: int | None, cls: str = "unknown") -> str:
+    """"peak 1.23 GiB · pred 1.30 GiB · err +5.7 %": predicted against measured; only the numbers that exist."""
+    parts = []
+    meas_text, pred_text = human_bytes(measured), human_bytes(predicted)
+    if measured and predicted and meas_text.split(" ")[1] == pred_text.split(" ")[1]:
+        meas_text = meas_text.split(" ")[0]  # one unit for both: "meas 2.02 · pred 2.05 GiB" fits 80 columns
+    if measured:
+        parts.append(f"[{FIT_COLOR[cls]}]meas {meas_text}[/]")
+    if predicted:
+        parts.append(f"[$primary]pred {pred_text}[/]")
+    err = error_percent(measured, predicted)
+    if err is not None:
+        colour = "$success" if abs(err) <= 10 else ("$warning" if abs(err) <= 25 else "$error")
+        parts.append(f"[{colour}]err [b]{err:+.1f} %[/b][/]")
+    elif predicted and not measured:
+        parts.append("[$text-muted]not measured yet[/]")
+    return " · ".join(parts)
+
+
+def _join(items) -> str:
+    """"alloc 1.2 GiB · nvml 2 GiB", leaving out what is unknown."""
+    return " · ".join(f"{name} {human_bytes(value)}" for name, value in items if value)
 
 
 def _first(d: dict, *keys: str):

@@ -1,4 +1,4 @@
-"""Progress: step/total with a bar, epoch, throughput, elapsed and ETA, LR, batch size, best PSNR.
+"""Progress: step/total with a bar, epoch, throughput, elapsed and ETA, LR, batch size, best primary metric.
 
 The ETA appears only after warm-up (≥ 10 steps and > 10 s since the first
 step, Burn's rule): before that, start-up and the first evals make any
@@ -7,6 +7,10 @@ so a replayed run reads the same on any machine.
 """
 
 from __future__ import annotations
+
+import time
+
+from textual.markup import escape
 
 from tui.format import human_duration, short_float
 from tui.widgets.panel import TextPanel
@@ -38,13 +42,20 @@ class ProgressPanel(TextPanel):
         else:
             eta_text = human_duration(eta) if eta is not None else "warming up"
         lines.append(f"ETA {eta_text} · elapsed {human_duration(model.elapsed())}")
-        lr = last.lr if last is not None and last.lr else model.setting("lr")  # the scheduled LR now
+        # The scheduled LR of the newest step (0 at the end of a decay is a real value, not "unknown"); the
+        # configured peak only before the first step.
+        lr = last.lr if last is not None else model.setting("lr")
         batch = model.setting("batch_size")
         epoch = last.epoch if last is not None else 0
         lines.append(f"epoch {epoch} · lr {short_float(lr, 3)} · batch {batch if batch is not None else '–'}")
-        best = model.best_psnr()
+        best = model.best_primary()
         if best is not None:
-            lines.append(f"best PSNR [$success]{best[1]:.2f} dB[/] @ {best[0]}")
+            metric = model.primary
+            unit = f" {escape(metric.unit)}" if metric.unit else ""
+            lines.append(f"best {escape(metric.label or metric.name)} [$success]{short_float(best[1])}{unit}[/]"
+                         f" @ {best[0]}")
+        elif model.starting_up:
+            lines.append(f"[$accent]{escape(model.phase_lines(time.time())[-1])}[/]")
         if last is not None:
             lines.append(f"{short_float(rate, 3) if rate else '–'} steps/s · {last.samples_per_s:.0f} samples/s")
         return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.format import human_bytes
+from tui.format import bytes_pair
 from tui.widgets.panel import TextPanel
 
 
@@ -16,7 +16,7 @@ class SystemPanel(TextPanel):
         if s is None:
             return "[$text-muted]no system sample yet[/]"
         lines = [f"CPU {s.cpu_percent:.0f} %",
-                 f"RAM {human_bytes(s.ram_used)} / {human_bytes(s.ram_total)}"]
+                 f"RAM {bytes_pair(s.ram_used, s.ram_total)}"]
         if s.gpu_util is None and s.gpu_temp_c is None and s.gpu_power_w is None:
             lines.append("[$text-muted]GPU: none reported[/]")
         else:

@@ -1,0 +1,181 @@
+"""What a user looks at: the metric chooser, the compare overlay, start-up phases, the state-driven footer,
+the memory gauge, and the layout details (units, paths, the final LR, --theme)."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import OptionList
+
+from engine import events as ev
+from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
+from tui.format import bytes_pair, middle_ellipsis
+from tui.model import RunModel
+from tui.scripted import ScriptedSession, demo_run
+
+
+def _footer(app) -> list[str]:
+    """The key labels the footer shows now."""
+    return [key.description for key in app.dashboard.query("FooterKey")]
+
+
+async def _choose(pilot, app, name: str) -> None:
+    await pilot.press("m")
+    await wait_for(pilot, lambda: type(app.screen).__name__ == "MetricScreen", "metric chooser")
+    listing = app.screen.query_one(OptionList)
+    index = next(i for i in range(listing.option_count) if listing.get_option_at_index(i).id == name)
+    listing.highlighted = index
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: type(app.screen).__name__ == "DashboardScreen", "chooser closed")
+
+
+@pilot_test
+async def test_chooser_switches_a_chart_to_grad_norm_and_back_to_the_primary():
+    app, _ = make()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        chart = app.dashboard.query_one("#chart-2")
+        await wait_for(pilot, lambda: chart.title_text.startswith("[b]val score[/b] dB"), "primary by default")
+        assert "★24.91" in chart.title_text and "abort <23.41" in chart.title_text
+        await _choose(pilot, app, "grad_norm")
+        assert chart.shown(app.model) == "grad_norm"
+        await wait_for(pilot, lambda: chart.title_text.startswith("[b]grad norm[/b]"), "grad norm title")
+        assert app.status_text == "chart 2: grad norm"
+        assert "raw" in chart.series(app.model, 60)
+        await _choose(pilot, app, "score")
+        await wait_for(pilot, lambda: chart.title_text.startswith("[b]val score[/b]"), "back to the primary")
+
+
+@pilot_test
+async def test_val_loss_is_overlaid_on_the_training_loss():
+    app, _ = make()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        chart = app.dashboard.query_one("#chart-1")
+        data = chart.series(app.model, 60)
+        assert len(data["raw"][0]) and len(data["val"][0]) == 6  # evals at 50 … 300
+        await wait_for(pilot, lambda: "[$warning]●[/] val_loss" in chart.title_text, "val legend")
+
+
+@pilot_test
+async def test_narrow_layout_shows_one_chart_and_v_switches_it():
+    app, _ = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        assert [c.id for c in app.dashboard.visible_charts()] == ["chart-1"]
+        await pilot.press("v")
+        await pilot.pause(0.05)
+        assert [c.id for c in app.dashboard.visible_charts()] == ["chart-2"]
+    big, _ = make()
+    async with big.run_test(size=(180, 56)) as pilot:
+        await loaded(pilot, big)
+        assert [c.id for c in big.dashboard.visible_charts()] == ["chart-1", "chart-2", "chart-3", "chart-4"]
+
+
+@pilot_test
+async def test_compare_overlay_appears_aligned_by_step(tmp_path):
+    other = tmp_path / "runs" / "older"
+    other.mkdir(parents=True)
+    (other / "events.jsonl").write_text("".join(ev.to_json(e) + "\n" for e in demo_run(200, seed=3, name="older")))
+    app, _ = make(compare=str(other))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await wait_for(pilot, lambda: app.model.compare is not None, "compare run read")
+        chart = app.dashboard.query_one("#chart-1")
+        await wait_for(pilot, lambda: "┄ older" in chart.title_text, "compare legend")
+        cx, _ = chart.series(app.model, 60)["cmp"]
+        assert cx.min() >= 1 and cx.max() <= 200, "the other run's steps, on this run's step axis"
+        assert "cmp_val" in app.dashboard.query_one("#chart-2").series(app.model, 60)
+        assert app.status_text.startswith("compare: older (200 steps) overlaid")
+
+
+@pilot_test
+async def test_compare_of_a_missing_run_is_one_line_in_the_status(tmp_path):
+    app, _ = make(compare=str(tmp_path / "nope"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await wait_for(pilot, lambda: app.status_text.startswith("compare "), "compare error")
+        assert "not a run" in app.status_text and app.model.compare is None
+
+
+@pilot_test
+async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
+    app, _ = make()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await wait_for(pilot, lambda: "pause" in _footer(app), "pause in the footer")
+        assert "resume" not in _footer(app) and "ckpt" in _footer(app)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.model.state == "paused", "paused")
+        await wait_for(pilot, lambda: "resume" in _footer(app), "resume in the footer")
+        assert "pause" not in _footer(app)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.model.state == "running", "running again")
+        await wait_for(pilot, lambda: "pause" in _footer(app), "pause back in the footer")
+    ended, _ = make(ScriptedSession(history=demo_run(300, finished=True)))
+    async with ended.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, ended)
+        await wait_for(pilot, lambda: "metric" in _footer(ended) and "pause" not in _footer(ended), "no controls once ended")
+        assert not {"ckpt", "abort", "tune", "resume"} & set(_footer(ended)) and "metric" in _footer(ended), _footer(ended)
+        await pilot.press("c")
+        assert "the run has ended" in ended.status_text
+
+
+@pilot_test
+async def test_read_only_footer_has_no_control_keys():
+    app, _ = make(read_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await wait_for(pilot, lambda: "metric" in _footer(app), "footer drawn")
+        assert not {"pause", "resume", "ckpt", "abort", "tune"} & set(_footer(app))
+
+
+@pilot_test
+async def test_start_up_phases_are_shown_before_the_first_step():
+    phases = [ev.PhaseStarted(phase="importing torch", t=1000.0),
+              ev.PhaseStarted(phase="building model", detail="1.23M params", t=1001.2)]
+    app, _ = make(ScriptedSession(history=phases))
+    async with app.run_test(size=(80, 24)) as pilot:
+        chart = app.dashboard.query_one("#chart-1")
+        await wait_for(pilot, lambda: "building model (1.23M params)" in str(chart.render()), "phases in the chart")
+        text = str(chart.render())
+        assert "starting up" in text and "✓ importing torch 1.2s" in text
+        assert "building model" in app.dashboard.query_one("#progress").text
+
+
+@pilot_test
+async def test_memory_gauge_shows_predicted_against_measured_with_the_error():
+    app, _ = make()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        memory = app.dashboard.query_one("#memory")
+        await wait_for(pilot, lambda: "err" in memory.text, "memory drawn")
+        assert "meas 2.02[/] · [$primary]pred 2.05 GiB" in memory.text and " %[/b]" in memory.text
+
+
+def test_the_final_lr_is_the_last_steps_not_the_peak():
+    from tui.widgets.progress import ProgressPanel
+
+    m = RunModel()
+    m.ingest(demo_run(30, finished=True) + [ev.StepLogged(step=31, loss=0.2, lr=0.0, t=2e9)])
+    panel = ProgressPanel()
+    assert "lr 0 ·" in panel.content(m), "a schedule that decays to 0 ends at 0, not at the configured peak"
+
+
+def test_units_paths_and_grammar():
+    assert bytes_pair(int(2.61 * 2**30), int(23.5 * 2**30)) == "2.61 / 23.5 GiB"
+    assert bytes_pair(975 << 20, int(23.5 * 2**30)) == "975 MiB / 23.5 GiB"
+    text = "checkpoint written: runs/some-long-run-name/checkpoints/step-000123.safetensors (1.2 GiB)"
+    short = middle_ellipsis(text, 60)
+    assert len(short) <= 60 and short.startswith("checkpoint written: runs/") and short.endswith(".safetensors (1.2 GiB)")
+    assert "…" in short
+
+
+@pytest.mark.parametrize("command", [["attach", "--theme", "bogus"], ["train", "--headless", "--theme", "bogus"]])
+def test_a_bad_theme_is_refused_with_the_allowed_ones(command, capsys):
+    from tui.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert "--theme" in err and "allowed: dark, light, high-contrast, ansi" in err
