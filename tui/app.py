@@ -233,6 +233,7 @@ class DashboardApp(App[int]):
         """Update every panel now (``force`` even if nothing changed: theme switch, tests)."""
         for panel in self._panels("text") + self._panels("plots"):
             self._safe(panel, panel.update_from, self.model, force)
+        self._sync_footer()
 
     def _safe(self, panel, fn, *args) -> None:
         try:
@@ -273,6 +274,7 @@ class DashboardApp(App[int]):
             self.model.note("error", f"could not show an event batch ({type(exc).__name__}: {exc})")
         if message.history:
             self.redraw()
+        self._sync_footer()
         self._check_ended()
 
     def on_session_ready(self, message: SessionReady) -> None:
@@ -306,6 +308,7 @@ class DashboardApp(App[int]):
         else:
             self.say(f"{label}: failed — {message.error or 'no answer'}", "error")
             self.model.note("error", f"{label}: failed — {message.error or 'no answer'}")
+        self._sync_footer()
         if isinstance(self.screen, TuneScreen):
             self._safe(self.screen, self.screen.show_result, message.request, ack, message.error)
         self._check_ended()
