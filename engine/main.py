@@ -140,8 +140,13 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
 
     The in-process dashboard passes its own ``controls`` and an in-memory sink in ``extra_sinks``
     and runs this in a worker thread (so no signal handlers, no console).
+
+    Start-up phases (PhaseStarted) are stamped as they begin and emitted once the event log exists: a viewer
+    then shows what the first seconds went into, and the last phase ticks until the first step.
     """
     from engine import events as ev
+
+    phases = [ev.PhaseStarted(phase="importing torch")]
     from engine.control import Controls
     from engine.loop import Trainer
     from engine.rundir import StatusWriter
@@ -153,12 +158,14 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     from engine.tasks.base import TaskError
 
     config, run_dir = prepared.config, prepared.run_dir
+    phases.append(ev.PhaseStarted(phase="predicting memory"))
     dev.set_threads(config.train.threads, ui_shares_machine=ui_shares_machine)
     config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
     controls = controls or Controls()
     bus = EventBus()
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
                       name=run_dir.name, run_dir=run_dir.root)
+    phases.append(ev.PhaseStarted(phase="building data and model", detail=f"{config.task.name}/{config.task.preset}"))
     try:  # build data, model and optimizer before anything is written: bad input leaves no litter
         trainer.setup()
     except (TaskError, CheckpointError, ValueError) as exc:
@@ -185,6 +192,8 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         sinks.append(ConsoleSink(sys.stdout, print_every=config.train.print_every))
     for sink in sinks:
         bus.add(sink)
+    for phase in phases:
+        bus.emit(phase)
     for note in (prepared.note, guard_note):
         if note:
             bus.emit(ev.Warning(text=note))
@@ -204,6 +213,8 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     system = SystemSampler(bus.emit).start()  # CPU/RAM/GPU load for viewers, every 2 s off the training thread
     exit_code = 1
     final_state = "failed"
+    first = "restoring state, first step" if prepared.resume is not None else "first evaluation, first step"
+    bus.emit(ev.PhaseStarted(phase=first))
     try:
         outcome = trainer.run()
         exit_code = outcome.exit_code
