@@ -19,11 +19,14 @@ class DashboardCommands(Provider):
             ("run: checkpoint now", app.action_checkpoint, "write a checkpoint at the next step boundary"),
             ("run: abort gracefully", partial(app.abort_with, "graceful"), "checkpoint, then stop the run"),
             ("run: abort now", partial(app.abort_with, "now"), "stop at once, no new checkpoint"),
-            ("tune: batch size, attention, learning rate…", app.action_tune,
+            ("tune: batch size, learning rate, the task's settings…", app.action_tune,
              "change settings with a live memory estimate"),
             ("view: toggle log-y", app.action_toggle_log_y, "log-scaled loss axis"),
             ("view: cycle smoothing", app.action_cycle_smoothing, "EMA weight of the loss curve"),
             ("view: recent / full history", app.action_toggle_window, "last 1000 steps or the whole run"),
+            ("view: choose a chart's metric", app.action_choose_metric, "any logged scalar in any chart"),
+            ("view: compare with another run", app.action_pick_compare, "overlay its curves, aligned by step"),
+            ("view: next chart (narrow layout)", app.action_next_chart, "switch charts below 100 columns"),
             ("view: help", app.action_help, "every key and what it does"),
         ]
         if getattr(app, "detachable", False):

@@ -35,8 +35,9 @@ class Tmux:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20,
                               check=check)
 
-    def start(self, session: str, command: list[str]) -> int:
-        """Run ``command`` (then report its exit code and linger) in a new session; returns the pane's pid."""
+    def start(self, session: str, command: list[str], size: tuple[int, int] = (120, 40)) -> int:
+        """Run ``command`` (then report its exit code and linger) in a new ``size`` (columns, rows) session;
+        returns the pane's pid."""
         env = cli_env()
         env.update(LANG="C.UTF-8", LC_ALL="C.UTF-8", TERM="xterm-256color")
         env.pop("NO_COLOR", None)
@@ -45,7 +46,7 @@ class Tmux:
         # exec keeps the pane's pid = the app's pid (so a test can tell the viewer is gone after a hang-up)
         # only when we do not need the exit code; here we want the code, so the shell stays and prints it.
         line = f"export {exports}; cd {shlex.quote(str(self.cwd))}; {shlex.join(command)}; echo EXIT=$?; sleep 600"
-        self._tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", line)
+        self._tmux("new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), line)
         return int(self._tmux("display-message", "-p", "-t", session, "#{pane_pid}").stdout.strip())
 
     def screen(self, session: str) -> str:

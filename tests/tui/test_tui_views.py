@@ -46,6 +46,20 @@ async def test_chooser_switches_a_chart_to_grad_norm_and_back_to_the_primary():
 
 
 @pilot_test
+async def test_typing_in_the_chooser_jumps_to_a_metric():
+    app, _ = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("m")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "MetricScreen", "metric chooser")
+        await pilot.press("g", "enter")
+        chart = app.dashboard.query_one("#chart-1")  # the one chart on screen at 80 columns
+        await wait_for(pilot, lambda: chart.shown(app.model) == "grad_norm", "grad norm chosen by typing g")
+        await pilot.press("m", "l", "o", "enter")
+        await wait_for(pilot, lambda: chart.shown(app.model) == "loss", "loss chosen by typing lo")
+
+
+@pilot_test
 async def test_val_loss_is_overlaid_on_the_training_loss():
     app, _ = make()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -2,8 +2,9 @@
 
 A list of every scalar (training: loss, components, grad norm, LR,
 throughput; validation: every metric the evals report), each with its label
-and unit. ``1``-``4`` or ←/→ pick the chart to change, enter applies, escape
-keeps everything as it is. Choosing a training scalar that has a validation
+and unit. ``1``-``4`` or ←/→ pick the chart to change, typing the start of a
+label jumps to it ("g" grad norm, "lo" loss), enter applies, escape keeps
+everything as it is. Choosing a training scalar that has a validation
 partner (loss ↔ val_loss) shows both.
 """
 
@@ -21,7 +22,7 @@ class MetricScreen(ModalScreen[tuple[int, str] | None]):
     """Pick a metric for one chart; dismisses with (chart, metric name) or None."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("left", "target(-1)", show=False),
-                Binding("right", "target(1)", show=False), Binding("m", "cancel", show=False),
+                Binding("right", "target(1)", show=False),
                 *(Binding(str(i), f"set_target({i})", show=False) for i in (1, 2, 3, 4))]
 
     def __init__(self, choices: list, current: dict[int, str], target: int) -> None:
@@ -44,14 +45,37 @@ class MetricScreen(ModalScreen[tuple[int, str] | None]):
         with Vertical(classes="dialog", id="metric-dialog"):
             yield Static("", classes="dialog-title", id="metric-title")
             yield OptionList(*options, id="metric-list")
-            yield Static("[$text-muted]enter show · ←/→ or 1-4 chart · esc cancel[/]", classes="dialog-hint")
+            yield Static("[$text-muted]type to find · enter show · ←/→ or 1-4 chart · esc cancel[/]",
+                         classes="dialog-hint")
 
     def on_mount(self) -> None:
+        self._typed = ""
         self._show_target()
+
+    def on_key(self, event) -> None:
+        """Type-ahead: letters jump to the first metric whose label or name starts with what was typed."""
+        char = event.character
+        if not char or not (char.isalpha() or char in "_@ "):
+            return
+        typed = self._typed + char.lower()
+        index = self._find(typed)
+        if index is None:  # no match with the longer prefix: start over with this letter
+            typed, index = char.lower(), self._find(char.lower())
+        self._typed = typed
+        if index is not None:
+            self.query_one("#metric-list", OptionList).highlighted = index
+        event.stop()
+
+    def _find(self, prefix: str) -> int | None:
+        for i, choice in enumerate(self.choices):
+            if (choice.metric.label or "").lower().startswith(prefix) or choice.name.lower().startswith(prefix):
+                return i
+        return None
 
     def _show_target(self) -> None:
         charts = " ".join(f"[reverse]{i}[/]" if i == self.target else str(i) for i in sorted(self.current))
         self.query_one("#metric-title", Static).update(f"[b]Show in chart[/b] {charts}")
+        self._typed = ""
         names = [c.name for c in self.choices]
         listing = self.query_one("#metric-list", OptionList)
         shown = self.current.get(self.target)

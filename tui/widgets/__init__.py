@@ -1,1 +1,1 @@
-"""Dashboard panels: header, loss and PSNR plots, memory, progress, system, log, status line."""
+"""Dashboard panels: header, metric charts, memory, progress, system, log, status line."""
