@@ -112,6 +112,61 @@ async def test_compare_of_a_missing_run_is_one_line_in_the_status(tmp_path):
 
 
 @pilot_test
+async def test_run_picker_overlays_the_chosen_run_and_x_clears_it(tmp_path):
+    runs = tmp_path / "runs"
+    for name, steps in (("older", 120), ("oldest", 60)):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "events.jsonl").write_text("".join(ev.to_json(e) + "\n" for e in demo_run(steps, name=name)))
+    this = runs / "demo-run"
+    this.mkdir()
+    app, _ = make(ScriptedSession(history=demo_run(300), run_dir=this))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "RunPickerScreen", "run picker")
+        listing = app.screen.query_one(OptionList)
+        ids = [listing.get_option_at_index(i).id for i in range(listing.option_count)]
+        assert sorted(ids) == sorted(str(runs / n) for n in ("older", "oldest")), "this run is not offered"
+        listing.highlighted = ids.index(str(runs / "oldest"))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.model.compare is not None, "compare run read")
+        assert app.model.compare.step == 60
+        await wait_for(pilot, lambda: "┄ oldest" in app.dashboard.query_one("#chart-1").title_text, "legend")
+        await pilot.press("o")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "RunPickerScreen", "run picker again")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.model.compare is None, "overlay cleared")
+        assert app.status_text == "compare: cleared"
+
+
+@pilot_test
+async def test_status_line_shortens_paths_in_the_middle_and_wraps_the_rest():
+    app, _ = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        path = "/home/someone/experiments/2026-12-03/runs/a-rather-long-run-name/checkpoints/last.safetensors"
+        app.say(f"checkpoint: done {path}")
+        await pilot.pause(0.05)
+        status = app.dashboard.query_one("#status")
+        shown = str(status.render())
+        assert "…" in shown and shown.startswith("checkpoint: done /home/") and shown.endswith("last.safetensors")
+        assert status.size.height == 1
+        app.say("set batch_size=128: refused — " + "predicted peak 9.1 GiB is over the budget 8 GiB " * 3)
+        await pilot.pause(0.1)
+        assert status.size.height >= 2, "a long reason wraps instead of being cut off"
+        assert str(status.render()).rstrip().endswith("budget 8 GiB")
+
+
+@pilot_test
+async def test_the_palette_offers_one_theme_system():
+    app, _ = make()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        titles = [command.title.lower() for command in app.get_system_commands(app.screen)]
+        assert "theme" not in titles and "quit" in titles
+
+
+@pilot_test
 async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
     app, _ = make()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -72,3 +72,14 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
         "sensorlm-tui: error: attach done: needs a terminal (stdin and stdout are not a TTY); "
         f"`sensorlm-tui runs` lists runs, {tmp_path / 'runs' / 'done' / 'events.jsonl'} has every event"]
     assert "Traceback" not in no_tty.stderr
+
+
+def test_compare_of_no_such_run_or_of_itself_is_one_line_exit_2(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "runs", "done", "finished", started=1.0)
+    missing = run_cli("attach", "done", "--compare", "nosuch", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == [
+        "sensorlm-tui: error: --compare: attach nosuch: no such run (runs under runs/: done (finished))"]
+    itself = run_cli("attach", "done", "--compare", "done", cwd=tmp_path)
+    assert itself.returncode == 2 and len(itself.stderr.splitlines()) == 1
+    assert "--compare done: that is the run being attached" in itself.stderr
