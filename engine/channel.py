@@ -241,6 +241,11 @@ class ControlServer:
         self._acceptor.start()
         return self
 
+    def viewers(self) -> int:
+        """Clients connected now: each is a process on this machine (a Unix socket), e.g. a dashboard."""
+        with self._lock:
+            return len(self._clients)
+
     def stop(self) -> None:
         """Stop accepting, answer waiting requests with an error, close clients, remove the socket."""
         if self._closing.is_set() or self._listener is None:

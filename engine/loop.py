@@ -25,10 +25,11 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine import events as ev
+from engine import threads
 from engine.config import RunConfig
 from engine.control import Controls, Request
 from engine.policies import AbortPolicy, CheckpointPolicy, NanGuard, eval_due
-from engine.prefetch import Prefetcher, build_batch
+from engine.prefetch import build_batch
 from engine.schedule import lr_at
 from engine.sinks import EventBus
 from engine.tasks import make_task
@@ -113,7 +114,7 @@ class Trainer:
         self.first_val_loss: float | None = None
         self.last_val_loss: float | None = None
         self._order_cache: tuple[int, np.ndarray] | None = None
-        self._pending_loss: tuple | None = None  # the last step's tensors, read (synced) after the step
+        self._pending_loss: tuple | None = None  # the last step's values, emitted after its checks
         self.last_checkpoint: str | None = None
         self._abort_reason = ""
         self._saved_last_at = -1
@@ -149,10 +150,7 @@ class Trainer:
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else nullcontext
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self._train_n() // self.batch_size))
         self.budget = _make_budget(self.config, self.task, self.device)
-        workers = t.data_workers if t.prefetch else 0
-        self.prefetch = Prefetcher(self._build_batch, enabled=t.prefetch, workers=workers,
-                                   worker_args=(self.config.model_dump(mode="json"), self.task.state_dict())
-                                   if workers else None)
+        self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         if self.resume:
             self._restore(self.resume)
 
@@ -284,12 +282,16 @@ class Trainer:
         # clip_grad_norm_ returns the pre-clip norm and applies the scaling (seed 001 computed it and never did).
         max_norm = t.clip_grad_norm if t.clip_grad_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        # One device sync per step: the finiteness decision must be made before optimizer.step().
-        finite = bool(torch.isfinite(total_loss) & torch.isfinite(grad_norm))
+        # The step's one device sync: the finiteness decision must be made before optimizer.step(), and the
+        # values the step event logs come back in the same transfer (not 2 + n more `.item()` syncs later).
+        names = list(components)
+        host = torch.stack([total_loss, grad_norm.float(), *(components[k] for k in names)]).tolist()
+        total_loss, grad_norm, components = host[0], host[1], dict(zip(names, host[2:]))
+        finite = math.isfinite(total_loss) and math.isfinite(grad_norm)
         if self.scaler.is_enabled():
             self.scaler.step(self.optimizer)  # the scaler skips inf/nan steps itself and lowers the scale
             self.scaler.update()
-            finite = bool(torch.isfinite(total_loss))  # inf grads are the scaler's business under fp16
+            finite = math.isfinite(total_loss)  # inf grads are the scaler's business under fp16
         elif finite:
             self.optimizer.step()
         self.step += 1
@@ -302,7 +304,7 @@ class Trainer:
                                      f"({self.nan_guard.consecutive} in a row)", step=self.step))
 
     def _log_pending(self) -> None:
-        """Emit the step event (the .item() calls here are the step's only extra device syncs)."""
+        """Emit the step event (its values were read in the step's one device sync)."""
         if self._pending_loss is None:
             return
         step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending_loss

@@ -153,13 +153,11 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     from engine.runlock import RunLock
     from engine.sinks import ConsoleSink, EventBus, JsonlSink
 
-    from engine import device as dev
     from engine.checkpoint import CheckpointError
     from engine.tasks.base import TaskError
 
     config, run_dir = prepared.config, prepared.run_dir
     phases.append(ev.PhaseStarted(phase="predicting memory"))
-    dev.set_threads(config.train.threads, ui_shares_machine=ui_shares_machine)
     config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
     controls = controls or Controls()
     bus = EventBus()
@@ -208,6 +206,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         signals.install(controls, config.train.on_hangup, run_dir.log,
                         note=lambda text: bus.emit(ev.Warning(text=text)))
     trainer.status_step = lambda step: status.update(step=step)
+    trainer.prefetch.viewers = lambda: int(ui_shares_machine) + (server.viewers() if server is not None else 0)
     from engine.system import SystemSampler
 
     system = SystemSampler(bus.emit).start()  # CPU/RAM/GPU load for viewers, every 2 s off the training thread

@@ -60,10 +60,13 @@ class Prefetcher:
     """Builds up to ``depth`` batches ahead; ``take`` returns a guessed one, else builds it inline."""
 
     def __init__(self, build: Callable[[Hashable], Any], enabled: bool = True, workers: int = 0,
-                 worker_args: tuple | None = None) -> None:
+                 worker_args: tuple | None = None, wait_for_workers: bool = True) -> None:
         """``build(key)`` builds inline (and on the thread); ``workers`` > 0 with ``worker_args``
-        = (config as JSON, task state) builds in that many processes instead."""
+        = (config as JSON, task state) builds in that many processes instead. ``wait_for_workers`` False:
+        until the first worker result arrives, a batch not yet built is built inline rather than waited
+        for (workers started mid-run take seconds to spawn and import torch; the loop must not stall)."""
         self.build = build
+        self._warm = wait_for_workers
         self.depth = max(1, workers) if enabled else 0
         self._pool: Executor | None = None
         self._remote = False
@@ -94,6 +97,11 @@ class Prefetcher:
         """``key``'s batch: the prefetched one if it was guessed (its exception re-raised), else built now."""
         future = self._pending.pop(key, None)
         if future is not None and not future.cancelled():
+            if not self._warm and not future.done():
+                future.cancel()  # a worker still starting: build this one here (a running build is discarded)
+                self.misses += 1
+                return self.build(key)
+            self._warm = True
             self.hits += 1
             return future.result()
         self.misses += 1

@@ -312,6 +312,8 @@ class ConsoleSink:
             self._out("refus", f"{event.request} {event.why}", "31")
         elif kind == "warning":
             self._out("warn ", event.text, "33")
+        elif kind == "log" and event.stream == "engine":  # the engine's own notes (the thread plan)
+            self._out("note ", event.text)
         elif kind == "run_finished":
             line = f"{event.status} at step {event.steps} {event.reason}".rstrip()
             if event.best is not None:

@@ -50,17 +50,9 @@ def make_session_factory(args: argparse.Namespace, argv: list[str], prepared):
         forwarded = engine_argv(argv)
         if prepared.resume is None and "--name" not in forwarded:
             forwarded += ["--name", prepared.config.name]
-        if not any(a.split("=")[0] == "--threads" for a in forwarded) and not prepared.config.train.threads:
-            # The UI shares this machine: leave it one core (measured: a starved UI thread stalls its frames).
-            forwarded += ["--threads", str(max(1, _cores() - 1))]
+        # No --threads here: the engine plans its threads itself and sees this dashboard on its control socket.
         return launch(forwarded, prepared.run_dir.root).client()
     return process
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def default_estimator():

@@ -60,7 +60,7 @@ def _losses(prefetch: bool, **train) -> tuple[list[float], Trainer]:
 
 @pytest.mark.parametrize("accum", [1, 3])
 def test_training_with_prefetch_is_bit_identical_and_mostly_served_ahead(accum: int) -> None:
-    on, trainer = _losses(True, batch_size=12, grad_accum=accum)
+    on, trainer = _losses(True, batch_size=12, grad_accum=accum, data_workers=0)  # the builder thread, not planned
     off, _ = _losses(False, batch_size=12, grad_accum=accum)
     assert on == off and len(on) == 12
     # Every batch but the very first was guessed: 12 steps × accum micro-batches.
