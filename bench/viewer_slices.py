@@ -66,11 +66,14 @@ def _viewer(run_dir: Path, events: EventsFile, root: Path, slice_s: float, warm_
             "fps": len(frames) / (end - start), "keys_ms": keys}
 
 
-def measure(root: Path, pairs: int, slice_s: float, warm_s: float, presses: int) -> dict:
-    """``pairs`` (bare, viewer) slice pairs, alternating order; steps/s of each slice and the viewer's numbers."""
+def measure(root: Path, pairs: int, slice_s: float, warm_s: float, presses: int, argv=None) -> dict:
+    """``pairs`` (bare, viewer) slice pairs, alternating order; steps/s of each slice and the viewer's numbers.
+
+    ``argv(run_dir)``: the headless engine's command (default: the demo preset, bench.dash_probe.train_argv)."""
     run_dir = root / f"slices-{uuid.uuid4().hex[:6]}"
+    command = argv(run_dir) if argv else train_argv(1_000_000, run_dir) + ["--headless"]
     with open(os.devnull, "w") as devnull:
-        engine = subprocess.Popen(train_argv(1_000_000, run_dir) + ["--headless"], cwd=ROOT, stdin=subprocess.DEVNULL,
+        engine = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL,
                                   stdout=devnull, stderr=devnull, env=terminal_env(), start_new_session=True)
     events = EventsFile(run_dir / "events.jsonl")
     bare, viewers = [], []

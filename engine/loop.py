@@ -226,6 +226,8 @@ class Trainer:
         return 0 if self.config.train.overfit else step
 
     def _chunks(self, indices) -> list[np.ndarray]:
+        if self.grad_accum == 1:  # np.array_split costs ~20 µs a call: a tenth of a fast step's own budget
+            return [np.asarray(indices)]
         return [c for c in np.array_split(np.asarray(indices), self.grad_accum) if len(c)]
 
     def _epoch_order(self, epoch: int) -> np.ndarray:

@@ -108,10 +108,16 @@ class Prefetcher:
         return self.build(key)
 
     def close(self) -> None:
-        """Forget the pending guesses and stop the thread or workers (waiting for builds in progress)."""
+        """Forget the pending guesses and stop the thread (after its build in progress) or the workers (now)."""
         for future in self._pending.values():
             future.cancel()
         self._pending.clear()
         if self._pool is not None:
+            if self._remote:
+                # Workers hold nothing anyone waits for; one still starting (spawn, import torch: seconds on a
+                # busy box) would otherwise hold up a stop (SIGTERM, abort) until it is up. Python 3.14 has
+                # ProcessPoolExecutor.terminate_workers(); before it, the pool's process table.
+                for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                    process.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
