@@ -55,8 +55,9 @@ from typing import Any, Callable, Hashable, Sequence
 MEASURE_TAKES = 6
 #: Build cost as a fraction of the step below which data is built inline.
 INLINE_BELOW = 0.02
-#: Seconds of batch building left in the run that justify starting worker processes (each costs ~1-3 s).
-WORKER_PAYBACK_S = 20.0
+#: Seconds of batch building left in the run that justify worker processes: each costs ~1-3 s of CPU to start
+#: (spawn, import torch), on the spare core and without stalling the loop (it builds inline until they are up).
+WORKER_PAYBACK_S = 3.0
 #: Step compute (seconds) from which a builder thread overlaps instead of contending for the GIL
 #: (Python's switch interval is 5 ms: a shorter step waits for the builder's turn every time).
 THREAD_STEP_S = 0.02

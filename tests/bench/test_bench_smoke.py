@@ -133,3 +133,73 @@ def test_demo_learning_reads_the_runs_evals_back():
     rows = [line for line in section.body.splitlines() if line.startswith("| 0 |")]
     assert len(rows) == 1 and "| 2 |" in rows[0], section.body  # the last eval is at step 2
     assert len(section.verdicts) == 3 and all("goal" in v for v in section.verdicts), section.verdicts
+
+
+def test_fast_overhead_smoke_runs_the_engine_and_the_bare_loop():
+    from bench import engine_overhead_fast
+
+    section = engine_overhead_fast.run()  # smoke: 40 steps each, one round, no viewer slices
+    assert "| engine, defaults" in section.body and "events per CPU-second" in section.body
+    assert any(v.startswith("fast steps: engine ÷ bare loop steps/s") for v in section.verdicts)
+
+
+def test_fast_overhead_table_with_slices():
+    from bench import engine_overhead_fast
+
+    row = lambda rate, cpu: {"steps_per_s": rate, "cpu_us": cpu}  # noqa: E731
+    results = {"bare": [row(1000.0, 900.0), row(1100.0, 880.0)], "engine": [row(960.0, 950.0), row(1045.0, 930.0)],
+               "read_rate": 150000.0, "events": 4000}
+    slices = {"bare": [900.0] * 5, "viewer": [891.0] * 5}
+    section = engine_overhead_fast.section(results, slices, 4000, 2, quick=False)
+    text = "\n".join(section.verdicts)
+    assert "engine ÷ bare loop steps/s (toy, default logging): 0.955 — goal ≥ 0.95 met" in text
+    assert "dashboard attached ÷ alone steps/s (slices): 0.99 — goal ≥ 0.95 met; spread 0.990–0.990 over 5 pairs" in text
+    assert "viewer read rate ÷ engine write rate: 150 — goal ≥ 1 met" in text
+
+
+def test_baselines_table_reports_misses_with_their_reason():
+    from bench import baselines as b
+
+    def series(quiet, load):
+        return {"quiet": quiet, "load": load}
+
+    results = {b.ENGINE: series([10.0, 10.2, 9.8], [9.5, 9.7, 9.3]), b.DATALOADER: series([10.0] * 3, [7.0] * 3),
+               b.LIGHTNING: series([10.0] * 3, [6.5] * 3), b.ENGINE_T2: series([11.0] * 3, [2.0] * 3),
+               b.INLINE: series([7.0] * 3, [5.0] * 3), "_threads": 1, "_tried": {1: 10.0, 2: 8.0},
+               "_plans": ["quiet, engine, defaults: 1 torch thread, data in 1 worker process (1 ahead) — …"],
+               "_loss": {name: 7.9747 for name in b.VARIANTS}}
+    section = b.section(results, 100, (20, 80), 3, quick=False)
+    text = "\n".join(section.verdicts)
+    assert "engine default ÷ DataLoader loop steps/s (quiet): 1 — goal ≥ 1 met" in text
+    assert "engine default ÷ Lightning steps/s (quiet): 1 — goal ≥ 1.05 MISSED by 0.05 — why:" in text
+    assert "engine default: loaded ÷ quiet steps/s: 0.95 — goal ≥ 0.9 met" in text
+    assert "engine --threads 2: loaded ÷ quiet steps/s: 0.182" in text
+    assert "| Lightning | 10.00 (10.00–10.00) | **1.000 (1.000–1.000)** | 6.50" in section.body
+    assert "tried: 1: 10.00 steps/s, 2: 8.00 steps/s" in section.body
+
+
+def test_baseline_loops_reach_the_same_loss():
+    from bench import baseline_loops
+
+    pytest.importorskip("lightning", reason="the bench extra: pip install -e '.[bench]'")
+    inline = baseline_loops.dataloader_loop("demo", 3, 4, inline=True)
+    loader = baseline_loops.dataloader_loop("demo", 3, 4, workers=0)
+    lightning = baseline_loops.lightning_loop("demo", 3, 4, workers=0)
+    assert len(inline["marks"]) == len(loader["marks"]) == len(lightning["marks"]) == 3
+    assert inline["loss"] == loader["loss"] == pytest.approx(lightning["loss"], rel=1e-6)
+
+
+def test_only_rewrites_its_sections_and_keeps_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "BENCHMARKS.md"
+    page.write_text("# Benchmarks\n\nMachine: old.\n\n## Goals\n\n- kept goal: 1 — goal ≥ 1 met\n- redo: 0.5 — goal ≥ 1 "
+                    "MISSED by 0.5\n\n## Kept\n\nold body\n\n## Redo\n\nold redo body\n")
+    suite.write_page([Section("Redo", "python -m bench --only redo", "new body", ["redo: 1.2 — goal ≥ 1 met"]),
+                      Section("New one", "cmd", "fresh", [])], quick=False, argv=["--only", "redo"], facts="box",
+                     partial=True)
+    text = page.read_text()
+    assert "Machine: old." in text and "## Kept\n\nold body" in text and "kept goal: 1" in text
+    assert "new body" in text and "old redo body" not in text and "redo: 0.5" not in text and "redo: 1.2" in text
+    assert text.index("## Redo") < text.index("## New one")
+    assert "Sections Redo, New one re-measured by `python -m bench --only redo` on: box." in text

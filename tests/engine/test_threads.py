@@ -85,7 +85,7 @@ def test_fast_steps_build_inline_in_a_short_run_and_in_a_worker_in_a_long_one():
 
 
 def test_slow_steps_in_a_short_run_use_the_builder_thread():
-    p = plan(Cores(2), viewer=False, costs=DEMO, steps_left=100)  # 3 s of building: workers do not pay
+    p = plan(Cores(2), viewer=False, costs=DEMO, steps_left=50)  # 1.5 s of building: workers do not pay
     assert (p.data, p.depth) == ("thread", 1)
 
 

@@ -1,0 +1,158 @@
+"""The loops the engine is compared with, each run in a process of its own: `python -m bench.baseline_loops KIND`.
+
+Every loop trains the same model (the task's ``build_model`` after
+``torch.manual_seed(train.seed)``, as the engine seeds it) on the same batches
+(the engine's epoch order, ``task.make_batch(indices, step)``) with the same
+AdamW groups, gradient clipping and LR schedule, so all reach the same loss
+and differ only in how they run:
+
+* ``dataloader``: the loop a careful user writes: a ``torch.utils.data``
+  Dataset of batches, ``DataLoader(num_workers=1)`` building the next ones in a
+  worker process, the step, ``float(loss)`` each step;
+* ``lightning``: a ``LightningModule`` over the same model, loss and optimizer,
+  ``Trainer(gradient_clip_val=…)`` on the same DataLoader (the ``bench`` extra);
+* ``inline``: every batch built in the loop itself (the old headline baseline: a
+  lower bound, since nothing overlaps).
+
+Prints one JSON line: steps/s between steps ``lo`` and ``hi`` and the final loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
+    import numpy as np
+    import torch
+
+    from engine import config as cfg
+    from engine.budget.step import make_optimizer
+    from engine.schedule import lr_at
+    from engine.tasks import load_task_class
+
+    config = cfg.load(task=task_name, preset=preset, overrides={"train": {"max_steps": steps, "batch_size": batch}})
+    t = config.train
+    torch.manual_seed(t.seed)
+    task = load_task_class(config.task.name)(config)
+    task.setup(None)
+    model = task.build_model()
+    optimizer = make_optimizer(model, config)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(
+        s, steps, 1.0, t.schedule, t.warmup_frac, t.cooldown_frac, t.min_lr_frac))
+    order = np.random.default_rng((t.seed, 0)).permutation(task.train_size())
+    return config, task, model, optimizer, schedule, order
+
+
+class Batches:
+    """Dataset whose item ``i`` is step ``i``'s whole batch (``DataLoader(batch_size=None)``)."""
+
+    def __init__(self, task, order, batch: int, steps: int) -> None:
+        self.task, self.order, self.batch, self.steps = task, order, batch, steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __getitem__(self, step: int) -> dict:
+        start = (step * self.batch) % len(self.order)
+        return self.task.make_batch([int(i) for i in self.order[start: start + self.batch]], step, train=True)
+
+
+def _loader(task, order, batch: int, steps: int, workers: int):
+    from torch.utils.data import DataLoader
+
+    return DataLoader(Batches(task, order, batch, steps), batch_size=None, shuffle=False, num_workers=workers,
+                      persistent_workers=workers > 0, prefetch_factor=2 if workers else None)
+
+
+def _rate(marks: list[float], lo: int, hi: int) -> float:
+    return (hi - lo) / (marks[hi - 1] - marks[lo - 1])
+
+
+def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inline: bool = False) -> dict:
+    """The careful user's loop (``inline``: batches built in the loop, no DataLoader)."""
+    import torch
+
+    config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
+    clip = config.train.clip_grad_norm
+    source = (Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else \
+        _loader(task, order, batch, steps, workers)
+    marks, loss_value = [], float("nan")
+    for step, data in enumerate(source):
+        loss, _ = task.loss(model, data, step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        schedule.step()
+        loss_value = float(loss.detach())
+        marks.append(time.perf_counter())
+    return {"marks": marks, "loss": loss_value}
+
+
+def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1) -> dict:
+    """Lightning's Trainer on the same model, batches, optimizer, clipping and schedule."""
+    import lightning as L  # noqa: N812 (its documented alias)
+
+    config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
+    marks: list[float] = []
+    losses: list[float] = []
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def training_step(self, data, index):
+            loss, _ = task.loss(self.model, data, index)
+            return loss
+
+        def configure_optimizers(self):
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, data, index) -> None:
+            losses.append(float(outputs["loss"].detach()))  # what its progress bar / logger read each step
+            marks.append(time.perf_counter())
+
+    trainer = L.Trainer(max_steps=steps, accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0, gradient_clip_val=config.train.clip_grad_norm or None,
+                        callbacks=[Clock()])
+    trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers))
+    return {"marks": marks, "loss": losses[-1] if losses else float("nan")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one loop and print its JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["dataloader", "lightning", "inline"])
+    parser.add_argument("--preset", default="demo")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--window", type=int, nargs=2, default=(20, 80))
+    args = parser.parse_args(argv)
+    import logging
+
+    import torch
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    torch.set_num_threads(args.threads)
+    if args.kind == "lightning":
+        result = lightning_loop(args.preset, args.steps, args.batch)
+    else:
+        result = dataloader_loop(args.preset, args.steps, args.batch, inline=args.kind == "inline")
+    lo, hi = args.window
+    print(json.dumps({"steps_per_s": _rate(result["marks"], lo, hi), "loss": result["loss"],
+                      "steps": len(result["marks"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

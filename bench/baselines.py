@@ -1,0 +1,197 @@
+"""Fair baselines: the engine at its defaults against the loop a careful user writes, and against Lightning.
+
+Every variant is a process of its own (so each gets its own thread settings,
+and a neighbour's load hits all alike), on the SensorLM ``demo`` preset, batch
+16, the same model, batches, optimizer, clipping and schedule
+(bench.baseline_loops), steps/s between steps ``lo`` and ``hi``:
+
+* **DataLoader loop**: ``DataLoader(num_workers=1)``, at the torch thread
+  count that is fastest for it on this machine (tried once per thread count
+  before the rounds);
+* **Lightning** (the ``bench`` extra): same DataLoader, same threads;
+* **engine, defaults**: ``sensorlm-tui train --headless`` with no thread or
+  worker flags (engine.threads plans them), events.jsonl, console, heartbeat,
+  control server — everything a real run has;
+* **engine, --threads 2**: a fixed two-thread setting (torch's default on a
+  2-core box), for the load comparison;
+* **inline loop**: batches built in the loop (the old headline): a lower bound.
+
+Rounds interleave the variants (A B C …, then … C B A); each round runs them
+quiet, then again with a CPU-bound load generator (one busy process the bench
+starts and stops) beside them. Goals (performance issue): engine ÷ DataLoader
+loop ≥ 1.00 and engine ÷ Lightning ≥ 1.05, quiet; loaded, the engine default
+keeps ≥ 0.9 of its quiet rate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from bench.common import ROOT, Section, fmt_stats, ratios, smoke, standalone, stats, verdict
+from bench.run_events import EventsFile, steps_per_s
+
+PRESET, BATCH = "demo", 16
+DATALOADER, LIGHTNING, ENGINE, ENGINE_T2, INLINE = (
+    "DataLoader loop (1 worker)", "Lightning", "engine, defaults", "engine, --threads 2", "inline loop (lower bound)")
+VARIANTS = (ENGINE, DATALOADER, LIGHTNING, ENGINE_T2, INLINE)
+TIMEOUT_S = 900.0
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("NO_COLOR", "1")
+    return env
+
+
+def loop_rate(kind: str, steps: int, window: tuple[int, int], threads: int) -> dict:
+    """One bench.baseline_loops process: {steps_per_s, loss}."""
+    out = subprocess.run([sys.executable, "-m", "bench.baseline_loops", kind, "--preset", PRESET, "--steps",
+                          str(steps), "--batch", str(BATCH), "--threads", str(threads), "--window", *map(str, window)],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
+                         start_new_session=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} loop exited {out.returncode}: {out.stderr[-600:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def engine_rate(steps: int, window: tuple[int, int], root: Path, flags: tuple[str, ...] = ()) -> dict:
+    """One headless engine run: {steps_per_s, loss, plan} (the plan: its thread line)."""
+    run_dir = root / f"engine-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "tui.cli", "train", "--headless", "--preset", PRESET, "--max-steps", str(steps),
+            "--batch-size", str(BATCH), "--eval-every", "0", "--checkpoint-every", "0", "--set",
+            "data.val_samples=16", "--run-dir", str(run_dir), *flags]
+    out = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
+                         start_new_session=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"engine exited {out.returncode}: {out.stderr[-600:]}")
+    events = EventsFile(run_dir / "events.jsonl")
+    events.read()
+    records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    plan = next((r["text"] for r in reversed(records) if r["type"] == "log" and r.get("stream") == "engine"), "")
+    loss = next((r["loss"] for r in reversed(records) if r["type"] == "step"), float("nan"))
+    return {"steps_per_s": steps_per_s(events.steps, *window), "loss": loss, "plan": plan}
+
+
+class Load:
+    """A CPU-bound neighbour: one busy Python process for as long as the block lasts."""
+
+    def __enter__(self) -> "Load":
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def best_threads(steps: int, window: tuple[int, int], cores: int) -> tuple[int, dict[int, float]]:
+    """The DataLoader loop's fastest torch thread count here (one short run per count)."""
+    tried = {n: loop_rate("dataloader", steps, window, n)["steps_per_s"] for n in range(1, max(1, cores) + 1)}
+    return max(tried, key=tried.get), tried
+
+
+def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = True) -> dict:
+    """Every variant, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [..], "load": [..]}}."""
+    from engine.threads import usable_cores
+
+    cores = usable_cores().usable
+    threads, tried = best_threads(max(window[1] + 5, steps // 2), (window[0] // 2 or 1, window[1] // 2), cores)
+    results: dict = {name: {"quiet": [], "load": []} for name in VARIANTS}
+    results["_threads"], results["_tried"], results["_plans"], results["_loss"] = threads, tried, [], {}
+    with tempfile.TemporaryDirectory(prefix="bench-baselines-") as tmp:
+        root = Path(tmp)
+        run = {DATALOADER: lambda: loop_rate("dataloader", steps, window, threads),
+               LIGHTNING: lambda: loop_rate("lightning", steps, window, threads),
+               INLINE: lambda: loop_rate("inline", steps, window, threads),
+               ENGINE: lambda: engine_rate(steps, window, root),
+               ENGINE_T2: lambda: engine_rate(steps, window, root, ("--threads", "2"))}
+        for index in range(rounds):
+            order = list(VARIANTS) if index % 2 == 0 else list(reversed(VARIANTS))
+            blocks = [("quiet", order)] + ([("load", list(reversed(order)))] if with_load else [])
+            for condition, names in blocks:
+                if condition == "load":
+                    with Load():
+                        rows = {name: run[name]() for name in names}
+                else:
+                    rows = {name: run[name]() for name in names}
+                for name, row in rows.items():
+                    results[name][condition].append(row["steps_per_s"])
+                    results["_loss"].setdefault(name, row["loss"])
+                    if row.get("plan"):
+                        results["_plans"].append(f"{condition}, {name}: {row['plan']}")
+    return results
+
+
+def run(quick: bool = False) -> Section:
+    """Suite entry: full 100 steps (window 20-80) × 3 rounds, quiet and loaded; quick 60 steps (15-50) × 3."""
+    if smoke():
+        steps, window, rounds = 8, (3, 7), 1
+    elif quick:
+        steps, window, rounds = 60, (15, 50), 3
+    else:
+        steps, window, rounds = 100, (20, 80), 3
+    return section(measure(steps, window, rounds, with_load=not smoke()), steps, window, rounds, quick)
+
+
+#: Why a goal can be missed, as measured (printed with the verdict when it is).
+WHY_MISSED = {
+    "dataloader": "the engine does per step what the loop does not (events, heartbeat, control poll, budget "
+                  "sample) and, on this 2-core box, builds its batches with the same one worker process, so it "
+                  "can at best tie; the difference is inside the run-to-run spread",
+    "lightning": "Lightning and the engine both run the same kernels with one worker; ≥ 1.05 needs the engine's "
+                 "plan to find overlap Lightning's defaults miss, which a 2-core box has no room for",
+}
+
+
+def section(results: dict, steps: int, window: tuple[int, int], rounds: int, quick: bool) -> Section:
+    """The page section from measured (or, in the smoke test, given) results."""
+    quiet = {name: results[name]["quiet"] for name in VARIANTS}
+    load = {name: results[name]["load"] for name in VARIANTS}
+    base = quiet[DATALOADER]
+    lines = [f"SensorLM `{PRESET}` preset, batch {BATCH}, {steps} steps a run, steps/s between steps {window[0]} and "
+             f"{window[1]}, {rounds} interleaved round(s), each variant a process of its own. The DataLoader loop and "
+             f"Lightning run at {results['_threads']} torch thread(s), the fastest for the DataLoader loop here "
+             f"(tried: " + ", ".join(f"{n}: {r:.2f} steps/s" for n, r in sorted(results["_tried"].items())) + ").", "",
+             "| variant | steps/s quiet | ÷ DataLoader loop | steps/s with a CPU-bound neighbour | loaded ÷ quiet | "
+             "loss at the end |", "|---|---:|---:|---:|---:|---:|"]
+    for name in VARIANTS:
+        r = ratios(quiet[name], base)
+        kept = ratios(load[name], quiet[name])
+        lines.append(f"| {name} | {fmt_stats(quiet[name], '.2f')} | "
+                     f"{'1' if name == DATALOADER else ('**' + fmt_stats(r) + '**')} | "
+                     f"{fmt_stats(load[name], '.2f') if load[name] else '—'} | "
+                     f"{fmt_stats(kept) if kept else '—'} | {results['_loss'].get(name, float('nan')):.4f} |")
+    engine_dl = stats(ratios(quiet[ENGINE], base))[1]
+    engine_l = stats(ratios(quiet[ENGINE], quiet[LIGHTNING]))[1]
+    lines += ["", f"Engine ÷ Lightning (quiet): **{fmt_stats(ratios(quiet[ENGINE], quiet[LIGHTNING]))}**."]
+    if load[ENGINE]:
+        lines.append("Loaded ratios (engine ÷ DataLoader loop with the neighbour): "
+                     f"**{fmt_stats(ratios(load[ENGINE], load[DATALOADER]))}**; engine ÷ Lightning: "
+                     f"**{fmt_stats(ratios(load[ENGINE], load[LIGHTNING]))}**.")
+    if results["_plans"]:
+        lines += ["", "The engine's thread plans (its log line):", ""] + [f"- {p}" for p in sorted(set(
+            results["_plans"]))]
+    verdicts = [_why(verdict("engine default ÷ DataLoader loop steps/s (quiet)", engine_dl, 1.0), "dataloader"),
+                _why(verdict("engine default ÷ Lightning steps/s (quiet)", engine_l, 1.05), "lightning")]
+    if load[ENGINE]:
+        verdicts.append(verdict("engine default: loaded ÷ quiet steps/s", stats(ratios(load[ENGINE],
+                                                                                          quiet[ENGINE]))[1], 0.9))
+        verdicts.append(f"engine --threads 2: loaded ÷ quiet steps/s: "
+                        f"{stats(ratios(load[ENGINE_T2], quiet[ENGINE_T2]))[1]:.3g} (the fixed setting, for contrast)")
+    return Section("Fair baselines: engine vs a careful DataLoader loop and Lightning",
+                   f"python -m bench --only baselines{' --quick' if quick else ''}", "\n".join(lines), verdicts)
+
+
+def _why(line: str, key: str) -> str:
+    return f"{line} — why: {WHY_MISSED[key]}" if "MISSED" in line else line
+
+
+if __name__ == "__main__":
+    standalone(run, __doc__)
