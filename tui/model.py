@@ -144,7 +144,10 @@ class RunModel:
             last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
             t = history.column("step", "t")
             recent = slice(-self._rate.maxlen, None)
-            names = list(STEP_FIELDS) + [f"components.{k}" for k in self._component_names(last)]
+            listed = getattr(history, "step_columns", lambda: [])()  # every component any step carried
+            components = self._component_names(last) + [c.split(".", 1)[1] for c in listed
+                                                        if c.startswith("components.")]
+            names = list(STEP_FIELDS) + [f"components.{k}" for k in dict.fromkeys(components)]
             extra = {name.rpartition(".")[2]: history.column("step", name) for name in names}
             self._append_steps(step, history.column("step", "loss"), last, (float(t[0]), int(step[0])),
                                zip(t[recent].tolist(), step[recent].astype(np.int64).tolist()), extra)
@@ -184,7 +187,8 @@ class RunModel:
                 if not np.isfinite(values).any():
                     continue  # never logged (a NaN grad norm of a run that does not measure it)
                 self.scalars[name] = Ring(min(self.capacity, SCALAR_CAPACITY), 2)
-            self.scalars[name].append_many(np.stack([step, values], axis=1))
+            keep = self.scalars[name].capacity  # only the newest rows survive: copy no more than those
+            self.scalars[name].append_many(np.stack([step[-keep:], values[-keep:]], axis=1))
         rows = np.empty((len(step), self.steps.width))
         rows[:, _STEP] = step
         rows[:, _LOSS] = loss
