@@ -9,6 +9,7 @@ its own.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
@@ -37,6 +38,8 @@ _FINAL_STATE = {"finished": "finished", "aborted": "aborted", "interrupted": "ab
 
 # Columns of the step ring: step, raw loss, then one EMA per non-zero smoothing level.
 _STEP, _LOSS = 0, 1
+#: Seconds after its newest event a run's log counts as history (phase clocks stop at that event).
+STALE_CLOCK_S = 3600.0
 #: Newest steps kept of each per-step scalar besides the loss (grad norm, LR, throughput, components):
 #: 2 × 8 bytes a step, so 4 MiB a scalar; the loss itself keeps ``capacity`` steps.
 SCALAR_CAPACITY = 1 << 18
@@ -446,6 +449,14 @@ class RunModel:
     def starting_up(self) -> bool:
         """True while the engine reports start-up phases and no step has arrived yet."""
         return bool(self.phases) and not self._stepped_since_phase and not self.ended
+
+    def clock(self) -> float:
+        """Now, for a live phase's elapsed time: the wall clock, or the newest event's time for a log that
+        stopped long ago (a replayed start-up that never reached its first step must not count for days)."""
+        now = time.time()
+        if self.last_t is not None and now - self.last_t > STALE_CLOCK_S:
+            return self.last_t
+        return now
 
     def phase_lines(self, now: float) -> list[str]:
         """One line per start-up phase: finished ones with their duration, the current one with its elapsed time."""

@@ -17,8 +17,6 @@ a log y-axis.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from textual.markup import escape
 
@@ -187,7 +185,7 @@ class MetricChart(Chart):
             has = bool(np.isfinite(model.val_series(val)[1]).any())
         if not has:
             if model.starting_up:
-                return "starting up\n" + "\n".join(model.phase_lines(time.time()))
+                return "starting up\n" + "\n".join(model.phase_lines(model.clock()))
             if train == "loss" or not len(model.steps):
                 return "waiting for the first step…"
             return f"no {model.describe(name).label or name} yet"

@@ -8,8 +8,6 @@ so a replayed run reads the same on any machine.
 
 from __future__ import annotations
 
-import time
-
 from textual.markup import escape
 
 from tui.format import human_duration, short_float
@@ -55,7 +53,7 @@ class ProgressPanel(TextPanel):
             lines.append(f"best {escape(metric.label or metric.name)} [$success]{short_float(best[1])}{unit}[/]"
                          f" @ {best[0]}")
         elif model.starting_up:
-            lines.append(f"[$accent]{escape(model.phase_lines(time.time())[-1])}[/]")
+            lines.append(f"[$accent]{escape(model.phase_lines(model.clock())[-1])}[/]")
         if last is not None:
             lines.append(f"{short_float(rate, 3) if rate else '–'} steps/s · {last.samples_per_s:.0f} samples/s")
         return "\n".join(lines)
