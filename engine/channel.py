@@ -39,7 +39,12 @@ the same, so a client needs nothing but the run directory's path
 
 Threads. One acceptor thread waits in ``select`` on the listening socket and
 a wake-up pipe; each client gets its own thread, at most ``MAX_CLIENTS`` at
-once (a further client is told "too many clients" and closed). Why threads
+once. When every slot is taken, a newcomer evicts the oldest connection of
+the client process (peer pid) holding the most slots: what one client holds
+shrinks as soon as anyone else wants in, so a same-user script hogging the
+channel can never lock the dashboard (one connection per request) out, while
+one busy client may still use every slot nobody else needs (fifty concurrent
+requests from one viewer are all served). Why threads
 and not one selector loop: a client's thread blocks waiting for its ack,
 which keeps the code linear; an idle thread blocked in ``recv`` or ``wait``
 holds no GIL, so the training thread does not notice it, and each costs a
@@ -197,7 +202,7 @@ class ControlServer:
         self.rejected = 0
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
-        self._clients: set[socket.socket] = set()
+        self._clients: dict[socket.socket, int] = {}  # connection → peer pid, oldest first
         self._threads: set[threading.Thread] = set()
         self._closing = threading.Event()
         self._listener: socket.socket | None = None
@@ -324,18 +329,34 @@ class ControlServer:
             selector.close()
 
     def _admit(self, conn: socket.socket) -> None:
+        try:
+            pid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
+        except OSError:
+            pid = 0
+        victim = None
         with self._lock:
-            full = len(self._clients) >= self.max_clients
-            if not full:
-                self._clients.add(conn)
-        if full:
+            if len(self._clients) >= self.max_clients:
+                victim = self._victim()
+                self._clients.pop(victim, None)
+            self._clients[conn] = pid
+        if victim is not None:  # its thread's recv() returns now and it ends
             self._reject()
-            self._send_and_close(conn, error_reply(f"too many clients ({self.max_clients} connected); try again"))
-            return
+            try:
+                victim.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         thread = threading.Thread(target=self._serve, args=(conn,), name="control-client", daemon=True)
         with self._lock:
             self._threads.add(thread)
         thread.start()
+
+    def _victim(self) -> socket.socket:
+        """The oldest connection of the client process holding the most (called with the lock held)."""
+        counts: dict[int, int] = {}
+        for pid in self._clients.values():
+            counts[pid] = counts.get(pid, 0) + 1
+        greedy = max(counts, key=counts.__getitem__)
+        return next(conn for conn, pid in self._clients.items() if pid == greedy)
 
     def _reject(self) -> None:
         with self._lock:
@@ -365,7 +386,7 @@ class ControlServer:
             pass  # the client went away mid-reply; nothing to tell anyone
         finally:
             with self._lock:
-                self._clients.discard(conn)
+                self._clients.pop(conn, None)
                 self._threads.discard(threading.current_thread())
             try:
                 conn.close()

@@ -110,8 +110,12 @@ def overrides_from(args: argparse.Namespace) -> dict:
     def put(dotted: str, value: Any) -> None:
         node = out
         *parents, leaf = dotted.split(".")
-        for part in parents:
+        for depth, part in enumerate(parents):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # `--set train=1 --set train.lr=…`: a section was given a value
+                section = ".".join(parents[:depth + 1])
+                raise ConfigError(f"--set {dotted}: {section} was already set to a value ({node!r}); "
+                                  f"{section} is a section, set its fields as {section}.FIELD=VALUE")
         node[leaf] = value
 
     for item in getattr(args, "set", []) or []:

@@ -14,12 +14,20 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from engine.presets import PRESETS
+
+
+#: Largest seed: torch.manual_seed takes a signed 64-bit value at most (2**64 raised OverflowError mid-setup).
+MAX_SEED = 2**63 - 1
+#: Most validation samples: every eval runs them all (10**12 was accepted and never finished an eval).
+MAX_VAL_SAMPLES = 1_000_000
+#: An Adam beta: a decay rate in [0, 1) (torch raised "Invalid beta parameter" without naming the field).
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class ConfigError(ValueError):
@@ -102,10 +110,10 @@ class DataConfig(_Section):
     channels: int = Field(32, ge=1, le=64, description="Number of sensor channels (synthetic data: 26-34 realistic).")
     minutes: int = Field(1440, ge=60, le=10080, description="Window length in minutes (a day is 1440).")
     train_samples: int = Field(100_000, ge=1, description="Synthetic training windows (generated on demand).")
-    val_samples: int = Field(64, ge=1, description="Validation windows, a fixed evenly spaced subset.")
+    val_samples: int = Field(64, ge=1, le=MAX_VAL_SAMPLES, description="Validation windows, a fixed evenly spaced subset.")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="CSV data: fraction of days held out for validation.")
     mask_ratio: float = Field(0.5, gt=0, lt=1, description="Fraction of patches masked for reconstruction.")
-    seed: int = Field(0, ge=0, description="Seed of the synthetic data generator (independent of train.seed).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic data generator (independent of train.seed).")
 
 
 class TrainConfig(_Section):
@@ -117,7 +125,7 @@ class TrainConfig(_Section):
     batch_size: int = Field(16, ge=1, le=1_000_000, description="Samples per optimizer step (the effective batch).")
     grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per step; micro-batch = batch_size/grad_accum.")
     lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="AdamW betas.")
     eps: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon.")
     weight_decay: float = Field(0.01, ge=0, le=10, description="AdamW decoupled weight decay.")
     schedule: Literal["constant", "cosine", "rsqrt", "onecycle"] = Field("cosine", description="LR schedule.")
@@ -129,7 +137,7 @@ class TrainConfig(_Section):
     eval_every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
     log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
     print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
-    seed: int = Field(0, ge=0, description="Seed of torch, numpy and python RNGs and the data order.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
     overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
     overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x the untrained one.")
     abort_drop_db: float = Field(1.5, ge=0, description="Abort when val PSNR sits this many dB below its best...")
@@ -255,11 +263,43 @@ def preset_dict(task: str, preset: str) -> dict:
     return presets[preset]
 
 
+#: Largest config file read (a real one is a few KiB); /dev/zero or a 10 GB file must not fill memory.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; OSError (with strerror) for anything else.
+
+    Opened non-blocking and checked with fstat on the open descriptor, so a FIFO never blocks the
+    open and a file swapped for one between a check and the open cannot slip through.
+    """
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "a socket" if stat.S_ISSOCK(mode) else "a special file"
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB; a config file is a few KiB")
+    return data
+
+
 def read_toml(path: str | Path) -> tuple[dict, str]:
     """Parse a TOML file; ConfigError with file:line for syntax errors or unreadable files."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
     except IsADirectoryError:

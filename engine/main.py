@@ -23,6 +23,8 @@ from engine.cli_args import OneLineParser, add_train_arguments, explain_flag_err
 from engine.rundir import RunDir, RunDirError, default_name, resume_command
 
 EXIT_BAD_INPUT = 2
+#: Longest file name (bytes) Linux file systems take; a run name becomes a directory name.
+NAME_MAX = 255
 
 
 class UsageError(Exception):
@@ -61,19 +63,31 @@ def prepare(args: argparse.Namespace) -> Prepared:
     name = config.name or (Path(args.run_dir).name if args.run_dir else default_name())
     if "/" in name or "\0" in name or name in (".", ".."):  # it becomes runs/<name>: no escaping that
         raise UsageError(f"name={name[:80]!r}: a run name cannot contain '/' or be '.' or '..'")
+    if len(os.fsencode(name)) > NAME_MAX:  # it names a directory: the file system would refuse it later
+        raise UsageError(f"name={name[:40]!r}…: {len(os.fsencode(name))} bytes; a run name is at most "
+                         f"{NAME_MAX} bytes")
     config = config.model_copy(update={"name": name})
     root = Path(args.run_dir) if args.run_dir else Path("runs") / name
-    _refuse_existing(RunDir(root))
+    try:
+        _refuse_existing(RunDir(root))
+    except OSError as exc:  # a component over 255 bytes, a parent we may not search, a file where a dir goes
+        raise UsageError(f"--run-dir {_clip(root)}: cannot use this path ({exc.strerror})") from None
     _check_task(config)
     return Prepared(config, RunDir(root), None, fresh=True)
+
+
+def _clip(path: Path | str, limit: int = 120) -> str:
+    """A path short enough for a one-line error."""
+    text = str(path)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _refuse_existing(run_dir: RunDir) -> None:
     """UsageError when a fresh run would write into a directory that holds one (its events, config, checkpoints)."""
     what = run_dir.holds_run()
     if what:
-        raise UsageError(f"--run-dir {run_dir.root}: already holds a run ({what}); use --resume {run_dir.root} "
-                         "or another directory")
+        raise UsageError(f"--run-dir {_clip(run_dir.root)}: already holds a run ({what}); use --resume "
+                         "with it, or another directory")
 
 
 def _check_task(config: cfg.RunConfig) -> None:
@@ -86,8 +100,25 @@ def _check_task(config: cfg.RunConfig) -> None:
 
 def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
     root = Path(args.resume)
+    # Refused rather than honoured: a resume continues the run from its own config and directory; another
+    # TOML file would silently fight the checkpoint's config, and another --run-dir would mean copying the
+    # run. Flags and --set still change fields (e.g. --max-steps to extend it). --run-dir naming the same
+    # directory is fine (the dashboard's launcher always passes it).
+    if args.config:
+        raise UsageError(f"--config {args.config}: not allowed with --resume (the run's own config.toml and "
+                         f"checkpoint decide); change fields with flags or --set")
+    try:
+        return _prepare_resume_in(root, args, overrides)
+    except OSError as exc:  # a parent we may not search, a name too long: is_dir()/is_file() raise these
+        raise UsageError(f"--resume {_clip(root)}: cannot read the run directory ({exc.strerror})") from None
+
+
+def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) -> Prepared:
     if not root.is_dir():
         raise UsageError(f"--resume {root}: no such run directory")
+    if args.run_dir and not _same_dir(args.run_dir, root):
+        raise UsageError(f"--run-dir {_clip(args.run_dir)}: not allowed with --resume {_clip(root)} (a run "
+                         "resumes in its own directory); copy the directory first to continue it elsewhere")
     run_dir = RunDir(root)
     if not run_dir.config.is_file():
         raise UsageError(f"--resume {root}: not a run directory (no config.toml)")
@@ -116,12 +147,40 @@ def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
         raise UsageError(f"--resume {root}: {exc}") from None
     # The checkpoint's live settings (batch size, backend changed during the run) win over config.toml;
     # flags given with --resume (e.g. --max-steps to extend a run) win over both.
-    base = loaded.meta.get("config") or config.model_dump()
+    base = _with_live_batch(loaded.meta.get("config") or config.model_dump(), loaded.meta)
     try:
         config = cfg.validate(base, f"{loaded.path}")
     except cfg.ConfigError as exc:
         raise UsageError(str(explain_flag_error(exc))) from None
     return Prepared(_with_flags(config, overrides), run_dir, loaded)
+
+
+def _same_dir(a: str, b: Path) -> bool:
+    """True when two paths name the same directory (compared resolved: ./runs/x and runs/x/ are the same)."""
+    try:
+        return Path(a).resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def _with_live_batch(config: dict, meta: dict) -> dict:
+    """The checkpoint's config with the batch that was really running (OOM recovery changes grad_accum
+    without touching the saved config), so flags and the memory guard start from the truth."""
+    train = dict(config.get("train") or {})
+    for key in ("batch_size", "grad_accum"):
+        if isinstance(meta.get(key), int) and not isinstance(meta.get(key), bool):
+            train[key] = meta[key]
+    return {**config, "train": train}
+
+
+def _run_resumed_with(loaded, config: cfg.RunConfig) -> None:
+    """Make the checkpoint restore the batch the config settled on (live value < flags < the guard's cap).
+
+    The trainer restores batch_size/grad_accum from the checkpoint's metadata; without this a resume
+    capped by --vram-gb said "batch_size 64 → 14" and then ran 64.
+    """
+    loaded.meta["batch_size"] = config.train.batch_size
+    loaded.meta["grad_accum"] = config.train.grad_accum
 
 
 def _with_flags(config: cfg.RunConfig, overrides: dict) -> cfg.RunConfig:
@@ -159,6 +218,8 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     config, run_dir = prepared.config, prepared.run_dir
     phases.append(ev.PhaseStarted(phase="predicting memory"))
     config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
+    if prepared.resume is not None:
+        _run_resumed_with(prepared.resume, config)
     controls = controls or Controls()
     bus = EventBus()
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,

@@ -122,11 +122,38 @@ class RunDir:
         return self
 
     def read_status(self) -> dict | None:
-        """The status record, or None when absent or mid-write garbage."""
+        """The status record with every known field of the right type, or None when absent or garbage.
+
+        status.json is a file anyone with access can edit: a pid of 1e20 made os.kill raise OverflowError
+        and took the whole `runs` listing down. A field of the wrong type is dropped, as if absent.
+        """
         try:
-            return json.loads(self.status.read_text())
-        except (OSError, ValueError):
+            record = json.loads(self.status.read_bytes()[:1 << 20])
+        except (OSError, ValueError, RecursionError):
             return None
+        if not isinstance(record, dict):
+            return None
+        return {key: value for key, value in record.items()
+                if key not in _STATUS_TYPES or _well_typed(value, *_STATUS_TYPES[key])}
+
+
+#: status.json field → (allowed types, inclusive numeric range or None). Numbers exclude bool and non-finite.
+_STATUS_TYPES: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
+    "pid": ((int,), (1, 2**22)),  # Linux pid_max is at most 2**22
+    "host": ((str,), None), "state": ((str,), None), "resume_command": ((str, type(None)), None),
+    "started": ((int, float), (0, 1e11)), "heartbeat": ((int, float), (0, 1e11)),
+    "step": ((int,), (0, 2**62)), "total_steps": ((int,), (0, 2**62)), "last_eval_step": ((int,), (0, 2**62)),
+    "exit_code": ((int, type(None)), (-255, 255)), "best_psnr": ((int, float, type(None)), (-1e6, 1e6)),
+    "last_checkpoint": ((str, type(None)), None),
+}
+
+
+def _well_typed(value, types: tuple[type, ...], bounds: tuple[float, float] | None) -> bool:
+    if isinstance(value, bool) or not isinstance(value, types):
+        return False
+    if bounds is not None and isinstance(value, (int, float)):
+        return bounds[0] <= value <= bounds[1]  # NaN compares False: dropped
+    return True
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -138,7 +165,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def pid_alive(pid: int) -> bool:
     """True when a process with this pid exists (zombies count as gone)."""
-    if pid <= 0:
+    if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
         return False
     try:
         os.kill(pid, 0)

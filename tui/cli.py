@@ -9,6 +9,7 @@ without a TTY busy-spins), and so does an explicit `--headless`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -134,8 +135,22 @@ def main(argv: list[str] | None = None) -> int:
             return attach_main(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `runs --json | head`: the reader has all it wanted
+        return _reader_gone()
     parser.print_help()
     return EXIT_BAD_INPUT
+
+
+def _reader_gone() -> int:
+    """Exit quietly when stdout's reader closed the pipe: 141 (128 + SIGPIPE), as `yes | head` does.
+
+    stdout is pointed at /dev/null first, or the interpreter's final flush of the unsent buffer raises
+    BrokenPipeError again at exit and prints a traceback after all.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.tasks.base import Task
+from engine.tasks.base import Task, TaskError
 
 #: Peak-to-peak range of the signals, the "MAX" of PSNR.
 DATA_RANGE = 2.0
@@ -60,6 +60,14 @@ class ToyTask(Task):
         self.mask_ratio = config.data.mask_ratio
         #: Test hook for fault injection (see engine.tasks.faults); None in normal runs.
         self.faults = None
+
+    def setup(self, state: dict | None = None) -> None:
+        """Refuse a data file: the toy task generates its signals, and silently ignoring --data misled users."""
+        data = self.config.data
+        if data.path or data.captions_path or data.source != "synthetic":
+            given = data.path or data.captions_path or data.source
+            raise TaskError(f"data.path={str(given)[:80]!r} (--data): the toy task generates its own data and "
+                            "reads no file; drop --data, or train a task that reads CSV (--task sensorlm)")
 
     def build_model(self) -> nn.Module:
         m = self.config.model

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, cli_env, run_cli
 
 CASES = {
     "malformed toml": ("[train\nlr = 1\n", [], "bad.toml:1:"),
@@ -25,6 +29,18 @@ CASES = {
     "bad --set": (None, ["--set", "train.nothing=1"], "train.nothing=1: unknown key"),
     "missing config": (None, ["--config", "/nonexistent/run.toml"], "/nonexistent/run.toml: config file not found"),
     "resume missing dir": (None, ["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no such run directory"),
+    # issue 17: each of these was a traceback, a silent no-op or accepted
+    "set a section then its field": (None, ["--set", "train=1", "--set", "train.lr=0.1"],
+                                     "--set train.lr: train was already set to a value (1)"),
+    "seed past 64 bits": (None, ["--seed", str(2**64)], "--seed=18446744073709551616 (train.seed): Input should be "
+                          "less than or equal to 9223372036854775807"),
+    "beta out of range": ("[train]\nbetas = [1.5, 0.9]\n", [], "train.betas.0=1.5: Input should be less than 1"),
+    "val_samples huge": ("[data]\nval_samples = 1000000000000\n", [],
+                         "bad.toml:2: data.val_samples=1000000000000: Input should be less than or equal to 1000000"),
+    "name over 255 bytes": (None, ["--name", "é" * 128], "256 bytes; a run name is at most 255 bytes"),
+    "config is /dev/zero": (None, ["--config", "/dev/zero"], "/dev/zero: cannot read (a device, not a regular file)"),
+    "toy task with --data": (None, ["--data", "/etc/hostname"], "data.path='/etc/hostname' (--data): the toy task "
+                             "generates its own data"),
 }
 
 
@@ -42,6 +58,64 @@ def test_bad_input_is_one_line_exit_2(case: str, tmp_path: Path) -> None:
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists(), "bad input must not create the run directory"
+
+
+def _one_line(result, expected: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("sensorlm-tui: error: ") and expected in result.stderr, result.stderr
+
+
+def test_a_fifo_as_config_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "run.toml"
+    os.mkfifo(fifo)  # nobody ever writes to it: reading it would block forever
+    _one_line(run_cli("train", "--task", "toy", "--config", str(fifo), timeout=30),
+              f"{fifo}: cannot read (a FIFO, not a regular file)")
+
+
+def test_a_run_dir_path_that_cannot_be_used_is_one_line(tmp_path: Path) -> None:
+    long = tmp_path / ("a" * 300) / "run"
+    _one_line(run_cli("train", "--task", "toy", "--run-dir", str(long)), "cannot use this path (File name too long)")
+    _one_line(run_cli("train", "--resume", str(long)), "cannot read the run directory (File name too long)")
+
+
+def test_unreadable_parent_is_one_line(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    locked.chmod(0)
+    # root passes permission bits; without its capabilities (setpriv) it meets them like any user
+    prefix = ["setpriv", "--bounding-set", "-all", "--inh-caps", "-all"] if os.geteuid() == 0 else []
+    if prefix and not shutil.which("setpriv"):
+        pytest.skip("root without setpriv: permission bits cannot be tested")
+    try:
+        for flags, expected in ((["--task", "toy", "--run-dir", str(locked / "inner" / "run")],
+                                 "cannot use this path (Permission denied)"),
+                                (["--resume", str(locked / "inner")], "cannot read the run directory (Permission denied)")):
+            result = subprocess.run([*prefix, sys.executable, "-m", "tui.cli", "train", *flags], cwd=ROOT,
+                                    env=cli_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            _one_line(result, expected)
+    finally:
+        locked.chmod(0o755)
+
+
+def _finished_run(tmp_path: Path) -> Path:
+    run = tmp_path / "done"
+    result = run_cli("train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir", str(run), "--headless")
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+def test_resume_refuses_config_and_another_run_dir_but_takes_its_own(tmp_path: Path) -> None:
+    run = _finished_run(tmp_path)
+    (tmp_path / "other.toml").write_text("[train]\nlr = 0.5\n")
+    before = (run / "config.toml").read_bytes()
+    _one_line(run_cli("train", "--resume", str(run), "--config", str(tmp_path / "other.toml")),
+              "--config " + str(tmp_path / "other.toml") + ": not allowed with --resume")
+    _one_line(run_cli("train", "--resume", str(run), "--run-dir", str(tmp_path / "elsewhere")),
+              "not allowed with --resume")
+    assert not (tmp_path / "elsewhere").exists() and (run / "config.toml").read_bytes() == before
+    same = run_cli("train", "--resume", str(run), "--run-dir", f"{run}/", "--max-steps", "3", "--headless")
+    assert same.returncode == 0, same.stderr  # the dashboard's launcher always passes --run-dir
 
 
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_over(tmp_path: Path) -> None:

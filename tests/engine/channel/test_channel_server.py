@@ -7,6 +7,8 @@ import os
 import select
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,6 +22,7 @@ from engine.control import Controls
 from engine.rundir import RunDir
 from engine.session import SessionError
 from engine.sinks import EventBus
+from tests.conftest import ROOT, cli_env
 
 from channel_fakes import FakeEngine  # pytest puts this test directory on sys.path
 
@@ -147,21 +150,59 @@ def test_fifty_clients_at_once_are_all_served(rig: Rig) -> None:
     assert sorted(r.new for r in results.values()) == sorted(1e-3 * (i + 1) for i in range(50))
 
 
-def test_clients_over_the_limit_are_turned_away(tmp_path: Path) -> None:
-    r = Rig(tmp_path / "run", max_clients=3, line_timeout=5.0)
+_HOG = """
+import sys, time
+from pathlib import Path
+from engine import channel
+held = []
+for _ in range(int(sys.argv[2])):
+    held.append(channel.connect(Path(sys.argv[1])))
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def _hog(run_dir: RunDir, n: int) -> subprocess.Popen:
+    """Another process of the same user opening ``n`` connections and keeping them idle."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOG, str(run_dir.root), str(n)], cwd=ROOT, env=cli_env(),
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def _held_by(r: Rig, pid: int) -> int:
+    with r.server._lock:
+        return sum(1 for p in r.server._clients.values() if p == pid)
+
+
+def test_one_client_process_cannot_take_every_slot(tmp_path: Path) -> None:
+    """Issue 17: a same-user client holding all 64 slots locked the dashboard out."""
+    r = Rig(tmp_path / "run", line_timeout=30.0)
+    hog = _hog(r.run_dir, channel.MAX_CLIENTS)
+    try:
+        wait_for(lambda: _held_by(r, hog.pid) == channel.MAX_CLIENTS)
+        assert r.client.send(control.pause(), timeout=2).new == "paused"  # was: "too many clients (64 connected)"
+        wait_for(lambda: _held_by(r, hog.pid) == channel.MAX_CLIENTS - 1)
+    finally:
+        hog.kill()
+        hog.wait()
+        r.close()
+
+
+def test_when_every_slot_is_taken_a_newcomer_evicts_the_greediest_clients_oldest(tmp_path: Path) -> None:
+    r = Rig(tmp_path / "run", max_clients=3, line_timeout=30.0)
+    hog = _hog(r.run_dir, 3)
     held = []
     try:
-        for _ in range(3):
-            held.append(channel.connect(r.run_dir))
-        wait_for(lambda: len(r.server._clients) == 3)
-        reply = raw(r.run_dir, b"")
-        assert "too many clients (3 connected)" in reply["error"]
-        held.pop().close()
-        wait_for(lambda: len(r.server._clients) == 2)
+        wait_for(lambda: _held_by(r, hog.pid) == 3)
+        held.append(channel.connect(r.run_dir))  # the test process: a 4th client, every slot taken
+        wait_for(lambda: _held_by(r, os.getpid()) == 1 and _held_by(r, hog.pid) == 2)
         assert r.client.send(control.pause(), timeout=2).new == "paused"
     finally:
         for sock in held:
             sock.close()
+        hog.kill()
+        hog.wait()
         r.close()
 
 

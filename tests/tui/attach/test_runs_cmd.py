@@ -93,3 +93,38 @@ def test_empty_dir_says_no_runs(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert result.stdout.strip() == f"no runs in {tmp_path}/ (start one with `sensorlm-tui train`)"
     assert json.loads(run_cli("runs", str(tmp_path), "--json").stdout) == []
+
+
+def test_a_hostile_status_json_does_not_break_the_listing(tmp_path: Path) -> None:
+    """Issue 17: a status.json with pid 1e20 (os.kill's OverflowError) took the whole `runs` listing down."""
+    runs = tmp_path / "runs"
+    for name, status in (("huge_pid", '{"pid": 1e20, "host": "x", "state": "running", "heartbeat": 1e300}'),
+                         ("wrong_types", '{"pid": "1", "heartbeat": "soon", "started": [], "step": 1.5}'),
+                         ("not_object", "[1, 2]"), ("fine", '{"pid": 1, "state": "finished", "started": 5}')):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "status.json").write_text(status)
+    result = run_cli("runs", str(runs), "--json")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    by_name = {r["name"]: r for r in json.loads(result.stdout)}
+    assert set(by_name) == {"huge_pid", "wrong_types", "not_object", "fine"}
+    assert by_name["huge_pid"]["pid"] is None and by_name["fine"]["state"] == "finished"
+    assert run_cli("runs", str(runs)).returncode == 0
+
+
+def test_runs_json_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`runs --json | head -1`: no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, cli_env
+
+    runs = tmp_path / "runs"
+    for i in range(400):  # more output than a pipe buffer holds
+        (runs / f"run-{i:03d}").mkdir(parents=True)
+        (runs / f"run-{i:03d}" / "status.json").write_text('{"pid": 1, "state": "finished", "started": 5}')
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "runs", str(runs), "--json"], cwd=ROOT, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # what head does after its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141 and err == "", err
