@@ -61,27 +61,30 @@ class Batches:
         return self.task.make_batch([int(i) for i in self.order[start: start + self.batch]], step, train=True)
 
 
-def _loader(task, order, batch: int, steps: int, workers: int):
+def _loader(task, order, batch: int, steps: int, workers: int, pin: bool = False):
     from torch.utils.data import DataLoader
 
     return DataLoader(Batches(task, order, batch, steps), batch_size=None, shuffle=False, num_workers=workers,
-                      persistent_workers=workers > 0, prefetch_factor=2 if workers else None)
+                      persistent_workers=workers > 0, prefetch_factor=2 if workers else None, pin_memory=pin)
 
 
 def _rate(marks: list[float], lo: int, hi: int) -> float:
     return (hi - lo) / (marks[hi - 1] - marks[lo - 1])
 
 
-def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inline: bool = False) -> dict:
-    """The careful user's loop (``inline``: batches built in the loop, no DataLoader)."""
+def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inline: bool = False,
+                    device: str = "cpu") -> dict:
+    """The careful user's loop (``inline``: batches built in the loop, no DataLoader) on ``device``."""
     import torch
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
+    model.to(device)  # before the first step: AdamW's state is created on the parameters' device
     clip = config.train.clip_grad_norm
     source = (Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else \
-        _loader(task, order, batch, steps, workers)
+        _loader(task, order, batch, steps, workers, pin=device != "cpu")
     marks, loss_value = [], float("nan")
     for step, data in enumerate(source):
+        data = {k: v.to(device, non_blocking=True) for k, v in data.items()}
         loss, _ = task.loss(model, data, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -123,7 +126,8 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1) -> dic
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         limit_val_batches=0, gradient_clip_val=config.train.clip_grad_norm or None,
                         callbacks=[Clock()])
-    trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers))
+    pin = trainer.strategy.root_device.type == "cuda"
+    trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers, pin=pin))
     return {"marks": marks, "loss": losses[-1] if losses else float("nan")}
 
 
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--window", type=int, nargs=2, default=(20, 80))
+    parser.add_argument("--device", default="auto", help="auto: cuda when available (as the engine picks)")
     args = parser.parse_args(argv)
     import logging
 
@@ -144,10 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.kind == "lightning":
         result = lightning_loop(args.preset, args.steps, args.batch)
     else:
-        result = dataloader_loop(args.preset, args.steps, args.batch, inline=args.kind == "inline")
+        result = dataloader_loop(args.preset, args.steps, args.batch, inline=args.kind == "inline", device=device)
     lo, hi = args.window
     print(json.dumps({"steps_per_s": _rate(result["marks"], lo, hi), "loss": result["loss"],
                       "steps": len(result["marks"])}))

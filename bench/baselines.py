@@ -97,13 +97,14 @@ def best_threads(steps: int, window: tuple[int, int], cores: int) -> tuple[int, 
     return max(tried, key=tried.get), tried
 
 
-def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = True) -> dict:
-    """Every variant, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [..], "load": [..]}}."""
+def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = True,
+            variants: tuple[str, ...] = VARIANTS) -> dict:
+    """``variants``, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [..], "load": [..]}}."""
     from engine.threads import usable_cores
 
     cores = usable_cores().usable
     threads, tried = best_threads(max(window[1] + 5, steps // 2), (window[0] // 2 or 1, window[1] // 2), cores)
-    results: dict = {name: {"quiet": [], "load": []} for name in VARIANTS}
+    results: dict = {name: {"quiet": [], "load": []} for name in VARIANTS}  # the ones not run stay empty
     results["_threads"], results["_tried"], results["_plans"], results["_loss"] = threads, tried, [], {}
     with tempfile.TemporaryDirectory(prefix="bench-baselines-") as tmp:
         root = Path(tmp)
@@ -113,7 +114,7 @@ def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = 
                ENGINE: lambda: engine_rate(steps, window, root),
                ENGINE_T2: lambda: engine_rate(steps, window, root, ("--threads", "2"))}
         for index in range(rounds):
-            order = list(VARIANTS) if index % 2 == 0 else list(reversed(VARIANTS))
+            order = list(variants) if index % 2 == 0 else list(reversed(variants))
             blocks = [("quiet", order)] + ([("load", list(reversed(order)))] if with_load else [])
             for condition, names in blocks:
                 if condition == "load":

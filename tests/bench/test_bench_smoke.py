@@ -203,3 +203,71 @@ def test_only_rewrites_its_sections_and_keeps_the_rest(tmp_path, monkeypatch):
     assert "new body" in text and "old redo body" not in text and "redo: 0.5" not in text and "redo: 1.2" in text
     assert text.index("## Redo") < text.index("## New one")
     assert "Sections Redo, New one re-measured by `python -m bench --only redo` on: box." in text
+
+
+def test_gpu_without_cuda_says_so_in_one_line(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert suite.main(["--gpu"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ["bench --gpu: no CUDA device here (torch.cuda.is_available() is False); nothing measured"]
+
+
+def _gpu_results():
+    from bench import baselines as b
+
+    mem = {"allocated": 1000 * 2**20, "analytic": 1050 * 2**20, "traced": 1010 * 2**20, "reserved": 1100 * 2**20,
+           "engine_predicted": 1150 * 2**20, "nvml_used": 1600 * 2**20, "engine_total": 1650 * 2**20, "context": 500}
+    return {"memory": [{"config": "demo b16 sdpa", **mem}, {"config": "base b8 sdpa bf16", "error": "timed out"}],
+            "oom": {"batch": 4096, "cap": 2 << 30, "recoveries": 2, "grad_accum": 4, "batch_kept": True, "steps": 3,
+                    "status": "finished", "reasons": ["out of memory: micro-batch 4096 -> 2048"]},
+            "precision": [{"precision": "bf16", "first": 9.0, "last": 7.5, "skipped": 0, "steps": 60},
+                          {"precision": "fp16", "first": 9.0, "last": 9.5, "skipped": 3, "steps": 60}],
+            "gauges": {"pairs": [{"nvml": 1000 * 2**20, "reserved": 495 * 2**20, "smi": 1000 * 2**20}],
+                       "context": 500 * 2**20},
+            "speed": {"steps_per_s": 12.5, "gpu_idle_pct": 7.5, "mfu": 0.31, "tokens": 2512, "params": 134175254,
+                      "batch": 8, "device": "NVIDIA H200", "peak_tflops": 989.0},
+            "tests": {"passed": 4, "failed": 0, "skipped": 0, "errors": 0, "deselected": 0, "failures": []},
+            "baselines": {b.ENGINE: {"quiet": [110.0, 100.0, 105.0], "load": []},
+                          b.DATALOADER: {"quiet": [100.0] * 3, "load": []},
+                          b.LIGHTNING: {"quiet": [100.0] * 3, "load": []}},
+            "slices": {"bare": [100.0] * 5, "viewer": [99.5] * 5}}
+
+
+def test_gpu_section_reads_every_row_and_lands_on_the_page(tmp_path, monkeypatch):
+    from bench import gpu
+
+    section = gpu.section("NVIDIA H200", _gpu_results(), 400.0)
+    assert section.title == "GPU: NVIDIA H200" and "Device: **NVIDIA H200**" in section.body
+    text = "\n".join(section.verdicts)
+    assert "GPU analytic vs max_memory_allocated, lowest: 5 % — goal ≥ 0 % met" in text
+    assert "GPU traced vs max_memory_allocated, worst |error|: 1 % — goal ≤ 3 % met" in text
+    assert "| base b8 sdpa bf16 | error: timed out |" in section.body
+    assert "recovered, effective batch kept — met" in text
+    assert "GPU bf16 steps run and learn: met" in text and "GPU fp16 steps run and learn: MISSED" in text
+    assert "GPU gauge: MemorySampled NVML vs nvidia-smi, worst |error|: 0 % — goal ≤ 1 % met" in text
+    assert "GPU gauge: allocator reserved + context vs nvidia-smi, worst |error|: 0.5 % — goal ≤ 1 % met" in text
+    assert "GPU engine ÷ DataLoader loop steps/s: 1.05 — goal ≥ 1 met" in text
+    assert "GPU tests (pytest -m gpu): 4 passed, 0 failed — met" in text
+    assert "MFU 31.0 %" in section.body and "GPU idle 7.5 %" in section.body
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "BENCHMARKS.md").write_text("# Benchmarks\n\nMachine: cpu box.\n\n## Start-up\n\nbody\n")
+    page = suite.merge_page((tmp_path / "docs" / "BENCHMARKS.md").read_text(), [section], "python -m bench --gpu", "h")
+    assert "## GPU: NVIDIA H200" in page and "## Start-up\n\nbody" in page
+
+
+def test_gpu_probe_output_parsing():
+    from bench import gpu, gpu_probe
+
+    assert gpu.parse_row('warming up\n{"a": 1}\n') == {"a": 1}
+    assert "error" in gpu.parse_row("Traceback ...\n")
+    counts = gpu.parse_pytest("..F\nFAILED tests/engine/budget/test_measure.py::test_x - assert\n"
+                              "1 failed, 2 passed, 300 deselected in 9.1s\n")
+    assert (counts["passed"], counts["failed"], counts["deselected"]) == (2, 1, 300)
+    assert counts["failures"] == ["tests/engine/budget/test_measure.py::test_x"]
+    assert gpu_probe.peak_tflops("NVIDIA H200") == 989.0 and gpu_probe.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert gpu_probe.peak_tflops("Some GPU") is None
+    assert len(gpu.MEMORY_ROWS) >= 6 and {"sdpa", "math", "chunked"} <= {
+        label.split()[2] for label, task, *_ in gpu.MEMORY_ROWS if task == "sensorlm"}

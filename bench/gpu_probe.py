@@ -1,0 +1,214 @@
+"""One GPU measurement in a fresh process (a clean CUDA context and allocator): `python -m bench.gpu_probe KIND JSON`.
+
+Prints one JSON line, the row bench.gpu puts on the page. Kinds:
+
+* ``memory``: for one configuration, the analytic and traced predictions and
+  the engine's calibrated prediction (after three real steps) against
+  ``max_memory_allocated`` / ``max_memory_reserved`` of two real steps
+  (engine.budget.truth) and the device total NVML reports right after;
+* ``oom``: the allocator capped (``set_per_process_memory_fraction``) below a
+  batch's predicted peak, the guard skipped as ``--no-vram-check`` does: the
+  engine must halve the micro-batch and keep the effective batch;
+* ``precision``: bf16 or fp16 (with its scaler) for some steps: loss falls,
+  steps skipped;
+* ``gauges``: MemorySampled's NVML and allocator readings against
+  ``nvidia-smi --query-gpu=memory.used`` taken at the same step;
+* ``speed``: the engine's steps/s on the GPU, GPU idle % (NVML utilisation
+  sampled while it trains) and MFU against the dense bf16 peak table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+MIB = 1 << 20
+
+
+def _deep_merge(base: dict, update: dict) -> dict:
+    from engine.config import _deep_merge as merge
+
+    return merge(base, update)
+
+#: Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, by a substring of the device name (first match wins).
+PEAK_BF16_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0),
+                    ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0), ("L40", 181.0), ("L4", 121.0),
+                    ("A10G", 70.0), ("A10", 125.0), ("RTX 4090", 165.0), ("RTX 3090", 71.0), ("V100", 125.0),
+                    ("T4", 65.0)]
+
+
+def peak_tflops(name: str) -> float | None:
+    """The dense bf16 peak of a device by its name (None when it is not in the table)."""
+    return next((peak for key, peak in PEAK_BF16_TFLOPS if key in name), None)
+
+
+def _config(task: str, preset: str, overrides: dict, **train):
+    from engine import config as cfg
+
+    base = {"train": {"device": "cuda", "eval_every": 0, **train}, "checkpoint": {"every_steps": 0}}
+    return cfg.load(task=task, preset=preset, overrides=_deep_merge(base, overrides))
+
+
+def _train(config):
+    """Run the engine's Trainer on ``config`` in this process; (trainer, events)."""
+    from engine.control import Controls
+    from engine.loop import Trainer
+    from engine.sinks import EventBus, MemorySink
+
+    sink = MemorySink()
+    trainer = Trainer(config, EventBus([sink]), Controls())
+    trainer.run()
+    return trainer, sink.drain()
+
+
+def memory(task: str, preset: str, overrides: dict) -> dict:
+    """Predictions against the allocator and NVML for one configuration."""
+    import torch
+
+    from engine.budget import analytic, trace, truth
+    from engine.budget.measure import nvml_memory
+
+    config = _config(task, preset, overrides, max_steps=3)
+    row: dict = {}
+    try:
+        row["analytic"] = analytic.estimate(config, device="cuda").total
+    except analytic.NoAnalyticModel:
+        row["analytic"] = None
+    row["traced"] = trace.trace(config, device="cuda", use_cache=False).total
+    row["allocated"] = truth.peak(config, "cuda", device="cuda")  # resets the peak, two real steps
+    row["reserved"] = int(torch.cuda.max_memory_reserved())
+    row["nvml_used"] = nvml_memory(0)[0]
+    torch.cuda.empty_cache()
+    _, events = _train(config)
+    started = next(e for e in events if e.type == "run_started")
+    samples = [e for e in events if e.type == "memory" and e.predicted is not None]
+    row["engine_predicted"] = samples[-1].predicted if samples else started.budget.get("predicted")
+    row["context"] = started.budget.get("context")
+    row["engine_total"] = (row["engine_predicted"] or 0) + (row["context"] or 0) if row["engine_predicted"] else None
+    return row
+
+
+def oom(task: str, preset: str, overrides: dict, cap_gib: float = 0.5) -> dict:
+    """A real CUDA OOM: the allocator capped under the batch's peak; recovered and the effective batch kept?"""
+    import torch
+
+    from engine.budget import analytic
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    cap = int(cap_gib * (1 << 30))
+    batch = 8
+    while analytic.estimate(_config(task, preset, overrides), batch_size=batch, device="cuda").total < 1.6 * cap \
+            and batch < 1 << 16:
+        batch *= 2
+    torch.cuda.set_per_process_memory_fraction(cap / total, 0)
+    # A few validation samples: the step-0 eval (no_grad, not recovered) must fit; the training step must not.
+    overrides = _deep_merge(overrides, {"data": {"val_samples": 8}})
+    config = _config(task, preset, overrides, max_steps=3, batch_size=batch, oom_recovery=True)
+    trainer, events = _train(config)  # the Trainer itself runs no guard: this is --no-vram-check
+    changes = [e for e in events if e.type == "setting" and e.name == "grad_accum"]
+    finished = next((e for e in events if e.type == "run_finished"), None)
+    return {"batch": batch, "cap": cap, "recoveries": len(changes), "grad_accum": trainer.grad_accum,
+            "batch_kept": trainer.batch_size == batch, "steps": trainer.step,
+            "status": finished.status if finished else "none",
+            "reasons": [e.reason for e in changes][:3]}
+
+
+def precision(task: str, preset: str, overrides: dict, kind: str, steps: int = 60) -> dict:
+    """``kind`` (bf16 / fp16) for ``steps`` steps: first and last loss, skipped steps, steps/s."""
+    config = _config(task, preset, overrides, max_steps=steps, precision=kind)
+    start = time.perf_counter()
+    trainer, events = _train(config)
+    losses = [e.loss for e in events if e.type == "step" and not e.skipped]
+    return {"precision": kind, "first": losses[0] if losses else None, "last": losses[-1] if losses else None,
+            "skipped": sum(1 for e in events if e.type == "step" and e.skipped), "steps": trainer.step,
+            "seconds": time.perf_counter() - start}
+
+
+def _smi_used() -> int | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=20)
+        return int(out.stdout.strip().splitlines()[0]) * MIB
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def gauges(task: str, preset: str, overrides: dict) -> dict:
+    """MemorySampled's readings vs nvidia-smi, both taken at the same step boundary (memory is still then)."""
+    from engine.control import Controls
+    from engine.loop import Trainer
+    from engine.sinks import EventBus
+
+    pairs: list[dict] = []
+
+    def sink(event) -> None:
+        if event.type == "memory" and event.nvml_used is not None and len(pairs) < 5 and event.step >= 3:
+            pairs.append({"nvml": event.nvml_used, "reserved": event.reserved, "smi": _smi_used()})
+
+    config = _config(task, preset, overrides, max_steps=40)
+    trainer = Trainer(config, EventBus([sink]), Controls())
+    trainer.run()
+    context = trainer.budget.info.context if getattr(trainer.budget, "info", None) else None
+    return {"pairs": pairs, "context": context}
+
+
+def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
+    """Engine steps/s on the GPU, GPU idle % while it trains (NVML, 10 Hz), and MFU (≈ 6·params·tokens a sample)."""
+    import torch
+
+    from engine.system import nvml
+
+    config = _config(task, preset, overrides, max_steps=steps)
+    util: list[float] = []
+    stop = threading.Event()
+
+    def sampler() -> None:
+        reader = nvml()
+        while not stop.wait(0.1):
+            value = reader.read()[0]
+            if value is not None:
+                util.append(float(value))
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    times: list[float] = []
+    from engine.control import Controls
+    from engine.loop import Trainer
+    from engine.sinks import EventBus
+
+    def clock(event) -> None:
+        if event.type == "step":
+            times.append(time.perf_counter())
+            if len(times) == steps // 4:
+                thread.start()
+
+    trainer = Trainer(config, EventBus([clock]), Controls())
+    trainer.run()
+    stop.set()
+    lo, hi = steps // 4, len(times) - 1
+    rate = (hi - lo) / (times[hi] - times[lo])
+    facts = trainer.task.describe()
+    tokens = facts.get("tokens") or (facts.get("patches", 0) + facts.get("caption_tokens", 0)) or None
+    name = torch.cuda.get_device_name(0)
+    peak = peak_tflops(name)
+    flops = 6 * trainer.params * (tokens or 1) * trainer.batch_size * rate if tokens else None
+    return {"steps_per_s": rate, "gpu_idle_pct": 100 - sum(util) / len(util) if util else None,
+            "mfu": flops / (peak * 1e12) if flops and peak else None, "tokens": tokens, "params": trainer.params,
+            "batch": trainer.batch_size, "device": name, "peak_tflops": peak}
+
+
+KINDS = {"memory": memory, "oom": oom, "precision": precision, "gauges": gauges, "speed": speed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`KIND JSON-kwargs`: run it, print its row as one JSON line."""
+    argv = sys.argv[1:] if argv is None else argv
+    kind, kwargs = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
+    print(json.dumps(KINDS[kind](**kwargs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
