@@ -28,6 +28,7 @@ MODULES = [
     "bench.dashboard_bytes",
     "bench.attention",
     "bench.memory_accuracy",
+    "bench.cpu_memory",
     "bench.planner_speed",
     "bench.startup",
     "bench.open_run",

@@ -124,6 +124,8 @@ class MemorySampled(Event):
     breakdown: dict = field(default_factory=dict)
     ratio: float | None = None
     source: str = ""
+    #: Resident set size of the engine process (CPU samples; shown beside the peak, it is not training memory).
+    rss: int | None = None
 
 
 @dataclass(frozen=True)

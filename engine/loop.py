@@ -77,6 +77,9 @@ class _NoBudget:
     def sample(self, step: int) -> ev.MemorySampled | None:
         return None
 
+    def measure_step(self, step: int):
+        return nullcontext()
+
 
 def _make_budget(config: RunConfig, task: Task, device: torch.device):
     try:
@@ -246,7 +249,8 @@ class Trainer:
         indices = self._indices(self.batch_size)
         while True:
             try:
-                self._forward_backward(indices, time.perf_counter())
+                with self.budget.measure_step(self.step + 1):  # CPU: now and then, the step's true peak
+                    self._forward_backward(indices, time.perf_counter())
                 return
             except torch.OutOfMemoryError:
                 if not self.config.train.oom_recovery or self.grad_accum >= self.batch_size:

@@ -11,13 +11,20 @@
   or there is no budget, or ``force``; else the refusal with its numbers and
   the largest batch that would fit. The prediction is the calibrated one
   once the run has been measured (engine.budget.measure).
+- ``measure_step(step)``: a context manager the Trainer wraps each step in.
+  On CPU, for step CALIBRATE_AT, every CPU_MEASURE_EVERY-th step and the
+  step after a change, it counts the step's live tensor storages through the
+  dispatcher (engine.budget.cpu_meter.StepPeak): the step's true peak.
+  Elsewhere it does nothing.
 - ``sample(step) -> MemorySampled | None``: on CUDA the allocator and NVML
   next to the prediction (and, after the first two steps, the calibration
   ratio), at most every GPU_SAMPLE_S once calibrated (a read is ~0.2 ms of
   allocator stats and NVML: 4 % of a 5 ms step if done every step; the
   allocator's peak is kept between reads, so no peak is missed); on CPU the
-  prediction and budget only, emitted at the first call, after a change and
-  every CPU_EVERY steps — never RSS.
+  last measured peak and the process RSS next to the prediction and the
+  budget (available RAM), emitted at the first call, after a change or a new
+  measurement, and every CPU_EVERY steps. RSS is shown, not
+  compared: it is not training memory.
 
 The hook reads live settings from the trainer it was started with (its
 config, batch_size and grad_accum change under controls and OOM recovery).
@@ -26,6 +33,7 @@ config, batch_size and grad_accum change under controls and OOM recovery).
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
 from engine import events as ev
@@ -36,8 +44,11 @@ from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
 from engine.budget.settings import with_settings
 from engine.config import RunConfig
 
-#: CPU: emit a (prediction-only) MemorySampled every this many steps.
+#: CPU: emit a MemorySampled at least every this many steps.
 CPU_EVERY = 100
+#: CPU: count one step's storages in this many (a counted step costs ~2-4x a plain one on small models;
+#: bench cpu_memory: the throughput cost stays under 1 %).
+CPU_MEASURE_EVERY = 500
 #: Steps before calibrating: the optimizer state appears at the first step, so the second is typical.
 CALIBRATE_AT = 2
 #: CUDA, once calibrated: seconds between allocator/NVML reads (a viewer draws the gauge at 1-2 Hz).
@@ -59,6 +70,8 @@ class BudgetHook:
         self._last_emitted: tuple | None = None
         self._predicted_cache: tuple | None = None
         self._last_read = float("-inf")
+        self._cpu_peak: tuple[int, int] | None = None  # (step, bytes) of the last counted step
+        self._measure_next = False
 
     # -- settings -------------------------------------------------------------------
     def _live(self) -> RunConfig:
@@ -100,6 +113,12 @@ class BudgetHook:
         """Budget summary for RunStarted.budget (module docstring)."""
         self.trainer = trainer
         self.info = device_info(self.device)
+        if self.info.type == "cpu" and getattr(trainer, "model", None) is not None:
+            # The model's weights are already resident (and in the prediction): usable by the run, like CUDA's
+            # reserved bytes, so not counted against it twice.
+            from engine.budget.cpu_meter import held_tensors
+
+            self.info = replace(self.info, reserved=_unique_bytes(held_tensors(trainer.model, None)))
         self.meter = Meter(self.device)
         config = self._live()
         budget = self._budget(config)
@@ -154,6 +173,26 @@ class BudgetHook:
         return (f"{what}: predicted peak {human(peak)} > budget {budget.describe()}{hint} "
                 f"(send with force to apply anyway)")
 
+    def measure_step(self, step: int):
+        """Context for the Trainer's step ``step``: on CPU, now and then, the step's true peak (module docstring)."""
+        if self.meter is None or self.meter.cuda or self.trainer is None:
+            return nullcontext()
+        if not (step == CALIBRATE_AT or step % CPU_MEASURE_EVERY == 0 or self._measure_next):
+            return nullcontext()
+        self._measure_next = False
+        return self._count(step)
+
+    @contextmanager
+    def _count(self, step: int):
+        from engine.budget.cpu_meter import StepPeak, held_tensors
+
+        meter = StepPeak(held_tensors(self.trainer.model, getattr(self.trainer, "optimizer", None)))
+        with meter:
+            yield
+        self._cpu_peak = (step, meter.peak)
+        if self.calibration is None and step >= CALIBRATE_AT:
+            self.calibration = Calibration(predicted=self._predict_raw(self._live()), measured=meter.peak)
+
     def sample(self, step: int) -> ev.MemorySampled | None:
         """A MemorySampled for this step, or None when there is nothing new to say (CPU)."""
         if self.meter is None:
@@ -168,13 +207,22 @@ class BudgetHook:
         predicted = self._predict(config)
         if not self.meter.cuda:
             key = (predicted, budget.bytes if budget else None)
-            if key == self._last_emitted and step % CPU_EVERY:
+            if key != self._last_emitted and self._last_emitted is not None:
+                self._measure_next = True  # a change: count the next step, it has a new peak
+            measured = self._cpu_peak
+            if key == self._last_emitted and step % CPU_EVERY and (measured is None or measured[0] != step):
                 return None
             self._last_emitted = key
-            return ev.MemorySampled(step=step, device="cpu", predicted=predicted,
+            from engine.budget.cpu_meter import rss
+
+            peak = measured[1] if measured else None
+            return ev.MemorySampled(step=step, device="cpu", peak=peak, rss=rss(),
+                                    capacity=self.info.total if self.info else None, predicted=predicted,
                                     budget=budget.bytes if budget else None,
-                                    source="predicted (CPU: no allocator counters; process RSS is not "
-                                           "training memory)")
+                                    ratio=peak / predicted if peak and predicted else None,
+                                    source=(f"cpu: tensor storages of step {measured[0]} counted through the "
+                                            "dispatcher; rss is the process's, not training memory"
+                                            if measured else "cpu: predicted; no step counted yet"))
         reading = self.meter.read()
         if self.calibration is None:
             self._first_peak = max(self._first_peak, reading.peak or 0)
@@ -190,6 +238,12 @@ class BudgetHook:
             ratio=self.calibration.ratio if self.calibration else None,
             source="cuda allocator" + (f"; {reading.retries} alloc retries, {reading.ooms} OOMs"
                                        if reading.retries or reading.ooms else ""))
+
+
+def _unique_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind ``tensors``."""
+    seen = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tensors}
+    return sum(seen.values())
 
 
 class _Corrected:

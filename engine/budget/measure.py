@@ -12,8 +12,10 @@ counts other processes; labelled as such).
 
 On CPU there is no allocator counter that means "training memory" (process
 RSS over-reads by ~125 MiB and mixes in the interpreter, the data and the
-UI: research/memory.md), so a CPU sample carries the prediction and the
-budget and leaves the measured fields None.
+UI: research/memory.md), so the peak of a step is counted through the
+dispatcher now and then (engine.budget.cpu_meter, driven by
+engine.budget.hook) and RSS is reported beside it, never compared; the
+device is the machine's RAM (total, available).
 
 Calibration: after the first steps (the optimizer state exists from step 1
 on), ``ratio = measured peak / predicted``. Later predictions become
@@ -101,7 +103,10 @@ def device_info(device=None) -> DeviceInfo:
         device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(device)
     if device.type != "cuda":
-        return DeviceInfo()
+        from engine.budget.cpu_meter import available_ram
+
+        free, total = available_ram()
+        return DeviceInfo(total=total, free=free)
     index = device.index if device.index is not None else torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(index)
     reserved = torch.cuda.memory_reserved(index)

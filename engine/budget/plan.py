@@ -57,7 +57,7 @@ class Budget:
 
 
 def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | None:
-    """The budget for ``config`` on ``device``; None when there is none (CPU without budget.vram_gb)."""
+    """The budget for ``config`` on ``device``: --vram-gb, else free device memory or available RAM; else None."""
     b = config.budget
     if b.vram_gb is not None:
         total = int(b.vram_gb * GIB)
@@ -73,6 +73,11 @@ def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | Non
         usable = device.free + device.reserved
         return Budget(bytes=int(usable * b.safety), total=usable, safety=b.safety,
                       source=f"free memory of {device.name}")
+    if device is not None and device.type == "cpu" and device.free is not None:
+        # CPU: available RAM (plus the run's own weights when already built), so the guard and live changes
+        # are checked on a laptop too.
+        usable = device.free + device.reserved
+        return Budget(bytes=int(usable * b.safety), total=usable, safety=b.safety, source="available RAM")
     return None
 
 
