@@ -175,7 +175,7 @@ class BudgetHook:
 
     def measure_step(self, step: int):
         """Context for the Trainer's step ``step``: on CPU, now and then, the step's true peak (module docstring)."""
-        if self.meter is None or self.meter.cuda or self.trainer is None:
+        if self.meter is None or self.meter.cuda or getattr(self.trainer, "model", None) is None:
             return nullcontext()
         if not (step == CALIBRATE_AT or step % CPU_MEASURE_EVERY == 0 or self._measure_next):
             return nullcontext()

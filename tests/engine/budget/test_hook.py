@@ -1,4 +1,4 @@
-"""BudgetHook as the Trainer uses it: start summary, live-change checks with numbers, CPU samples without RSS."""
+"""BudgetHook as the Trainer uses it: start summary, live-change checks with numbers, CPU budget and samples."""
 
 from __future__ import annotations
 
@@ -36,14 +36,15 @@ def test_check_change_refuses_with_numbers_and_force_overrides() -> None:
     assert hook.check_change({"attn_backend": "math"}, force=False) is not None
 
 
-def test_cpu_without_budget_never_refuses_and_samples_predictions_only() -> None:
+def test_cpu_budget_is_available_ram_and_samples_carry_rss() -> None:
     hook, trainer = _hook()
     summary = hook.on_start(trainer)
-    assert summary["budget"] is None and "CPU" in summary["note"]
-    assert hook.check_change({"batch_size": 10_000}, force=False) is None
+    assert summary["budget"] > 0 and summary["budget_source"] == "available RAM"
+    assert "available RAM" in hook.check_change({"batch_size": 1_000_000}, force=False)  # would not fit in RAM
+    assert hook.check_change({"batch_size": 8}, force=False) is None
     first = hook.sample(1)
     assert first.predicted == summary["predicted"] and first.allocated is None and first.peak is None
-    assert "RSS" in first.source
-    assert hook.sample(2) is None  # nothing new on CPU
+    assert first.rss > 0 and first.budget == summary["budget"] and "no step counted yet" in first.source
+    assert hook.sample(2) is None  # nothing new on CPU (this stand-in trainer has no model: no step counted)
     trainer.batch_size = 8
     assert hook.sample(3).predicted > first.predicted
