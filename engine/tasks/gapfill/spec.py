@@ -117,11 +117,13 @@ CAPABILITIES = Capabilities(
 )
 
 #: Presets keyed like a TOML file. demo: 32 px, 2 instruments × 10 days; learns in a few minutes on 2 CPU cores.
+#: It trains on 20 % long gaps: their errors are ten times the short gaps', and at 30 % or more the first
+#: few hundred steps went to them while short gaps stayed at the blend (measured, 400-800 steps).
 PRESETS = {
     "demo": {
         "gapfill": {"synthetic": {"size": 32, "days": 10}, "model": {"base": 16, "depth": 2},
-                    "samples": {"long_fraction": 0.3}},
-        "train": {"batch_size": 16, "lr": 2e-3, "max_steps": 600, "eval_every": 100, "weight_decay": 1e-4,
+                    "samples": {"long_fraction": 0.2}},
+        "train": {"batch_size": 16, "lr": 2e-3, "max_steps": 800, "eval_every": 100, "weight_decay": 1e-4,
                   "warmup_frac": 0.05},
     },
     # A GPU-sized run: 128 px, base 48, bf16 U-Net.

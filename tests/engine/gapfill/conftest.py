@@ -15,3 +15,14 @@ def tiny_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("gapfill") / "data"
     synth.generate(out, **TINY)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread: these tests are tiny, and on a shared 2-core box a second thread only spins."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
