@@ -236,17 +236,19 @@ class RunModel:
         self.steps.drop_newest(len(loss))
         self.steps.append_many(rows)
 
-    def _restart_rates(self, since: float) -> None:
+    def _restart_rates(self, since: float, warm_up: bool = False) -> None:
         """Forget rate samples older than ``since`` (an event's time): a resume, a pause or a batch change
         starts a new pace, and mixing the old one in made steps/s and the ETA wrong for a whole window.
 
         Filtering by time rather than clearing keeps this right when a whole history is folded in
         (``_ingest_history`` adds every step before the other events): samples after ``since`` stay.
+        ``warm_up`` (a new engine) also restarts the ETA's warm-up; a pause or a batch change does not.
         """
         keep = [(t, s) for t, s in self._rate if t >= since]
         self._rate.clear()
         self._rate.extend(keep)
-        self._first_step = keep[0] if keep else None
+        if warm_up:
+            self._first_step = keep[0] if keep else None
         self.versions["progress"] += 1
 
     def _ingest_one(self, event: ev.Event) -> None:
@@ -571,7 +573,7 @@ def _on_started(m: RunModel, e: ev.RunStarted) -> None:
         m.liveness = "unknown"  # the session's next poll says what the new engine is
     if m.last_step is not None and m.last_step.t < e.t:
         m.last_step = None  # the progress line shows the resume step until the new engine logs one
-    m._restart_rates(e.t)
+    m._restart_rates(e.t, warm_up=True)
     m.capabilities = mx.capabilities_of(getattr(e, "capabilities", None))
     where = f" (resumed from {e.resumed_from} at step {e.start_step})" if e.resumed_from else ""
     m._log("state", f"run {e.name or '?'} started: {e.task}/{e.preset}, {e.total_steps} steps on {e.device}{where}",
