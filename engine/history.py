@@ -224,7 +224,7 @@ class History(Sequence):
         self._lengths = np.zeros(0, np.int64)  # its length without the newline
         self._rows = np.zeros(0, np.int64)  # >= 0: row of the step columns; < 0: -1 - index into _objects
         self._parts: list[tuple] = []
-        self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._cache: dict[tuple[str, str], Any] = {}
         #: File offset just past the last complete line read (where a follower continues).
         self.offset = 0
         #: Lines skipped as torn, garbage or of an unknown type.
@@ -322,8 +322,7 @@ class History(Sequence):
         if key in self._cache:
             return self._cache[key]
         self._seal()
-        picked = [(i, o) for i, o in zip(np.flatnonzero(self._rows < 0).tolist(), self._objects)
-                  if o.type == event_type]
+        picked = self._objects_of(event_type)
         values = np.array([_field(o, name) for _, o in picked], np.float64)
         if event_type == "step" and self.columnar:
             col = self._columns.get(name)
@@ -335,6 +334,14 @@ class History(Sequence):
                 values = col
         self._cache[key] = values
         return values
+
+    def _objects_of(self, event_type: str) -> list[tuple[int, ev.Event]]:
+        """(event index, object) of every object event of one type (cached: a plot asks column by column)."""
+        key = ("objects", event_type)
+        if key not in self._cache:
+            self._cache[key] = [(i, o) for i, o in zip(np.flatnonzero(self._rows < 0).tolist(), self._objects)
+                                if o.type == event_type]
+        return self._cache[key]  # type: ignore[return-value]
 
     # Building ---------------------------------------------------------------
     def _restore(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict[str, np.ndarray],
