@@ -33,11 +33,13 @@ def test_phases_footer_chooser_compare(tmp_path: Path, tmux: Tmux, size) -> None
     (older / "events.jsonl").write_text("".join(ev.to_json(e) + "\n" for e in demo_run(50, name="older",
                                                                                       finished=True)))
     (older / "config.toml").write_text("")
-    tmux.start("v", sensorlm("train", "--task", "toy", "--threads", "1", "--max-steps", "100000", "--eval-every",
-                             "50", "--run-dir", str(tmp_path / "runs" / "new")), size=size)
-    tmux.wait_for("v", lambda s: "building data and model" in s or "first evaluation" in s, 120,
+    # The demo preset as a newcomer runs it: its first evaluation (64 validation windows) takes seconds, long
+    # enough for a 1 Hz dashboard to show the phase; the toy task can reach its first step inside one frame.
+    tmux.start("v", sensorlm("train", "--preset", "demo", "--threads", "1", "--max-steps", "100000",
+                             "--run-dir", str(tmp_path / "runs" / "new")), size=size)
+    tmux.wait_for("v", lambda s: "first evaluation" in s and _step(s) <= 0, 180,
                   "a start-up phase before the first step")
-    text = tmux.wait_for("v", lambda s: _step(s) >= 3, 180, "training steps")
+    text = tmux.wait_for("v", lambda s: _step(s) >= 3, 240, "training steps")
     assert "space pause" in _footer(text)
 
     tmux.keys("v", "Space")
