@@ -112,4 +112,10 @@ class GapfillNet(nn.Module):
 def build(slots: int, bands: int, cfg) -> GapfillNet:
     """A fresh GapfillNet in channels-last memory; ``cfg``: the [gapfill.model] section."""
     net = GapfillNet(slots, bands, cfg.base, cfg.depth, cfg.conditioned)
-    return net.to(memory_format=torch.channels_last)
+    # Per parameter rather than ``net.to(memory_format=...)``: that swaps whole tensors, which the budget's
+    # fake-tensor trace cannot do; assigning .data works for real and fake tensors alike.
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.ndim == 4:
+                p.data = p.data.contiguous(memory_format=torch.channels_last)
+    return net

@@ -6,15 +6,16 @@ unset), ``[gapfill.samples]`` (how a sample and its damage are drawn),
 
 The primary metric is the mean per-band display PSNR (dB, higher is better):
 per sample and band, then averaged; the engine's abort rule and ``best``
-follow it. Validation metrics reduce "pooled" (the task returns sums and
-counts) because the short- and long-gap figures average over a subset of
-each batch, which a batch-size-weighted mean of batch means would get wrong.
+follow it. Validation metrics reduce "per_batch" (per-sample means weighted
+by batch size); the short- and long-gap figures stay exact because the
+validation set is exactly half of each (see GapfillTask.eval_batch).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from engine.sections import Section
 from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
 
 #: Band names in shard order (the same tuple as engine.tasks.gapfill.physics.BANDS, kept literal here so the
@@ -22,13 +23,7 @@ from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
 BANDS = ("094", "131", "171", "195", "284", "304")
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors; values re-validated on assignment (as every config section)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class SyntheticConfig(_Strict):
+class SyntheticConfig(Section):
     """The synthetic Sun written to the cache on first use when ``data.path`` is unset."""
 
     days: int = Field(10, ge=2, le=366, description="Days of data per instrument.")
@@ -47,7 +42,7 @@ class SyntheticConfig(_Strict):
         return self
 
 
-class SampleConfig(_Strict):
+class SampleConfig(Section):
     """How a training or validation sample is drawn: the gap hidden around a target, its neighbours."""
 
     neighbours: int = Field(2, ge=1, le=8, description="Usable frames taken on each side of the gap.")
@@ -56,7 +51,8 @@ class SampleConfig(_Strict):
     long_max: int = Field(144, ge=2, le=4096, description="Longest gap hidden, in frames.")
     long_fraction: float = Field(0.5, ge=0, le=1, description="Share of training samples with a long gap.")
     max_hours: float = Field(120.0, gt=0, le=10000, description="Neighbours farther than this from the target are not used.")
-    val_samples: int = Field(64, ge=2, le=100000, description="Validation samples: evenly spaced, half short and half long gaps.")
+    val_samples: int = Field(64, ge=2, le=100000, description="Validation samples (rounded down to even): evenly "
+                             "spaced, half short and half long gaps.")
 
     @model_validator(mode="after")
     def _ordered(self) -> "SampleConfig":
@@ -65,7 +61,7 @@ class SampleConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Section):
     """The conditioned U-Net."""
 
     base: int = Field(16, ge=4, le=512, description="Channels of the U-Net's first level (doubling per level).")
@@ -76,7 +72,7 @@ class ModelConfig(_Strict):
                             "stay fp32).")
 
 
-class LossConfig(_Strict):
+class LossConfig(Section):
     """Weights and softening of the loss terms (all in the asinh-coded space, display term excepted)."""
 
     gradient: float = Field(0.5, ge=0, le=100, description="Weight of the gradient-matching term.")
@@ -86,7 +82,7 @@ class LossConfig(_Strict):
                                "(bounds its slope; reported PSNR uses the hard mapping).")
 
 
-class GapfillConfig(_Strict):
+class GapfillConfig(Section):
     """The ``[gapfill]`` section."""
 
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
@@ -113,7 +109,7 @@ CAPABILITIES = Capabilities(
     curves=_CURVES,
     settings=(),
     memory="traced",
-    eval_reduction="pooled",
+    eval_reduction="per_batch",
 )
 
 #: Presets keyed like a TOML file. demo: 32 px, 2 instruments × 10 days; learns in a few minutes on 2 CPU cores.

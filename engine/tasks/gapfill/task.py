@@ -10,9 +10,9 @@ with deterministic damage, half short gaps and half long.
 Per step: ``make_batch`` builds CPU arrays (numpy, deterministic in its
 arguments), ``loss`` aligns them on the device in fp32 with autocast off,
 runs the U-Net (bf16 autocast on CUDA when ``gapfill.model.cuda_bf16``), and
-computes the loss in fp32. Validation returns sums and counts ("pooled"): the
-model's PSNR overall, per band and per gap class, and the three baselines'
-on the same samples, so the dashboard always has its reference lines.
+computes the loss in fp32. Validation reports the model's PSNR overall, per
+band and per gap class, and the three baselines' on the same samples, so the
+dashboard always has its reference lines.
 
 Task state in checkpoints: the data set's digest; resuming on other data is
 refused with a one-line error.
@@ -41,7 +41,6 @@ class GapfillTask(Task):
     """Fill a hidden frame of a six-band image series from its aligned neighbours; see the module docstring."""
 
     name = "gapfill"
-    primary_metric = ("psnr_db", True)
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -99,9 +98,9 @@ class GapfillTask(Task):
         return len(self.train_targets)
 
     def val_indices(self) -> list[int]:
-        """Validation slots 0..val_samples-1 (each maps to an evenly spaced validation target)."""
+        """Validation slots 0..n-1, n even (half short, half long gaps); each maps to an evenly spaced target."""
         self._ensure()
-        return list(range(min(self.cfg.samples.val_samples, 2 * len(self.val_targets))))
+        return list(range(min(self.cfg.samples.val_samples, 2 * len(self.val_targets)) // 2 * 2))
 
     def _sample(self, index: int, step: int, train: bool) -> samples.Sample:
         s = self.cfg.samples
@@ -145,8 +144,14 @@ class GapfillTask(Task):
             total = self.faults.on_loss(step, total)
         return total, {k: v.detach() for k, v in parts.items()}
 
-    def eval_batch(self, model: nn.Module, batch: dict) -> dict[str, tuple[float, int]]:
-        """(sum, count) of every validation metric over this batch's samples (eval_reduction "pooled")."""
+    def eval_batch(self, model: nn.Module, batch: dict) -> dict[str, float]:
+        """Per-batch means of every validation metric (eval_reduction "per_batch": the engine weights by size).
+
+        The short- and long-gap figures average over a subset of the batch. They come out
+        exact anyway: the validation set is exactly half short (even slots) and half long
+        (odd slots), so each batch reports its subset's *sum* divided by half its size, and
+        the engine's size-weighted mean of those is the subset's mean over the whole set.
+        """
         with torch.no_grad():
             prediction, truth, (aligned, visible) = self.predict(model, batch)
             with torch.autocast(prediction.device.type, enabled=False):
@@ -158,16 +163,15 @@ class GapfillTask(Task):
         short = batch["gap"].to(bands.device) <= self.cfg.samples.short_max
         n = len(bands)
         # Each .item() below is a device sync; an eval is a handful of batches, so that is cheap here.
-        out: dict[str, tuple[float, int]] = {"val_loss": (per_sample.sum().item(), n),
-                                             "psnr_db": (bands.mean(1).sum().item(), n)}
+        out = {"val_loss": per_sample.mean().item(), "psnr_db": bands.mean().item()}
         for b, band in enumerate(BANDS):
-            out[f"psnr_{band}_db"] = (bands[:, b].sum().item(), n)
+            out[f"psnr_{band}_db"] = bands[:, b].mean().item()
         for gap, mask in (("short", short), ("long", ~short)):
-            out[f"psnr_{gap}_db"] = (bands.mean(1)[mask].sum().item(), int(mask.sum()))
+            out[f"psnr_{gap}_db"] = bands.mean(1)[mask].sum().item() / (n / 2)
         for method, values in other_psnr.items():
-            out[f"baseline_{method}_db"] = (values.sum().item(), n)
+            out[f"baseline_{method}_db"] = values.mean().item()
             for gap, mask in (("short", short), ("long", ~short)):
-                out[f"baseline_{method}_{gap}_db"] = (values[mask].sum().item(), int(mask.sum()))
+                out[f"baseline_{method}_{gap}_db"] = values[mask].sum().item() / (n / 2)
         return out
 
     def finalize_metrics(self, means: dict) -> dict:
