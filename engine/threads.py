@@ -173,11 +173,12 @@ class Plan:
 
 
 def plan(cores: Cores, viewer: bool, costs: Costs | None, steps_left: int, threads: int = 0,
-         workers: int = -1, prefetch: bool = True) -> Plan:
+         workers: int = -1, prefetch: bool = True, no_workers: str = "") -> Plan:
     """The plan for these inputs (the rules are in the module docstring).
 
     ``threads`` > 0 and ``workers`` ≥ 0 are the user's overrides; ``costs`` None means not measured yet
-    (data is then built inline, which is how it gets measured).
+    (data is then built inline, which is how it gets measured); ``no_workers``: why worker processes
+    cannot be used here (they failed to start), empty when they can.
     """
     usable = cores.usable
     why = [cores.describe()]
@@ -200,7 +201,8 @@ def plan(cores: Cores, viewer: bool, costs: Costs | None, steps_left: int, threa
     elif costs is None:
         data, n, data_why = "inline", 0, "measuring batch ÷ step on the first batches"
     else:
-        data, n, data_why = _data_plan(costs, usable, steps_left)
+        data, n, data_why = _data_plan(costs, usable, steps_left if not no_workers else 0)
+        data_why += f" ({no_workers})" if no_workers else ""
         if data == "workers" and n > 1:  # the first worker runs on the headroom core, the others on torch's
             torch_threads = max(1, usable - reserve - (n - 1))
     if threads > 0:
@@ -258,6 +260,7 @@ class PlannedPrefetcher:
         self._inner = None
         self._plan: Plan | None = None
         self._said: tuple | None = None
+        self._no_workers = ""
         self._pending_line: str | None = None
         self.hits = 0
         self.misses = 0
@@ -309,7 +312,16 @@ class PlannedPrefetcher:
 
     def ahead(self, keys: Sequence[Hashable]) -> None:
         """Start building the next batches (nothing while data is built inline)."""
-        self._inner.ahead(keys)
+        try:
+            self._inner.ahead(keys)
+        except (RuntimeError, OSError) as exc:
+            # Worker processes that cannot start (a script without `if __name__ == "__main__":` under spawn,
+            # no fds or memory left) must not end the run: plan without them and build here or on a thread.
+            if self._plan.data != "workers" or not self._auto():
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0][:100]
+            self._no_workers = f"worker processes could not start: {type(exc).__name__} {first}".rstrip()
+            self._apply(self._make_plan(), say=True)
 
     def close(self) -> None:
         """Stop the thread or the workers."""
@@ -338,7 +350,7 @@ class PlannedPrefetcher:
 
     def _make_plan(self) -> Plan:
         return plan(self.cores, self._viewer, self._costs, self._steps_left(), self._threads, self._workers,
-                    self._prefetch)
+                    self._prefetch, self._no_workers)
 
     def _apply(self, new: Plan, say: bool) -> None:
         import torch

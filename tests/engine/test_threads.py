@@ -183,3 +183,25 @@ def test_a_toy_run_logs_its_plan():
     Trainer(config, EventBus([sink]), Controls()).run()
     notes = [e.text for e in sink.drain() if e.type == "log" and e.stream == "engine"]
     assert len(notes) == 1 and notes[0].startswith("threads: ") and "batch " in notes[0], notes
+
+
+def test_workers_that_cannot_start_fall_back_without_ending_the_run(monkeypatch):
+    from concurrent.futures import ProcessPoolExecutor
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("An attempt has been made to start a new process before the bootstrapping phase")
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", refuse)
+    source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
+    try:
+        for step in range(threads.MEASURE_TAKES):
+            source.take(((1, 2, 3), step))
+            clock.now += 0.040
+        assert source.plan.data == "workers"
+        source.ahead([((1, 2, 3), 7)])  # the pool cannot spawn: re-planned, not raised
+        assert source.plan.data == "thread" and "could not start: RuntimeError" in source.plan.reason
+        source.ahead([((1, 2, 3), 7)])
+        assert source.take(((1, 2, 3), 7)) == ((1, 2, 3), 7)
+        assert any("could not start" in line for line in lines)
+    finally:
+        source.close()
