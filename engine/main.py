@@ -241,7 +241,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     except (RunDirError, UsageError, OSError) as exc:
         if lock is not None:
             lock.release()
-        if isinstance(exc, RunDirError) or isinstance(exc, UsageError):
+        if isinstance(exc, (RunDirError, UsageError)):
             raise UsageError(str(exc)) from None
         raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
 

@@ -37,6 +37,8 @@ Every problem raises ``engine.tasks.base.TaskError`` with ``file:line:column: wh
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -91,7 +93,17 @@ class Window:
 def _lines(path: Path):
     """(line number, decoded text without the line end) for each line; TaskError on size or encoding."""
     try:
-        handle = open(path, "rb")
+        # Non-blocking open and fstat: a FIFO (or /dev/zero) as --data must be an error, not a hang or a
+        # read that never ends; the check is on the opened descriptor, so nothing is swapped in between.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(path)
+            raise TaskError(f"{path}:1:1: not a regular file (a FIFO, device or socket); expected a CSV file")
+        os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
     except FileNotFoundError:
         raise TaskError(f"{path}:1:1: file not found") from None
     except IsADirectoryError:

@@ -128,3 +128,13 @@ def test_storage_follows_rows_not_the_time_span(tmp_path):
     wins = windows(series, 10)  # 2 of 10 minutes recorded: kept (at least 10 %)
     assert [w.start for w in wins] == [datetime(1950, 1, 1), datetime(2030, 6, 1, 10)]
     assert wins[1].values[:2, 0].tolist() == [3.0, 4.0] and np.isnan(wins[1].values[2:]).all()
+
+
+def test_a_fifo_or_device_as_data_is_refused_at_once(tmp_path):
+    import os
+
+    fifo = tmp_path / "data.csv"
+    os.mkfifo(fifo)  # nobody writes to it: reading would block forever
+    for path in (fifo, "/dev/zero"):
+        with pytest.raises(TaskError, match=r":1:1: not a regular file"):
+            read_series(path)
