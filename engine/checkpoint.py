@@ -191,12 +191,19 @@ def candidates(directory: Path) -> list[Path]:
     return [p for p in ordered if p.is_file()]
 
 
-def load_latest(directory: Path) -> Loaded:
-    """The newest checkpoint in ``directory`` that verifies; skipped damaged ones are listed in ``skipped``."""
+def load_latest(directory: Path, check: Callable[[Loaded], None] | None = None,
+                after: Path | None = None) -> Loaded:
+    """The newest checkpoint in ``directory`` that verifies (and passes ``check``, which raises CheckpointError);
+    skipped ones are listed in ``skipped``. ``after``: only candidates older than that file."""
     skipped = []
-    for path in candidates(directory):
+    paths = candidates(directory)
+    if after is not None:
+        names = [p.name for p in paths]
+        paths = paths[names.index(Path(after).name) + 1:] if Path(after).name in names else paths
+    for path in paths:
         try:
             loaded = read(path)
+            (check or validate_meta)(loaded)
         except CheckpointError as exc:
             skipped.append(str(exc))
             continue
@@ -205,6 +212,68 @@ def load_latest(directory: Path) -> Loaded:
     if skipped:
         raise CheckpointError(f"{directory}: no usable checkpoint ({len(skipped)} damaged: {skipped[0]})")
     raise CheckpointError(f"{directory}: holds no checkpoint")
+
+
+# -- metadata validation ----------------------------------------------------------------
+def _bad(loaded: Loaded, what: str) -> CheckpointError:
+    return CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid ({what})")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def validate_meta(loaded: Loaded) -> None:
+    """CheckpointError naming the first metadata field whose type or range no run could have written.
+
+    A careful forger (or a bug) can recompute the checksum after an edit; this
+    is the check that makes such a file a skipped candidate instead of a crash
+    at the first step. Shapes against the model are checked where the model is
+    (engine.checkpointer).
+    """
+    meta = loaded.meta
+    try:
+        for key, low in (("step", 0), ("epoch", 0), ("position", 0), ("batch_size", 1), ("grad_accum", 1),
+                         ("total_steps", 0), ("params", 0)):
+            if not _is_int(meta[key]) or meta[key] < low:
+                raise _bad(loaded, f"{key}={meta[key]!r}: must be an integer >= {low}")
+        if meta["grad_accum"] > meta["batch_size"]:
+            raise _bad(loaded, f"grad_accum={meta['grad_accum']}: more than batch_size={meta['batch_size']}")
+        for key in ("peak_lr", "lr_scale"):
+            if not _is_number(meta[key]) or not 0 < meta[key] < float("inf"):
+                raise _bad(loaded, f"{key}={meta[key]!r}: must be a positive number")
+        if meta.get("first_val_loss") is not None and not _is_number(meta["first_val_loss"]):
+            raise _bad(loaded, f"first_val_loss={meta['first_val_loss']!r}: must be a number or null")
+        for key in ("optimizer", "rng", "abort", "nan", "config", "task_state", "scaler"):
+            if not isinstance(meta.get(key, {}), dict):
+                raise _bad(loaded, f"{key}: must be a JSON object")
+        groups, scalars = meta["optimizer"]["param_groups"], meta["optimizer"].get("scalars", {})
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups) \
+                or not isinstance(scalars, dict):
+            raise _bad(loaded, "optimizer: param_groups must be a list of objects, scalars an object")
+        numpy_state, python_state = meta["rng"]["numpy"], meta["rng"]["python"]
+        if not (isinstance(numpy_state, list) and len(numpy_state) == 4 and isinstance(numpy_state[0], str)
+                and all(_is_number(v) for v in numpy_state[1:])):
+            raise _bad(loaded, "rng.numpy: must be [kind, pos, has_gauss, cached]")
+        if not (isinstance(python_state, list) and len(python_state) == 3 and _is_int(python_state[0])
+                and isinstance(python_state[1], list) and all(_is_int(v) for v in python_state[1])):
+            raise _bad(loaded, "rng.python: must be [version, [ints], gauss]")
+        abort, nan = meta["abort"], meta["nan"]
+        if set(abort) != {"drop", "patience", "higher_is_better", "best", "strikes"} or not _is_number(abort["drop"]) \
+                or not _is_int(abort["patience"]) or not _is_int(abort["strikes"]) or abort["strikes"] < 0 \
+                or not isinstance(abort["higher_is_better"], bool) \
+                or not (abort["best"] is None or _is_number(abort["best"])):
+            raise _bad(loaded, f"abort={abort!r}: not an abort policy's state")
+        if set(nan) != {"patience", "consecutive", "total"} or not all(_is_int(v) and v >= 0 for v in nan.values()):
+            raise _bad(loaded, f"nan={nan!r}: not a NaN guard's state")
+    except KeyError as exc:
+        raise _bad(loaded, f"missing {exc}") from None
+    except TypeError as exc:
+        raise _bad(loaded, str(exc)[:120]) from None
 
 
 # -- state capture -----------------------------------------------------------------------
@@ -250,6 +319,28 @@ def rng_capture() -> tuple[dict[str, torch.Tensor], dict]:
     meta = {"numpy": [kind, int(pos), int(has_gauss), float(cached)],
             "python": [version, list(internal), gauss]}
     return tensors, meta
+
+
+def model_state(loaded: Loaded, live: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The checkpoint's model tensors (``model.`` prefix off), checked against the live model's state_dict
+    ``live``: the same names and shapes, else CheckpointError naming the first that differs."""
+    state = {k[len("model."):]: v for k, v in loaded.tensors.items() if k.startswith("model.")}
+    wrong = sorted(set(live) ^ set(state)) or [k for k in live if live[k].shape != state[k].shape]
+    if wrong:
+        name = wrong[0]
+        have = tuple(state[name].shape) if name in state else "missing"
+        want = tuple(live[name].shape) if name in live else "none"
+        raise CheckpointError(f"{loaded.path}: checkpoint is from another model shape ({name}: {have}, "
+                              f"this model: {want})")
+    return state
+
+
+def check_rng(tensors: dict[str, torch.Tensor]) -> None:
+    """ValueError when the RNG tensors are not what rng_capture writes (checked before anything is restored)."""
+    for name, shape in (("rng.torch", tuple(torch.get_rng_state().shape)), ("rng.numpy", (624,))):
+        if name not in tensors or tuple(tensors[name].shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(tensors[name].shape) if name in tensors else 'missing'}, "
+                             f"want {shape}")
 
 
 def rng_restore(tensors: dict[str, torch.Tensor], meta: dict) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -24,13 +25,21 @@ REQUEST_VERSION = 1
 #: Every action a viewer may ask for.
 ACTIONS = ("pause", "resume", "checkpoint_now", "abort", "set", "free_memory")
 
-#: Settings ``set`` may change, with the type of their value.
+#: The engine's own live settings, with the type of their value. A task's declared settings
+#: (``Capabilities.settings``) are settable too: the engine checks those against the task's declaration.
 SETTABLE: dict[str, type] = {
     "batch_size": int,
     "attn_chunk": int,
     "attn_backend": str,
     "lr": float,
+    "grad_accum": int,
 }
+
+#: The settings the engine itself owns (every other one is a task's, applied by the task).
+ENGINE_SETTINGS = ("batch_size", "grad_accum", "lr")
+
+#: A task setting's name: lower-case words (the declared name, e.g. a model option), at most 64 characters.
+_SETTING_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 #: Abort modes: graceful checkpoints first, now stops without one.
 ABORT_MODES = ("graceful", "now")
@@ -49,13 +58,15 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class Request:
-    """One control request: ``action`` plus, for ``set``, ``name``/``value``; ``force`` skips the budget check."""
+    """One control request: ``action`` plus, for ``set``, ``name``/``value``; ``force`` skips the budget check;
+    ``dry_run`` asks only for the prediction the change would be judged by (answered with a Prediction)."""
 
     action: str
     name: str | None = None
     value: Any = None
     mode: str | None = None
     force: bool = False
+    dry_run: bool = False
     id: str = field(default_factory=new_request_id)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +80,8 @@ class Request:
             out["mode"] = self.mode
         if self.force:
             out["force"] = True
+        if self.dry_run:
+            out["dry_run"] = True
         return out
 
     @classmethod
@@ -78,7 +91,7 @@ class Request:
             raise RequestError("request must be a JSON object")
         if data.get("v") != REQUEST_VERSION:
             raise RequestError(f"request version {data.get('v')!r} not supported (want {REQUEST_VERSION})")
-        unknown = set(data) - {"v", "id", "action", "name", "value", "mode", "force"}
+        unknown = set(data) - {"v", "id", "action", "name", "value", "mode", "force", "dry_run"}
         if unknown:
             raise RequestError(f"unknown request field(s): {', '.join(sorted(unknown))}")
         action = data.get("action")
@@ -87,13 +100,13 @@ class Request:
         rid = data.get("id")
         if not isinstance(rid, str) or not (0 < len(rid) <= 64):
             raise RequestError("request id must be a string of 1-64 characters")
-        force = data.get("force", False)
-        if not isinstance(force, bool):
-            raise RequestError("force must be true or false")
+        force, dry_run = data.get("force", False), data.get("dry_run", False)
+        if not isinstance(force, bool) or not isinstance(dry_run, bool):
+            raise RequestError("force and dry_run must be true or false")
+        if dry_run and action != "set":
+            raise RequestError(f"action {action!r} has no dry run (only set)")
         name, value, mode = data.get("name"), data.get("value"), data.get("mode")
         if action == "set":
-            if name not in SETTABLE:
-                raise RequestError(f"cannot set {name!r}; settable: {', '.join(SETTABLE)}")
             value = coerce_setting(name, value)
         elif name is not None or value is not None:
             raise RequestError(f"action {action!r} takes no name or value")
@@ -103,12 +116,24 @@ class Request:
                 raise RequestError(f"abort mode {mode!r}; allowed: {', '.join(ABORT_MODES)}")
         elif mode is not None:
             raise RequestError(f"action {action!r} takes no mode")
-        return cls(action=action, name=name, value=value, mode=mode, force=force, id=rid)
+        return cls(action=action, name=name, value=value, mode=mode, force=force, dry_run=dry_run, id=rid)
 
 
-def coerce_setting(name: str, value: Any) -> Any:
-    """Check a setting's value type (bools are not ints here); raise RequestError otherwise."""
-    want = SETTABLE[name]
+def coerce_setting(name: Any, value: Any) -> Any:
+    """Check a setting's name and value type (bools are not numbers here); raise RequestError otherwise.
+
+    The engine's own settings have a fixed type; a task setting's value must be
+    a number or a short string, and the engine checks it against the task's declaration.
+    """
+    if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
+        raise RequestError(f"cannot set {str(name)[:64]!r}; settable: {', '.join(SETTABLE)} and the task's "
+                           "declared settings")
+    want = SETTABLE.get(name)
+    if want is None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) \
+                or (isinstance(value, str) and len(value) > 64):
+            raise RequestError(f"{name} must be a number or a short string, got {str(value)[:64]!r}")
+        want = type(value)
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, want) or isinstance(value, bool):
@@ -139,12 +164,10 @@ def abort(mode: str = "graceful") -> Request:
     return Request("abort", mode=mode)
 
 
-def set_value(name: str, value: Any, force: bool = False) -> Request:
-    """Ask the engine to change a setting (batch_size, attn_chunk, attn_backend, lr)."""
-    if name not in SETTABLE:
-        raise RequestError(f"cannot set {name!r}; settable: {', '.join(SETTABLE)}")
+def set_value(name: str, value: Any, force: bool = False, dry_run: bool = False) -> Request:
+    """Ask the engine to change a setting (SETTABLE or one the task declares); ``dry_run``: only predict it."""
     value = coerce_setting(name, value)
-    return Request("set", name=name, value=value, force=force)
+    return Request("set", name=name, value=value, force=force, dry_run=dry_run)
 
 
 class Controls:

@@ -197,6 +197,29 @@ class Refused(Event):
     why: str = ""
     step: int = 0
     request_id: str | None = None
+    #: For a change refused by the memory budget: the predicted peak and the budget it was judged by (bytes).
+    predicted: int | None = None
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Prediction(Event):
+    """The answer to a dry-run ``set``: the numbers the same real request would be judged by, nothing applied.
+
+    ``refused`` is the refusal the real request would get (empty when it would
+    apply); ``predicted`` and ``budget`` are the bytes the budget compared
+    (None when the engine has no prediction or no budget).
+    """
+
+    type: ClassVar[str] = "prediction"
+    name: str = ""
+    value: Any = None
+    predicted: int | None = None
+    budget: int | None = None
+    fits: bool = True
+    refused: str = ""
+    step: int = 0
+    request_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -247,7 +270,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved,
-        CheckpointFailed, StateChanged, SettingChanged, Refused, Warning, PhaseStarted, LogLine, RunFinished,
+        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine, RunFinished,
     )
 }
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from engine import config as cfg
 from engine.cli_args import OneLineParser, add_train_arguments, explain_flag_error, overrides_from
+from engine.exit_codes import ExitCode
 from engine.rundir import RunDir, RunDirError, default_name, resume_command
 
-EXIT_BAD_INPUT = 2
 #: Longest file name (bytes) Linux file systems take; a run name becomes a directory name.
 NAME_MAX = 255
 
@@ -141,8 +141,17 @@ def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) ->
         _check_task(config)
         return Prepared(config, run_dir, None, note="resume: the run stopped before its first checkpoint; "
                                                     f"starting it over from step 0 with {run_dir.config}")
+    def usable(loaded) -> None:  # metadata and its config checked: a bad one is skipped for an older one
+        ckpt.validate_meta(loaded)
+        try:
+            if loaded.meta.get("config") is not None:
+                cfg.validate(loaded.meta["config"], f"{loaded.path}")
+        except cfg.ConfigError as exc:
+            raise ckpt.CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid "
+                                       f"(config: {str(exc)[:160]})") from None
+
     try:
-        loaded = ckpt.load_latest(run_dir.checkpoints)
+        loaded = ckpt.load_latest(run_dir.checkpoints, check=usable)
     except ckpt.CheckpointError as exc:
         raise UsageError(f"--resume {root}: {exc}") from None
     # The checkpoint's live settings (batch size, backend changed during the run) win over config.toml;
@@ -222,8 +231,9 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
         _run_resumed_with(prepared.resume, config)
     controls = controls or Controls()
     bus = EventBus()
+    # on_step reads `status` when steps run, after the run directory and its status record exist (below).
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
-                      name=run_dir.name, run_dir=run_dir.root)
+                      name=run_dir.name, run_dir=run_dir.root, on_step=lambda step: status.update(step=step))
     phases.append(ev.PhaseStarted(phase="building data and model", detail=f"{config.task.name}/{config.task.preset}"))
     try:  # build data, model and optimizer before anything is written: bad input leaves no litter
         trainer.setup()
@@ -266,48 +276,47 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
 
         signals.install(controls, config.train.on_hangup, run_dir.log,
                         note=lambda text: bus.emit(ev.Warning(text=text)))
-    trainer.status_step = lambda step: status.update(step=step)
+    # The data plan (engine.threads) leaves a core to viewers on this machine.
     trainer.prefetch.viewers = lambda: int(ui_shares_machine) + (server.viewers() if server is not None else 0)
     from engine.system import SystemSampler
 
     system = SystemSampler(bus.emit).start()  # CPU/RAM/GPU load for viewers, every 2 s off the training thread
-    exit_code = 1
+    exit_code = ExitCode.POLICY
     final_state = "failed"
     first = "restoring state, first step" if prepared.resume is not None else "first evaluation, first step"
     bus.emit(ev.PhaseStarted(phase=first))
     try:
         outcome = trainer.run()
         exit_code = outcome.exit_code
-        final_state = {"finished": "finished"}.get(outcome.status, "aborted")
-        if outcome.status == "aborted" and outcome.exit_code == 1:
-            final_state = "aborted"
+        final_state = "finished" if outcome.status == "finished" else "aborted"
     except KeyboardInterrupt:
-        exit_code, final_state = 130, "aborted"
+        exit_code, final_state = ExitCode.INTERRUPTED, "aborted"
         bus.emit(ev.RunFinished(status="interrupted", steps=trainer.step, reason="second SIGINT: stopped at once",
-                                checkpoint=trainer.last_checkpoint, resume_command=resume_command(run_dir),
-                                exit_code=130))
+                                checkpoint=trainer.checkpoints.last_checkpoint,
+                                resume_command=resume_command(run_dir), exit_code=int(exit_code)))
     except Exception as exc:  # training crashed: say so everywhere, save what can be saved
         text = traceback.format_exc()
         sys.stderr.write(text)
         _log_crash(run_dir, text)
         bus.emit(ev.Warning(text=f"training crashed: {type(exc).__name__}: {exc}", step=trainer.step))
         path = None
-        try:
-            path = trainer._checkpoint("last", kind="crash")
+        try:  # nothing new to save when it crashed at the step its `last` already holds (e.g. right after resume)
+            if trainer.checkpoints.saved_last_at != trainer.step:
+                path = trainer.checkpoint(kind="crash")
         except Exception:
             path = None
+        exit_code, final_state = ExitCode.POLICY, "failed"
         bus.emit(ev.RunFinished(status="failed", steps=trainer.step, reason=f"{type(exc).__name__}: {exc}",
-                                checkpoint=path or trainer.last_checkpoint,
-                                resume_command=resume_command(run_dir), exit_code=1))
-        exit_code, final_state = 1, "failed"
+                                checkpoint=path or trainer.checkpoints.last_checkpoint,
+                                resume_command=resume_command(run_dir), exit_code=int(exit_code)))
     finally:
         system.stop()
         if server is not None:
             server.stop()
-    status.stop(state=final_state, exit_code=exit_code, step=trainer.step)
+    status.stop(state=final_state, exit_code=int(exit_code), step=trainer.step)
     bus.close()
     lock.release()
-    return exit_code
+    return int(exit_code)
 
 
 def _log_crash(run_dir: RunDir, text: str) -> None:
@@ -331,12 +340,9 @@ def _log_crash(run_dir: RunDir, text: str) -> None:
 def _guard(config: cfg.RunConfig) -> tuple[cfg.RunConfig, str]:
     """The memory guard (engine.budget.guard): UsageError listing the options when the run is predicted not
     to fit; with --vram-gb the batch is capped instead, and the note says so. Returns (config, note)."""
-    try:
-        from engine.budget.guard import check_start
-        from engine.budget.measure import device_info
-    except ImportError:
-        return config, ""
     from engine import device as dev
+    from engine.budget.guard import check_start
+    from engine.budget.measure import device_info
 
     try:
         device = dev.resolve(config.train.device)
@@ -362,10 +368,8 @@ def _status_sink(status):
 
 
 def _start_server(run_dir: RunDir, controls, bus):
-    try:
-        from engine.channel import ControlServer
-    except ImportError:
-        return None
+    from engine.channel import ControlServer
+
     server = ControlServer(run_dir, controls, bus)
     server.start()
     return server
@@ -379,7 +383,7 @@ def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int
         return run_prepared(prepared)
     except UsageError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
 
 
 if __name__ == "__main__":

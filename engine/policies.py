@@ -1,13 +1,33 @@
-"""Policies the loop consults, each owning its config: abort on PSNR drop, non-finite steps, checkpoint timing.
+"""Policies the loop consults, each owning its config: abort on a metric drop, non-finite steps, OOM back-off,
+checkpoint timing.
 
 Kept out of the loop so it stays short, and so each rule has one place to read
 and test. All are plain Python (no torch) and serialise to JSON for checkpoints.
+
+Every decision that changes control flow (skip a non-finite step, roll back,
+halve the micro-batch) goes through one function, ``agree(flag) -> bool``: in
+one process it is the identity; a distributed run passes one that all-reduces
+the flag (any rank's True is every rank's), so all ranks take the same branch
+at the same step and no collective is left waiting.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+#: How ranks agree on a decision: ``agree(flag)`` is True on every rank if it is True on any.
+Agree = Callable[[bool], bool]
+
+#: NaN rollbacks to the same checkpoint in a row before the run stops: data that is NaN at a fixed
+#: position replays identically after every rollback, and without a cap the run would loop forever.
+MAX_ROLLBACKS_TO_ONE_STEP = 3
+
+
+def agree(flag: bool) -> bool:
+    """One process: the decision is this process's own (a distributed run replaces this with an all-reduce)."""
+    return bool(flag)
 
 
 @dataclass
@@ -79,3 +99,57 @@ class CheckpointPolicy:
 def eval_due(step: int, every: int, total: int) -> bool:
     """Evaluate every ``every`` steps and always at the last step."""
     return step == total or (every > 0 and step % every == 0)
+
+
+@dataclass
+class NanPolicy:
+    """Non-finite steps: each one is skipped; after ``guard.patience`` in a row, ``policy`` decides.
+
+    ``rollback`` reloads the newest good checkpoint with the LR scaled by
+    ``lr_factor`` (at most MAX_ROLLBACKS_TO_ONE_STEP times to the same step),
+    ``skip`` warns and goes on, ``stop`` ends the run.
+    """
+
+    policy: str
+    guard: NanGuard
+    lr_factor: float = 0.5
+    agree: Agree = field(default=agree, repr=False)
+    #: (step last rolled back to, rollbacks to it in a row).
+    rollback_point: tuple[int, int] = (-1, 0)
+
+    def skip_step(self, finite: bool) -> bool:
+        """Decide (agreed across ranks) whether this step's optimizer update is skipped."""
+        return self.agree(not finite)
+
+    def record(self, skipped: bool) -> str:
+        """Count a step; "ok", "warn" (skipped, patience not reached), or the policy once patience is reached."""
+        if not self.guard.record(not skipped):
+            return "warn" if skipped else "ok"
+        if self.policy == "skip":
+            self.guard.consecutive = 0
+        return self.policy
+
+    def rolled_back(self, step: int) -> bool:
+        """Note a rollback to ``step``; False when that is one too many in a row (the run should stop)."""
+        point, count = self.rollback_point
+        self.rollback_point = (step, count + 1 if point == step else 1)
+        self.guard.consecutive = 0
+        return self.rollback_point[1] <= MAX_ROLLBACKS_TO_ONE_STEP
+
+    def state_dict(self) -> dict:
+        """The counters (JSON, for checkpoints)."""
+        return self.guard.state()
+
+
+@dataclass
+class OomPolicy:
+    """Out of memory in a step: double grad_accum (halving the micro-batch, the effective batch kept) and retry."""
+
+    enabled: bool
+    agree: Agree = field(default=agree, repr=False)
+
+    def backoff(self, batch_size: int, grad_accum: int) -> int | None:
+        """The grad_accum to retry with (agreed across ranks), or None when the OOM must propagate."""
+        if not self.agree(self.enabled and grad_accum < batch_size):
+            return None
+        return min(batch_size, grad_accum * 2)

@@ -20,7 +20,7 @@ from engine.control import Request
 from engine.events import Event
 
 #: Event types that acknowledge a request (they carry its request_id).
-ACK_TYPES = ("setting", "refused")
+ACK_TYPES = ("setting", "refused", "prediction")
 
 
 class SessionError(Exception):

@@ -381,6 +381,8 @@ def prefetcher_for(trainer) -> PlannedPrefetcher:
     def worker_args() -> tuple:
         return trainer.config.model_dump(mode="json"), trainer.task.state_dict()
 
-    return PlannedPrefetcher(trainer._build_batch, worker_args, trainer.config,
+    from engine.prefetch import build_batch
+
+    return PlannedPrefetcher(lambda key: build_batch(trainer.task, key), worker_args, trainer.config,
                              steps_left=lambda: trainer.total_steps - trainer.step,
                              emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")))

@@ -6,6 +6,8 @@
   predicted peak (analytic, or traced for tasks without a closed form), its
   breakdown, the budget and where it came from, device capacity and context,
   the largest batch that fits.
+- ``predict_change(changes) -> dict``: the predicted peak, the budget, whether it
+  fits and the refusal a real request would get (the tune modal's dry run).
 - ``check_change(changes, force) -> str | None``: None when the run with
   ``changes`` (batch_size / attn_chunk / attn_backend) is predicted to fit,
   or there is no budget, or ``force``; else the refusal with its numbers and
@@ -41,7 +43,7 @@ from engine.budget import analytic
 from engine.budget import plan as planner
 from engine.budget.fmt import human
 from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
-from engine.budget.settings import with_settings
+from engine.budget.settings import FIELDS, describe, with_settings
 from engine.config import RunConfig
 
 #: CPU: emit a MemorySampled at least every this many steps.
@@ -149,29 +151,42 @@ class BudgetHook:
             "device": self.info.type, "device_name": self.info.name, "largest_batch": largest, "note": note,
         }
 
-    def check_change(self, changes: dict, force: bool) -> str | None:
-        """None if the change is predicted to fit (or forced, or there is no budget); else the reason."""
+    def predict_change(self, changes: dict) -> dict:
+        """What a change would be judged by: {"predicted", "budget" (bytes or None), "fits", "why"}.
+
+        ``why`` is the refusal a real, unforced request would get ("" when it
+        would apply). The tune modal's dry run and the real ``set`` both come
+        here, so the advice and the refusal cannot disagree.
+        """
         current = self._live()
         try:
-            proposed = with_settings(current, **{k: v for k, v in changes.items()
-                                                 if k in ("batch_size", "attn_chunk", "attn_backend")})
+            proposed = with_settings(current, **{k: v for k, v in changes.items() if k in FIELDS})
+            if "batch_size" in changes and "grad_accum" not in changes:
+                proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
         except Exception as exc:  # a bad value: the config's own one-line message
-            return str(exc)
-        if "batch_size" in changes:
-            proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
+            return {"predicted": None, "budget": None, "fits": False, "why": str(exc)}
         budget = self._budget(proposed)
-        if budget is None or force or not proposed.budget.check or self.trainer is None or self.meter is None:
-            return None
+        if self.trainer is None or self.meter is None:
+            return {"predicted": None, "budget": budget.bytes if budget else None, "fits": True, "why": ""}
         peak = self._predict(proposed)
-        if peak <= budget.bytes:
-            return None
-        what = ", ".join(f"{k} {getattr(current.train if k == 'batch_size' else current.model, k)} → {v}"
-                         for k, v in changes.items())
-        largest = planner.largest_batch(lambda **kw: _Corrected(self, proposed, kw), budget.bytes,
-                                        grad_accum=proposed.train.grad_accum)
-        hint = f"; the largest batch that fits with it is {largest}" if largest else "; not even batch 1 fits"
-        return (f"{what}: predicted peak {human(peak)} > budget {budget.describe()}{hint} "
-                f"(send with force to apply anyway)")
+        if budget is None or peak <= budget.bytes:
+            return {"predicted": peak, "budget": budget.bytes if budget else None, "fits": True, "why": ""}
+        why = ""
+        if proposed.budget.check:
+            what = ", ".join(f"{k} {describe(current).get(k)} → {v}" for k, v in changes.items())
+            largest = planner.largest_batch(lambda **kw: _Corrected(self, proposed, kw), budget.bytes,
+                                            grad_accum=proposed.train.grad_accum)
+            hint = f"; the largest batch that fits with it is {largest}" if largest else "; not even batch 1 fits"
+            why = (f"{what}: predicted peak {human(peak)} > budget {budget.describe()}{hint} "
+                   f"(send with force to apply anyway)")
+        return {"predicted": peak, "budget": budget.bytes, "fits": False, "why": why}
+
+    def check_change(self, changes: dict, force: bool) -> str | None:
+        """None if the change is predicted to fit (or forced, or there is no budget); else the reason."""
+        result = self.predict_change(changes)
+        if result["predicted"] is None and not result["fits"]:
+            return result["why"]  # the value itself is bad: force does not apply it
+        return None if force else (result["why"] or None)
 
     def measure_step(self, step: int):
         """Context for the Trainer's step ``step``: on CPU, now and then, the step's true peak (module docstring)."""

@@ -21,6 +21,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 if TYPE_CHECKING:  # torch only for type names; this module is imported before torch is needed
+    from pathlib import Path
+
     import torch
     from torch import nn
 
@@ -84,6 +86,22 @@ class Task(ABC):
     @abstractmethod
     def eval_batch(self, model: "nn.Module", batch: dict) -> dict[str, float]:
         """Per-batch means of validation metrics; must include ``val_loss``; may include ``psnr_db``."""
+
+    # -- optimisation, metrics, exports ----------------------------------------------
+    def param_groups(self, model: "nn.Module") -> list[dict]:
+        """Optimizer param groups: every trainable parameter, matrices with weight decay, the rest without."""
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        decay = self.config.train.weight_decay
+        return [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": decay},
+                {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
+
+    def finalize_metrics(self, means: dict[str, float]) -> dict[str, float]:
+        """Validation metrics derived from the reduced means (e.g. perplexity = exp(val_loss)); default as is."""
+        return means
+
+    def export(self, model: "nn.Module", out_dir: "Path", kind: str) -> "Path | None":
+        """Write an artefact besides checkpoints (e.g. a PEFT adapter) of ``kind``; default: none."""
+        return None
 
     # -- live settings ---------------------------------------------------------------
     def apply_setting(self, model: "nn.Module", name: str, value: Any) -> None:

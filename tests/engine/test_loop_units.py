@@ -1,7 +1,9 @@
-"""Trainer mechanics in-process with the toy task: data order, accumulation, clipping, precision, schedules."""
+"""Trainer mechanics in-process with the toy task, through public methods: data order, accumulation, clipping,
+precision, schedules, checkpoints."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,16 +11,18 @@ import pytest
 import torch
 
 from engine import config as cfg
-from engine.control import Controls
+from engine.control import Controls, set_value
 from engine.loop import Trainer
+from engine.sample_order import SampleOrder
 from engine.schedule import lr_at
 from engine.sinks import EventBus, MemorySink
 
 torch.set_num_threads(1)
 
 
-def _trainer(tmp_path=None, **train) -> tuple[Trainer, MemorySink]:
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 10, "eval_every": 0, **train}})
+def _trainer(tmp_path=None, checkpoint=None, **train) -> tuple[Trainer, MemorySink]:
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 10, "eval_every": 0, **train},
+                                             "checkpoint": checkpoint or {}})
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls(), checkpoint_dir=tmp_path)
     trainer.setup()
@@ -27,20 +31,61 @@ def _trainer(tmp_path=None, **train) -> tuple[Trainer, MemorySink]:
 
 def test_batch_size_change_neither_replays_nor_skips() -> None:
     trainer, _ = _trainer(batch_size=7)
-    seen = trainer._indices(7) + trainer._indices(7)
-    trainer.batch_size = 3
-    seen += trainer._indices(3) + trainer._indices(5)
-    order = trainer._epoch_order(0)
-    assert seen == [int(i) for i in order[:22]]
+    first = trainer.order.peek([22])[0]
+    trainer.train_step()
+    trainer.train_step()
+    trainer.control.apply([set_value("batch_size", 3)])
+    trainer.train_step()
+    assert trainer.order.state_dict() == {"epoch": 0, "position": 17}
+    assert trainer.order.take(5) == first[17:22], "the next samples are the ones after the 17 already read"
 
 
-def test_epoch_boundary_continues_with_next_permutation() -> None:
-    trainer, _ = _trainer()
-    trainer.config.data.train_samples  # default is large; shrink the epoch through overfit-free path
-    trainer._train_n = lambda: 10
-    first = trainer._indices(6) + trainer._indices(6)
-    assert sorted(first[:10]) == list(range(10)) and trainer.epoch == 1 and trainer.position == 2
-    assert first[10:] == [int(i) for i in trainer._epoch_order(1)[:2]]
+def test_sample_order_crosses_into_the_next_permutation() -> None:
+    order = SampleOrder(10, seed=3)
+    first = order.take(6) + order.take(6)
+    assert sorted(first[:10]) == list(range(10)) and order.state_dict() == {"epoch": 1, "position": 2}
+    assert first[10:] == [int(i) for i in order.shard(1)[:2]]
+
+
+def test_sample_order_world_1_is_the_seeded_permutation_of_today() -> None:
+    order = SampleOrder(1000, seed=7)
+    assert order.take(1000) == [int(i) for i in np.random.default_rng((7, 0)).permutation(1000)]
+
+
+@pytest.mark.parametrize("position", [0, 1, 17, 63])
+def test_sample_order_resumes_exactly_at_any_position(position: int) -> None:
+    whole = SampleOrder(64, seed=5)
+    whole.take(64 + position)
+    expected = whole.take(40)
+    resumed = SampleOrder(64, seed=5)
+    resumed.load_state_dict(json.loads(json.dumps(whole_state(64, 5, 64 + position))))
+    assert resumed.take(40) == expected
+
+
+def whole_state(size: int, seed: int, consumed: int) -> dict:
+    order = SampleOrder(size, seed)
+    order.take(consumed)
+    return order.state_dict()
+
+
+def test_sample_order_shards_are_disjoint_and_cover_the_epoch() -> None:
+    world, size = 4, 48
+    shards = [SampleOrder(size, seed=1, rank=r, world=world) for r in range(world)]
+    taken = [s.take(size // world) for s in shards]
+    assert all(s.state_dict() == {"epoch": 1, "position": 0} for s in shards)
+    assert sorted(i for part in taken for i in part) == list(range(size))
+    assert all(set(a).isdisjoint(b) for n, a in enumerate(taken) for b in taken[n + 1:])
+    uneven = [SampleOrder(50, seed=1, rank=r, world=world) for r in range(world)]
+    assert {len(s.shard(0)) for s in uneven} == {12}, "every rank steps the same number of times"
+
+
+def test_sample_order_refuses_positions_that_are_not_in_it() -> None:
+    order = SampleOrder(10, seed=1)
+    for bad in ({"epoch": 0, "position": 10}, {"epoch": -1, "position": 0}, {"epoch": "0", "position": 0},
+                {"epoch": 0, "position": True}):
+        with pytest.raises(ValueError):
+            order.load_state_dict(bad)
+    assert order.state_dict() == {"epoch": 0, "position": 0}
 
 
 def test_grad_accumulation_matches_one_big_batch() -> None:
@@ -48,8 +93,8 @@ def test_grad_accumulation_matches_one_big_batch() -> None:
     for accum in (1, 4):
         trainer, sink = _trainer(batch_size=16, grad_accum=accum, clip_grad_norm=0)
         for _ in range(3):
-            trainer._train_step()
-            trainer._log_pending()
+            trainer.train_step()
+            trainer.log_step()
         losses[accum] = [e.loss for e in sink.drain() if e.type == "step"]
     assert np.allclose(losses[1], losses[4], rtol=1e-4), losses
 
@@ -57,7 +102,7 @@ def test_grad_accumulation_matches_one_big_batch() -> None:
 def test_clipping_is_applied() -> None:
     trainer, _ = _trainer(clip_grad_norm=1e-3, lr=1.0, schedule="constant", warmup_frac=0.0, weight_decay=0.0)
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    trainer._train_step()
+    trainer.train_step()
     grads_norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in trainer.model.parameters()))
     assert float(grads_norm) <= 1e-3 * 1.01, "gradients must be scaled to the clip norm before the step"
     assert any(not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
@@ -67,11 +112,11 @@ def test_clipping_is_applied() -> None:
 def test_reduced_precision_trains_on_cpu(precision: str) -> None:
     trainer, sink = _trainer(precision=precision, max_steps=5)
     for _ in range(5):
-        trainer._train_step()
-        trainer._log_pending()
+        trainer.train_step()
+        trainer.log_step()
     steps = [e for e in sink.drain() if e.type == "step"]
     assert len(steps) == 5 and all(math.isfinite(e.loss) for e in steps)
-    assert trainer.scaler.is_enabled() == (precision == "fp16")
+    assert trainer.optim.scaler.is_enabled() == (precision == "fp16")
 
 
 def test_schedules_warm_up_and_end_where_documented() -> None:
@@ -98,8 +143,8 @@ def test_a_failed_final_checkpoint_is_not_a_clean_exit(tmp_path, monkeypatch) ->
     from engine import checkpoint as ckpt_module
 
     real_write = ckpt_module.timed_write
-    trainer, sink = _trainer(tmp_path, max_steps=6)
-    trainer.ckpt_policy.every_steps = 3  # a good checkpoint at step 3, then the disk fills up
+    trainer, sink = _trainer(tmp_path, max_steps=6, checkpoint={"every_steps": 3})  # a good one at step 3, then
+    # the disk fills up
 
     def write(path, tensors, meta, keep_previous=False):
         if meta["step"] >= 6:

@@ -1,0 +1,137 @@
+"""The run's checkpoint manager: when to save, where, what to keep, and which file to resume or roll back to.
+
+The file format (atomic safetensors, checksums, no pickle) is engine.checkpoint;
+this component owns the policy around it:
+
+- cadence: ``last`` every ``checkpoint.every_steps`` (and at every eval, the
+  loop's call), ``step-N`` at the same cadence when ``keep_last`` > 0, of
+  which only the newest ``keep_last`` stay; ``best`` on a new best eval.
+- rotation: saving ``last`` moves the previous one to ``last.prev`` only when
+  that previous one is known good (written by this process, or loaded and
+  fully validated by it). A ``last`` that failed validation is replaced, never
+  rotated over a good ``last.prev``; a crash right after a resume saves
+  nothing (the file it resumed from already holds that step).
+- restore: the candidates newest first (last, last.prev, step-N, best); each
+  must verify (checksums), pass the metadata check (types, ranges) and the
+  caller's check against the live model and optimizer (shapes), or it is
+  skipped with a note for the run's log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from engine import checkpoint as ckpt
+from engine import events as ev
+from engine.config import CheckpointConfig
+
+#: ``apply(loaded)``: validate a checkpoint against the live run, then load it; CheckpointError if it does not fit.
+Apply = Callable[[ckpt.Loaded], None]
+
+
+class Checkpointer:
+    """Saves, prunes and restores one run's checkpoints in ``directory`` (None: a run that keeps none)."""
+
+    def __init__(self, directory: Path | None, config: CheckpointConfig, emit: Callable[[ev.Event], None]) -> None:
+        self.directory = Path(directory) if directory else None
+        self.config = config
+        self.emit = emit
+        #: The newest checkpoint on disk that holds this run's state (what a failed save leaves it with).
+        self.last_checkpoint: str | None = None
+        #: Step of the newest ``last`` (written, or resumed from); a save at that step again is skipped.
+        self.saved_last_at = -1
+        #: The last write error (said again when the final save fails).
+        self.error = ""
+        #: True when ``last`` on disk is known good, so a save may rotate it to ``last.prev``.
+        self.last_trusted = False
+
+    # -- cadence -----------------------------------------------------------------------
+    def due(self, step: int) -> bool:
+        """True when ``step`` should write ``last`` (and, with keep_last, a ``step-N``)."""
+        every = self.config.every_steps
+        return self.directory is not None and every > 0 and step > 0 and step % every == 0
+
+    def keeps_steps(self) -> bool:
+        """True when step-N checkpoints are kept beside ``last``."""
+        return self.config.keep_last > 0
+
+    # -- saving ------------------------------------------------------------------------
+    def save(self, which: str, step: int, state: tuple[dict, dict], kind: str | None = None,
+             request_id: str | None = None) -> str | None:
+        """Write ``which`` ("last", "best", "step") with ``state`` = (tensors, meta); its path, None if it failed."""
+        if self.directory is None:
+            return None
+        name = f"step-{step:08d}" if which == "step" else which
+        path = self.directory / f"{name}.safetensors"
+        tensors, meta = state
+        rotate = which == "last" and self.last_trusted
+        try:
+            size, seconds = ckpt.timed_write(path, tensors, meta, keep_previous=rotate)
+        except ckpt.CheckpointWriteError as exc:
+            self.error = str(exc)
+            self.emit(ev.CheckpointFailed(step=step, path=str(path), error=str(exc)))
+            return None
+        if which == "step":
+            self._prune()
+        if which == "last":
+            self.saved_last_at, self.last_trusted = step, True
+        self.last_checkpoint = str(path)
+        self.emit(ev.CheckpointSaved(step=step, path=str(path), kind=kind or which, seconds=seconds, bytes=size,
+                                     digest=ckpt.optimizer_digest(tensors), request_id=request_id))
+        return str(path)
+
+    def _prune(self) -> None:
+        keep = self.config.keep_last
+        files = sorted(self.directory.glob("step-*.safetensors"))
+        for old in files[:-keep] if keep else files:
+            try:
+                old.unlink()
+            except OSError:
+                pass  # a step file that will not go is disk used, not a broken run
+
+    # -- restoring ---------------------------------------------------------------------
+    def restore(self, first: ckpt.Loaded, apply: Apply) -> ckpt.Loaded:
+        """Load ``first`` through ``apply``, else the newest older candidate that fits; CheckpointError if none.
+
+        The returned checkpoint's ``skipped`` lists every file passed over and why.
+        """
+        skipped = list(first.skipped)
+        loaded: ckpt.Loaded | None = first
+        while loaded is not None:
+            try:
+                apply(loaded)
+            except ckpt.CheckpointError as exc:
+                skipped.append(str(exc))
+                loaded = self._older_than(loaded.path, skipped)
+                continue
+            loaded.skipped = skipped
+            self._restored(loaded)
+            return loaded
+        where = self.directory or first.path.parent
+        raise ckpt.CheckpointError(f"{where}: no usable checkpoint ({len(skipped)} damaged: {skipped[0]})")
+
+    def rollback(self, apply: Apply) -> ckpt.Loaded | None:
+        """Load the newest good checkpoint (a NaN rollback); None when there is none."""
+        if self.directory is None:
+            return None
+        try:
+            first = ckpt.load_latest(self.directory)
+            return self.restore(first, apply)
+        except ckpt.CheckpointError:
+            return None
+
+    def _older_than(self, path: Path, skipped: list[str]) -> ckpt.Loaded | None:
+        directory = self.directory or Path(path).parent
+        try:
+            older = ckpt.load_latest(directory, after=path)
+        except ckpt.CheckpointError:
+            return None
+        skipped.extend(older.skipped)
+        return older
+
+    def _restored(self, loaded: ckpt.Loaded) -> None:
+        self.last_checkpoint = str(loaded.path)
+        if loaded.path.name == "last.safetensors":
+            self.last_trusted = True
+            self.saved_last_at = int(loaded.meta["step"])

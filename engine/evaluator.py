@@ -1,0 +1,104 @@
+"""Validation: a pass over the fixed validation subset, the primary metric's best and abort rule, the overfit gate.
+
+Metrics reduce over the set in one of two ways: a task's ``eval_batch`` that
+returns plain numbers gives per-batch means, weighted by batch size; one that
+returns ``(sum, count)`` pairs is pooled (summed over the set, divided once),
+which is what a token-weighted loss needs. ``Task.finalize_metrics`` then
+derives what depends on the reduced means (e.g. perplexity). The pass checks
+``interrupted()`` between batches, so a stop during a long evaluation does not
+wait for its end (the pass is dropped, the loop checkpoints and stops).
+
+State for a checkpoint: the abort policy's (best, strikes) and the first
+validation loss (the overfit gate's reference).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import torch
+
+from engine import events as ev
+from engine.config import TrainConfig
+from engine.policies import AbortPolicy
+
+
+class Evaluator:
+    """Runs validation passes for one task and judges them (best, abort, overfit gate)."""
+
+    def __init__(self, train: TrainConfig, task) -> None:
+        self.train = train
+        self.task = task
+        metric, higher = task.primary_metric
+        self.abort = AbortPolicy(train.abort_drop_db, train.abort_patience, higher_is_better=higher)
+        #: Validation loss of the first (untrained) and the latest evaluation.
+        self.first_val_loss: float | None = None
+        self.last_val_loss: float | None = None
+        #: Why the abort rule fired at the latest evaluation ("" when it did not).
+        self.abort_reason = ""
+
+    def run(self, model, step: int, micro: int, autocast: Callable, device: torch.device,
+            interrupted: Callable[[], bool]) -> ev.EvalDone | None:
+        """One pass in micro-batches of ``micro``; the EvalDone, or None when ``interrupted()`` cut it short."""
+        started = time.perf_counter()
+        overfit = self.train.overfit
+        indices = list(range(overfit)) if overfit else self.task.val_indices()
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+        model.eval()
+        try:
+            with torch.no_grad():
+                for start in range(0, len(indices), micro):
+                    if interrupted():
+                        return None
+                    chunk = indices[start: start + micro]
+                    host = self.task.make_batch(chunk, 0, train=bool(overfit))
+                    batch = {k: v.to(device) for k, v in host.items()}
+                    with autocast():
+                        metrics = self.task.eval_batch(model, batch)
+                    for key, value in metrics.items():
+                        total, count = value if isinstance(value, (tuple, list)) else (float(value) * len(chunk),
+                                                                                       len(chunk))
+                        sums[key] = sums.get(key, 0.0) + float(total)
+                        counts[key] = counts.get(key, 0.0) + float(count)
+        finally:
+            model.train()
+        means = self.task.finalize_metrics({k: v / max(counts[k], 1e-30) for k, v in sums.items()})
+        return self._judge(step, means, time.perf_counter() - started)
+
+    def _judge(self, step: int, means: dict[str, float], seconds: float) -> ev.EvalDone:
+        metric, _ = self.task.primary_metric
+        value = means.get(metric, means.get("val_loss"))
+        is_best, abort = self.abort.update(value)
+        self.abort_reason = (f"val {metric} {value:.2f} sat more than {self.abort.drop} below its best "
+                             f"{self.abort.best:.2f} on {self.abort.strikes} consecutive evals" if abort else "")
+        val_loss = means.pop("val_loss", float("nan"))
+        if self.first_val_loss is None:
+            self.first_val_loss = val_loss
+        self.last_val_loss = val_loss
+        psnr = means.pop("psnr_db", None)
+        metrics = {"val_loss": val_loss, **({"psnr_db": psnr} if psnr is not None else {}), **means}
+        return ev.EvalDone(step=step, val_loss=val_loss, psnr_db=psnr, extra=means, metrics=metrics, primary=metric,
+                           best=self.abort.best, is_best=is_best, seconds=seconds)
+
+    def overfit_verdict(self) -> tuple[bool, str]:
+        """(failed, the line that says so) for an overfit run; (False, "") otherwise."""
+        t = self.train
+        if not t.overfit:
+            return False, ""
+        first, last = self.first_val_loss, self.last_val_loss
+        failed = first is not None and last is not None and not last <= t.overfit_target * first
+        ratio = (last if last is not None else math.nan) / max(first if first is not None else math.nan, 1e-30)
+        return failed, (f"overfit gate {'FAILED' if failed else 'passed'}: val loss {last:.3g} is {ratio:.3f} of "
+                        f"the untrained {first:.3g} (must be <= {t.overfit_target})")
+
+    def state_dict(self) -> dict:
+        """JSON for a checkpoint: ``abort`` (the policy's state) and ``first_val_loss``."""
+        return {"abort": self.abort.state(), "first_val_loss": self.first_val_loss}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue judging from a checkpoint's state."""
+        self.abort = AbortPolicy(**state["abort"])
+        self.first_val_loss = state.get("first_val_loss")
