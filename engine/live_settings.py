@@ -31,6 +31,11 @@ class LiveSettings:
         """Samples per micro-batch (the first, largest one)."""
         return max(1, math.ceil(self.batch_size / self.grad_accum))
 
+    @property
+    def optimizer(self):
+        """The torch optimizer (the budget's CPU meter counts its state as held across steps)."""
+        return self.optim.optimizer
+
     def affects_memory(self, name: str) -> bool:
         """True when the budget judges a change of ``name``."""
         return name in FIELDS
