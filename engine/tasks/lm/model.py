@@ -26,6 +26,7 @@ the same model whatever ran before, and the global RNG is left untouched.
 from __future__ import annotations
 
 import json
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,7 +116,9 @@ def add_lora(model: nn.Module, cfg: LMConfig) -> nn.Module:
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
                         task_type="CAUSAL_LM", bias="none",
                         modules_to_save=norm_names(model) if lora.train_norms else None)
-    with _fake_safe_peft():
+    with _fake_safe_peft(), warnings.catch_warnings():
+        # peft 0.21 asks the model `is_gradient_checkpointing`, which transformers 5 deprecates (FutureWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
         return get_peft_model(model, config)
 
 

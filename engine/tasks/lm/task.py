@@ -138,7 +138,10 @@ class LMTask(Task):
         return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
 
     def make_batch(self, indices: Sequence[int], step: int, train: bool) -> dict[str, torch.Tensor]:
-        windows = np.stack([self.stream.window(int(i), train) for i in indices])
+        # Indices fold onto the windows there are: after a live seq_len change the engine finishes the epoch
+        # in the order it drew for the old window count (the next epoch draws for the new one).
+        n = self.stream.train_windows() if train else self.stream.val_windows()
+        windows = np.stack([self.stream.window(int(i) % n, train) for i in indices])
         return {"tokens": torch.from_numpy(windows.astype(np.int64))}
 
     # -- objective -----------------------------------------------------------------------------
@@ -182,7 +185,11 @@ class LMTask(Task):
 
     # -- live settings -------------------------------------------------------------------------
     def apply_setting(self, model: nn.Module, name: str, value: Any) -> None:
-        """seq_len: re-cut the same stream into windows of the new length (the model needs no change)."""
+        """seq_len: re-cut the same stream into windows of the new length (the model needs no change).
+
+        The rest of the current epoch keeps the sample order drawn for the old window count, folded onto the
+        new windows (make_batch), so that epoch may repeat or skip some tokens; later epochs are exact again.
+        """
         if name != "seq_len":
             raise TaskError(f"task 'lm' has no live setting {name!r}; it has: seq_len")
         stream = self.stream.with_seq_len(int(value))

@@ -51,8 +51,12 @@ def test_windows_are_packed_and_pure(corpus_file) -> None:
 def test_seq_len_setting_recuts_the_same_stream(corpus_file) -> None:
     task = _task(corpus_file)
     before = task.stream.digest
+    old_count = task.train_size()
     task.apply_setting(None, "seq_len", 16)
     assert task.make_batch([2], 0, True)["tokens"].shape == (1, 17)
+    task.apply_setting(None, "seq_len", 64)  # fewer windows: an index drawn for the old count still builds
+    assert task.train_size() < old_count
+    assert task.make_batch([old_count - 1], 0, True)["tokens"].shape == (1, 65)
     assert task.stream.digest == before
     with pytest.raises(TaskError, match="no live setting"):
         task.apply_setting(None, "attn_chunk", 8)
