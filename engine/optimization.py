@@ -81,7 +81,9 @@ class Optimization:
         """
         lr = self.lr(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            # A group's ``lr_mult`` (Task.param_groups) scales the schedule for it, e.g. LoRA+'s lora_B groups
+            # at lr × ratio: the warm-up and the decay still apply to every group.
+            group["lr"] = lr * group.get("lr_mult", 1.0)
         self.scaler.unscale_(self.optimizer)
         max_norm = self.train.clip_grad_norm if self.train.clip_grad_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)

@@ -89,7 +89,9 @@ class Task(ABC):
 
     # -- optimisation, metrics, exports ----------------------------------------------
     def param_groups(self, model: "nn.Module") -> list[dict]:
-        """Optimizer param groups: every trainable parameter, matrices with weight decay, the rest without."""
+        """Optimizer param groups: every trainable parameter, matrices with weight decay, the rest without.
+
+        A group may carry ``lr_mult``: its LR is the schedule's times that (default 1), e.g. LoRA+."""
         trainable = [p for p in model.parameters() if p.requires_grad]
         decay = self.config.train.weight_decay
         return [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": decay},

@@ -108,6 +108,19 @@ def test_clipping_is_applied() -> None:
     assert any(not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
 
 
+def test_a_groups_lr_mult_scales_the_scheduled_lr() -> None:
+    from engine.optimization import Optimization
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    config = cfg.load(task="toy", overrides={"train": {"lr": 0.1, "schedule": "cosine", "warmup_frac": 0.5}})
+    groups = [{"params": list(model[0].parameters())}, {"params": list(model[1].parameters()), "lr_mult": 16.0}]
+    optim = Optimization(config.train, model, groups, torch.device("cpu"), total_steps=10)
+    model(torch.ones(2, 4)).sum().backward()
+    _, lr, _ = optim.step(1, torch.tensor(1.0), {}, lambda finite: False)
+    assert 0 < lr < 0.1  # still warming up
+    assert [g["lr"] for g in optim.optimizer.param_groups] == [lr, 16.0 * lr]
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_reduced_precision_trains_on_cpu(precision: str) -> None:
     trainer, sink = _trainer(precision=precision, max_steps=5)
