@@ -92,6 +92,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     b = parser.add_argument_group("memory budget")
     b.add_argument("--vram-gb", type=float, help="memory budget in GiB (caps the batch size to fit)")
     b.add_argument("--no-vram-check", action="store_true", help="start even when predicted not to fit")
+    from engine.distributed.launch import add_distributed_arguments
+
+    add_distributed_arguments(parser)
 
 
 def _parse_scalar(text: str) -> Any:

@@ -40,6 +40,7 @@ from engine.live_settings import LiveSettings
 from engine.optimization import Optimization, accumulate
 from engine.policies import MAX_ROLLBACKS_TO_ONE_STEP, Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
 from engine.prefetch import lookahead, step_keys
+from engine.distributed.parallel import Single
 from engine.sample_order import SampleOrder
 from engine.sinks import EventBus
 from engine.tasks import make_task
@@ -51,8 +52,12 @@ class Trainer:
     def __init__(self, config: RunConfig, bus: EventBus, controls: Controls | None = None,
                  checkpoint_dir: Path | None = None, resume: ckpt.Loaded | None = None, name: str = "",
                  run_dir: Path | None = None, on_step: Callable[[int], None] | None = None,
-                 agree: Agree = agree) -> None:
-        """``on_step(step)`` is called after every step (the engine's status record); ``agree`` see policies."""
+                 agree: Agree = agree, parallel: Single | None = None) -> None:
+        """``on_step(step)`` is called after every step (the engine's status record); ``agree`` see policies;
+        ``parallel`` is the strategy across processes (engine.distributed.parallel; default one process)."""
+        self.parallel = parallel or Single()
+        if parallel is not None and agree is globals()["agree"]:
+            agree = parallel.agree
         self.config, self.bus, self.resume, self.run_dir, self.agree = config, bus, resume, run_dir, agree
         self.name, self.step = name or config.name, 0
         self.on_step = on_step or (lambda step: None)
@@ -70,6 +75,7 @@ class Trainer:
         self.task = make_task(self.config)  # also attaches the test fault hook (engine.tasks.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
         self.order = SampleOrder(t.overfit or self.task.train_size(), t.seed, shuffle=not t.overfit,
+                                 rank=self.parallel.rank, world=self.parallel.world,
                                  source="train.overfit" if t.overfit else "data.train_samples")
         self.model = self.task.build_model().to(self.device)
         self.params = sum(p.numel() for p in self.model.parameters())
@@ -83,6 +89,7 @@ class Trainer:
         self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         if self.resume:
             self.resume = self.checkpoints.restore(self.resume, self.load)
+        self.train_model = self.parallel.wrap(self.model)  # DDP: the same parameters, gradients synchronised
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Outcome:
@@ -120,7 +127,7 @@ class Trainer:
     def train_step(self) -> None:
         """One optimizer step over batch_size samples in grad_accum micro-batches; an OOM retries smaller."""
         before = self.order.state_dict()
-        indices = self.order.take(self.settings.batch_size)
+        indices = self.order.take(self._per_rank(self.settings.batch_size))
         while True:
             try:
                 with self.budget.measure_step(self.step + 1):  # CPU: now and then, the step's true peak
@@ -144,8 +151,12 @@ class Trainer:
     def _later(self, steps: int) -> list[list[tuple]]:
         """The batch keys of up to ``steps`` steps after this one (not past the end of the run)."""
         steps = max(0, min(steps, self.total_steps - self.step - 1))
-        upcoming = self.order.peek([self.settings.batch_size] * steps)
+        upcoming = self.order.peek([self._per_rank(self.settings.batch_size)] * steps)
         return [self._keys(indices, self.step + s) for s, indices in enumerate(upcoming, start=1)]
+
+    def _per_rank(self, batch_size: int) -> int:
+        """Samples this rank reads a step: the batch size is the job's, split evenly over the ranks."""
+        return max(1, batch_size // self.parallel.world)
 
     def _step_on(self, indices: list[int], started: float) -> None:
         self.optim.zero_grad()
@@ -158,16 +169,21 @@ class Trainer:
                 self.prefetch.ahead(lookahead(keys, i + 1, self.prefetch.depth, self._later))
             batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             weight = len(key[0]) / len(indices)
-            with self.optim.autocast():
-                loss, components = self.task.loss(self.model, batch, self.step)
-            self.optim.backward(loss if weight == 1.0 else loss * weight)
+            with self.parallel.sync(final=i == len(keys) - 1):  # DDP: gradients all-reduced on the last only
+                with self.optim.autocast():
+                    loss, components = self.task.loss(self.train_model, batch, self.step)
+                self.optim.backward(loss if weight == 1.0 else loss * weight)
             total = accumulate(total, loss.detach().float(), weight)
             for name, value in components.items():
                 parts[name] = accumulate(parts.get(name), value.detach().float(), weight)
+        if self.parallel.world > 1:  # the job's loss, not this rank's share: one small all-reduce a step
+            names = list(parts)
+            total, *values = self.parallel.mean(torch.stack([total, *(parts[k] for k in names)]))
+            parts = dict(zip(names, values))
         (total, grad_norm, parts), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
         self.step += 1
         self._pending = (self.step, total, parts, grad_norm, lr, max(time.perf_counter() - started, 1e-9),
-                         len(indices), skipped)
+                         len(indices) * self.parallel.world, skipped)
         decision = self.nan.record(skipped)
         if decision in ("stop", "skip", "rollback"):
             self._nan_patience_reached(decision)

@@ -203,11 +203,13 @@ def _with_flags(config: cfg.RunConfig, overrides: dict) -> cfg.RunConfig:
 
 
 def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool = True,
-                 serve_controls: bool = True, controls=None, extra_sinks=(), ui_shares_machine: bool = False) -> int:
+                 serve_controls: bool = True, controls=None, extra_sinks=(), ui_shares_machine: bool = False,
+                 parallel=None) -> int:
     """Create/open the run directory and train; returns the exit code.
 
     The in-process dashboard passes its own ``controls`` and an in-memory sink in ``extra_sinks``
-    and runs this in a worker thread (so no signal handlers, no console).
+    and runs this in a worker thread (so no signal handlers, no console). Under torchrun this is rank 0's
+    path, with ``parallel`` the strategy (engine.distributed.parallel): the other ranks get its config.
 
     Start-up phases (PhaseStarted) are stamped as they begin and emitted once the event log exists: a viewer
     then shows what the first seconds went into, and the last phase ticks until the first step.
@@ -227,13 +229,16 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     config, run_dir = prepared.config, prepared.run_dir
     phases.append(ev.PhaseStarted(phase="predicting memory"))
     config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
+    if parallel is not None and parallel.world > 1:
+        parallel.broadcast(config)  # the other ranks train exactly what the guard let through
     if prepared.resume is not None:
         _run_resumed_with(prepared.resume, config)
     controls = controls or Controls()
     bus = EventBus()
     # on_step reads `status` when steps run, after the run directory and its status record exist (below).
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
-                      name=run_dir.name, run_dir=run_dir.root, on_step=lambda step: status.update(step=step))
+                      name=run_dir.name, run_dir=run_dir.root, on_step=lambda step: status.update(step=step),
+                      parallel=parallel)
     phases.append(ev.PhaseStarted(phase="building data and model", detail=f"{config.task.name}/{config.task.preset}"))
     try:  # build data, model and optimizer before anything is written: bad input leaves no litter
         trainer.setup()
@@ -378,6 +383,10 @@ def _start_server(run_dir: RunDir, controls, bus):
 def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int:
     """Parse, validate, train; one-line errors with exit 2 for bad input."""
     args = build_parser(prog).parse_args(argv)
+    from engine.distributed import launch
+
+    if launch.wanted(args):  # --nproc-per-node: torchrun in its own session, this process waits for it
+        return launch.run(args, sys.argv[1:] if argv is None else argv)
     try:
         prepared = prepare(args)
         return run_prepared(prepared)

@@ -155,6 +155,10 @@ def _reader_gone() -> int:
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
     from engine.main import UsageError, prepare, run_prepared
+    from engine.distributed import launch
+
+    if launch.wanted(args):  # --nproc-per-node: headless under torchrun; watch it with `attach`
+        return launch.run(args, argv[1:] if argv[:1] == ["train"] else argv)
 
     try:
         prepared = prepare(args)

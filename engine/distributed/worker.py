@@ -1,0 +1,77 @@
+"""``python -m engine.distributed.worker [train flags]``: one rank of a torchrun job (started by ``supervise``).
+
+Every rank validates the flags and opens the same checkpoint (nothing is
+written yet), then all agree that every rank could; only then does rank 0
+create the run directory. Rank 0 runs the engine exactly as one process does
+(events, status, control socket, checkpoints) with the DDP strategy and
+agreed controls; the others train the same steps with no sinks and no
+checkpoint directory, their output only in their torchrun log
+(``RUN_DIR/ranks/``). Rank 0 broadcasts the config it settled on (after the
+memory guard), so every rank trains the same batch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def follow(prepared, parallel) -> int:
+    """A rank other than 0: train in step with rank 0, writing nothing in the run directory."""
+    from engine import main as engine_main
+    from engine import signals
+    from engine.distributed.controls import AgreedControls
+    from engine.loop import Trainer
+    from engine.sinks import EventBus
+
+    config = parallel.broadcast(None)
+    if prepared.resume is not None:
+        engine_main._run_resumed_with(prepared.resume, config)
+    controls = AgreedControls(parallel)
+    trainer = Trainer(config, EventBus(), controls, checkpoint_dir=None, resume=prepared.resume,
+                      name=prepared.run_dir.name, run_dir=prepared.run_dir.root, parallel=parallel)
+    trainer.setup()
+    signals.install(controls, config.train.on_hangup, prepared.run_dir.root / "ranks" / f"rank-{parallel.rank}.log",
+                    note=lambda text: print(text, flush=True))
+    return trainer.run().exit_code
+
+
+def main(argv: list[str]) -> int:
+    """Run this rank; its exit code."""
+    from engine import device as dev
+    from engine.distributed.controls import AgreedControls
+    from engine.distributed.parallel import Ddp, env_world
+    from engine.main import UsageError, build_parser, prepare, run_prepared
+
+    args, _ = build_parser().parse_known_args(argv[1:] if argv[:1] == ["train"] else argv)  # view flags are not ours
+    rank, _, local_rank = env_world()
+    error = None
+    try:
+        prepared = prepare(args)
+    except UsageError as exc:
+        error = str(exc)
+    device = "cpu"
+    if error is None:
+        device = dev.resolve(prepared.config.train.device).type
+        if device == "cuda":
+            import torch
+
+            torch.cuda.set_device(local_rank)  # one GPU per rank on this node
+    parallel = Ddp(device)
+    if parallel.agree(error is not None):  # also the barrier before rank 0 creates the run directory
+        if rank == 0:
+            sys.stderr.write(f"sensorlm-tui: error: {error or 'another rank refused the flags'}\n")
+        return 2
+    try:
+        if rank == 0:
+            code = run_prepared(prepared, parallel=parallel, controls=AgreedControls(parallel))
+        else:
+            code = follow(prepared, parallel)
+    except UsageError as exc:
+        sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+        return 2
+    parallel.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""DDP under torchrun on 2 CPU processes (gloo): same losses as one process, a dead rank named, resume.
+
+Each torchrun job costs ~15-30 s on the shared 2-core box (two interpreters importing torch), so the
+file holds three jobs: one equality run, one killed run and its resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT, cli_env, read_events, run_cli
+
+#: The toy task without dropout (its masks are per sample index and step, so both layouts read the same data).
+TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "model.dropout=0", "--eval-every", "3")
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in read_events(run_dir) if e.get("type") == "step"}
+
+
+def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path):
+    common = (*TOY, "--max-steps", "6", "--set", "train.log_every=1")
+    one = run_cli(*common, "--run-dir", str(tmp_path / "one"), module="engine")
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = run_cli(*common, "--run-dir", str(tmp_path / "two"), "--nproc-per-node", "2", module="engine", timeout=180)
+    assert two.returncode == 0, (two.stdout[-2000:], two.stderr[-2000:])
+    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    # Not bit-identical: DDP adds the two ranks' gradients, one process sums all 8 samples in one reduction
+    # (float summation order); measured differences are ~1e-7 relative.
+    for step in a:
+        assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (step, a[step], b[step])
+    # One console line per step for the job (rank 0's), not one per rank.
+    assert sum(" step " in f" {line.split(':', 1)[-1]}"[:7] for line in two.stdout.splitlines()) <= 6
+    # Rank 0 owns the run directory: one event log, its checkpoints; the other rank only has its log.
+    events = read_events(tmp_path / "two")
+    assert sum(e.get("type") == "run_started" for e in events) == 1
+    names = sorted(p.name for p in (tmp_path / "two").iterdir())
+    assert names == sorted([p.name for p in (tmp_path / "one").iterdir() if p.name != "engine.log"] + ["ranks"])
+    assert any(p.name == "stdout.log" and p.parent.name == "1" for p in (tmp_path / "two" / "ranks").rglob("*"))
+
+
+def _rank_pid(run_dir: Path, rank: int) -> int | None:
+    """The pid of the worker running ``rank`` of the job on ``run_dir`` (from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"engine.distributed.worker" in cmd and str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+def _stepped(run: Path) -> bool:
+    return (run / "events.jsonl").exists() and any(e.get("type") == "step" for e in read_events(run))
+
+
+def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
+    run = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "100000", "--run-dir", str(run),
+                            "--nproc-per-node", "2"], cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _stepped(run):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.2)
+        pid = _rank_pid(run, 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = job.communicate(timeout=60)
+        assert time.monotonic() - killed < 30
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 1, err[-2000:]
+    assert "rank 1 exited with code -9 (SIGKILL)" in err
+    finished = [e for e in read_events(run) if e.get("type") == "run_finished"][-1]
+    assert "rank 1" in finished["reason"] and finished["resume_command"].endswith(f"--resume {run}")
+    status = json.loads((run / "status.json").read_text())
+    assert (status["state"], status["failed_rank"], status["failed_exit_code"]) == ("failed", 1, -9)
+
+    stopped_at = finished["steps"]
+    more = run_cli("--resume", str(run), "--max-steps", str(stopped_at + 3), "--nproc-per-node", "2",
+                   module="engine", timeout=180)
+    assert more.returncode == 0, (more.stdout[-2000:], more.stderr[-2000:])
+    last = [e for e in read_events(run) if e.get("type") == "run_finished"][-1]
+    assert (last["status"], last["steps"]) == ("finished", stopped_at + 3)
