@@ -131,11 +131,11 @@ def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = 
 
 
 def run(quick: bool = False) -> Section:
-    """Suite entry: full 100 steps (window 20-80) × 3 rounds, quiet and loaded; quick 60 steps (15-50) × 3."""
+    """Suite entry: full 100 steps (window 20-80) × 3 rounds, quiet and loaded; quick 40 steps (10-35) × 3."""
     if smoke():
         steps, window, rounds = 8, (3, 7), 1
     elif quick:
-        steps, window, rounds = 60, (15, 50), 3
+        steps, window, rounds = 40, (10, 35), 3
     else:
         steps, window, rounds = 100, (20, 80), 3
     return section(measure(steps, window, rounds, with_load=not smoke()), steps, window, rounds, quick)

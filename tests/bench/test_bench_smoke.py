@@ -101,7 +101,8 @@ def test_dashboard_overhead_table(monkeypatch):
     section = dash.run()
     assert isinstance(section, Section)
     text = "\n".join(section.verdicts)
-    assert "with ÷ without the dashboard (slices; dashboard issue): 0.995 — goal ≥ 0.99 met" in text
+    assert "with ÷ without the dashboard (slices; dashboard issue): 0.995 — goal ≥ 0.99 met; run-to-run spread " \
+           "0.990–1.000 over 2 slice pairs" in text
     assert "--in-process ÷ headless steps/s (runs): 0.9 — goal ≥ 0.95 MISSED" in text
     assert "| slices of one run | engine + dashboard attached (process mode) | 9.95" in section.body
 
