@@ -25,6 +25,9 @@ Two ways, ``train.data_workers``:
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Callable, Hashable, Sequence
 
@@ -43,9 +46,20 @@ def _init_worker(config_json: dict, task_state: dict | None) -> None:
     from engine.tasks import make_task
 
     torch.set_num_threads(1)  # N workers beside the trainer: one core each, not N × all cores
+    _exit_with_parent(os.getppid())
     task = make_task(cfg.validate(config_json, "data worker"))
     task.setup(task_state)
     _WORKER_TASK = task
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A daemon thread ending this worker once its trainer is gone (a SIGKILLed engine leaves no orphans)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def build_batch(task, key: tuple) -> dict:
