@@ -72,3 +72,45 @@ def test_worker_processes_give_the_same_run() -> None:
     off, _ = _losses(False, batch_size=12, grad_accum=2)
     assert on == off and len(on) == 12
     assert trainer.prefetch.hits >= 12 * 2 - 2  # up to two ahead: all but the first one or two were guessed
+
+
+def test_a_worker_exits_when_its_trainer_is_killed() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    script = """
+import json, os, psutil
+from engine import config as cfg
+from engine.prefetch import Prefetcher
+c = cfg.load(task="toy")
+p = Prefetcher(lambda key: key, workers=1, worker_args=(c.model_dump(mode="json"), None))
+p.ahead([((1, 2), 0)])
+p.take(((1, 2), 0))  # a worker's result: it is up
+print(json.dumps([child.pid for child in psutil.Process().children()]), flush=True)
+os._exit(9)  # no close(), no atexit: what SIGKILL leaves behind
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    children = json.loads(out.stdout.strip().splitlines()[-1])
+    assert children, out.stderr
+    deadline = time.monotonic() + 20
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in children if _alive(pid)]
+    for pid in alive:
+        os.kill(pid, 9)
+    assert not alive, f"orphaned worker processes {alive}"
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
