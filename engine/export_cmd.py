@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
+from engine.exit_codes import ExitCode
 
 
 class ExportError(Exception):
@@ -92,6 +92,6 @@ def main(args: argparse.Namespace) -> int:
         path = export_run(args.run, args.checkpoint, args.kind, args.out)
     except ExportError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     print(path)
     return 0

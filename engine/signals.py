@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 from engine.control import Controls, checkpoint_now
-
-EXIT_INTERRUPTED = 130
+from engine.exit_codes import ExitCode
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -49,7 +48,7 @@ def install(controls: Controls, on_hangup: str, log_path: Path, note=print) -> N
             if interrupts["count"] >= 2:
                 controls.request_stop("second SIGINT: stopped at once, no checkpoint")
                 raise KeyboardInterrupt
-        controls.request_graceful(f"{name}: checkpointed and stopped", EXIT_INTERRUPTED)
+        controls.request_graceful(f"{name}: checkpointed and stopped", ExitCode.INTERRUPTED)
 
     def on_hup(signum, frame):
         if not had_terminal and on_hangup == "continue":
@@ -58,7 +57,7 @@ def install(controls: Controls, on_hangup: str, log_path: Path, note=print) -> N
         _redirect_output(log_path)
         if on_hangup == "stop":
             note("SIGHUP: terminal gone; checkpointing and stopping (--on-hangup stop)")
-            controls.request_graceful("SIGHUP: checkpointed and stopped (--on-hangup stop)", EXIT_INTERRUPTED)
+            controls.request_graceful("SIGHUP: checkpointed and stopped (--on-hangup stop)", ExitCode.INTERRUPTED)
         else:
             note(f"SIGHUP: terminal gone; training goes on, output now in {log_path}")
 

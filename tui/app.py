@@ -61,7 +61,7 @@ def check_refresh(hz: float | None) -> float:
 
 def _describe_request(request: control.Request) -> str:
     if request.action == "set":
-        return f"set {request.name}={request.value}"
+        return f"set {request.name}={request.value}" + (" (forced)" if request.force else "")
     if request.action == "abort":
         return f"abort ({request.mode})"
     return request.action.replace("_", " ")

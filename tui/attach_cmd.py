@@ -23,14 +23,13 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from engine.exit_codes import ExitCode
 from tui.run_index import DEFAULT_ROOT, RunLookupError, resolve
-
-EXIT_BAD_INPUT = 2
 
 
 def _error(text: str) -> int:
     sys.stderr.write(f"sensorlm-tui: error: {text}\n")
-    return EXIT_BAD_INPUT
+    return ExitCode.BAD_INPUT
 
 
 def _has_terminal() -> bool:

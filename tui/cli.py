@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from engine.cli_args import OneLineParser, add_train_arguments
-
-EXIT_BAD_INPUT = 2
+from engine.exit_codes import ExitCode
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,11 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="machine-readable output")
 
     plan = sub.add_parser("plan", help="predict memory, find the largest batch that fits, recommend settings")
-    try:
-        from engine.budget.plan_cli import add_arguments
-        add_arguments(plan)
-    except ImportError:
-        pass
+    from engine.budget.plan_cli import add_arguments
+    add_arguments(plan)
 
     data = sub.add_parser("data", help="write a task's synthetic data set, or check a data directory")
     data_tasks = data.add_subparsers(dest="data_task", required=True, parser_class=OneLineParser)
@@ -113,11 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             from tui.runs_cmd import main as runs_main
             return runs_main(args)
         if args.command == "plan":
-            try:
-                from engine.budget.plan_cli import main as plan_main
-            except ImportError:
-                sys.stderr.write("sensorlm-tui: error: plan: the memory planner is not installed in this build\n")
-                return EXIT_BAD_INPUT
+            from engine.budget.plan_cli import main as plan_main
             return plan_main(args)
         if args.command == "plot":
             from tui.plot_cmd import main as plot_main
@@ -138,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `runs --json | head`: the reader has all it wanted
         return _reader_gone()
     parser.print_help()
-    return EXIT_BAD_INPUT
+    return ExitCode.BAD_INPUT
 
 
 def _reader_gone() -> int:
@@ -164,13 +156,13 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         prepared = prepare(args)
     except UsageError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     if args.headless or not _has_terminal() or not _dashboard_available():
         try:
             code = run_prepared(prepared)
         except UsageError as exc:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-            return EXIT_BAD_INPUT
+            return ExitCode.BAD_INPUT
         if args.plot is not None:
             from tui.plot_cmd import plot_after_run
             plot_after_run(prepared.run_dir.root, args.plot or None)

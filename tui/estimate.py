@@ -21,11 +21,9 @@ class EstimateError(Exception):
 
 
 def default_estimator() -> Optional[Estimator]:
-    """engine.budget.analytic.estimate (torch-free closed form), or None when not installed."""
-    try:
-        from engine.budget.analytic import estimate
-    except ImportError:
-        return None
+    """engine.budget.analytic.estimate (torch-free closed form)."""
+    from engine.budget.analytic import estimate
+
     return estimate
 
 

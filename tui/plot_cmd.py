@@ -21,7 +21,8 @@ import shutil
 import sys
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
+from engine.exit_codes import ExitCode
+
 #: Markers of overlaid runs without colour (with colour every run has its own colour and the first marker).
 MARKERS = ("hd", "•", "x", "+", "*", "o")
 
@@ -97,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
         text = render(runs, args.metric, width, height, colour)
     except PlotError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_BAD_INPUT = 2
+from engine.exit_codes import ExitCode
+
 #: Bytes per parameter in the analytic model's "weights" term (fp32 master weights).
 _WEIGHT_BYTES = 4
 #: Model fields shown in the shape column, when the task's config has them.
@@ -41,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
 
     if args.task not in PRESETS:
         sys.stderr.write(f"sensorlm-tui: error: --task {args.task!r}: allowed: {', '.join(PRESETS)}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     print(f"{'preset':<8} {'parameters':>14}  shape")
     for name, preset in PRESETS[args.task].items():
         model = preset.get("model", {})

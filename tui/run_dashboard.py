@@ -14,10 +14,10 @@ import sys
 from typing import Callable
 
 import themes
+from engine.exit_codes import ExitCode
 from engine.session import Session
 
 #: Exit code for bad dashboard options (--theme, --refresh), as everywhere in the CLI.
-EXIT_BAD_INPUT = 2
 #: Seconds to wait after the app exits for the worker to close the session before printing the summary
 #: (the interpreter still joins the worker at exit; this only orders the summary after the close).
 CLOSE_WAIT_S = 30.0
@@ -42,7 +42,7 @@ def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None =
         check_refresh(refresh)
     except ValueError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     if estimator is None:
         from tui.estimate import default_estimator
 

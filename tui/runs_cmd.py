@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+from engine.exit_codes import ExitCode
 from tui.format import human_duration
 from tui.run_index import RunSummary, list_runs
 from tui.trend import trend
 
-EXIT_BAD_INPUT = 2
 
 _HEADERS = ("NAME", "STATE", "STEP", "BEST PSNR", "TREND", "LAST CHECKPOINT", "AGE")
 
@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
         what = "not a directory" if root.exists() else "no such directory"
         sys.stderr.write(f"sensorlm-tui: error: runs {root}: {what}; give the directory that holds your runs "
                          f"(default ./runs)\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     runs = list_runs(root)
     if args.json:
         print(json.dumps([{**r.to_json(), "trend": _trend_json(r)} for r in runs], indent=1))

@@ -56,11 +56,9 @@ def make_session_factory(args: argparse.Namespace, argv: list[str], prepared):
 
 
 def default_estimator():
-    """The analytic memory estimate for the tune screen, when the budget package is installed."""
-    try:
-        from engine.budget.analytic import estimate
-    except ImportError:
-        return None
+    """The analytic memory estimate for the tune screen (engine.budget.analytic, torch-free)."""
+    from engine.budget.analytic import estimate
+
     return estimate
 
 

@@ -19,8 +19,7 @@ from engine.budget import plan as planner
 from engine.budget.analytic import NoAnalyticModel
 from engine.budget.fmt import GIB, human
 from engine.budget.measure import DeviceInfo, nvml_device_info
-
-EXIT_BAD_INPUT = 2
+from engine.exit_codes import ExitCode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
         plan = planner.make_plan(config, budget, device=target)
     except (ConfigError, NoAnalyticModel, ValueError) as exc:
         sys.stderr.write(f"sensorlm-tui: error: {str(exc).splitlines()[0]}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     traced = None
     if args.trace:
         from engine.budget.settings import with_settings

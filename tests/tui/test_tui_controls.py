@@ -154,6 +154,26 @@ async def test_tune_refused_shows_the_engines_reason():
 
 
 @pilot_test
+async def test_enter_on_the_force_checkbox_applies_it_ticked_and_the_change_says_forced():
+    app, session = make()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        tune = app.screen
+        tune.query_one("#tune-batch").value = "64"
+        force = tune.query_one("#tune-force")
+        force.focus()
+        await pilot.press("space")
+        assert force.value is True
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: tune.results, "ack in the tune modal")
+        assert force.value is True, "enter applies; it must not un-tick the force it sends"
+        assert app.status_text.startswith("set batch_size=64 (forced): done")
+    assert [(r.name, r.value, r.force) for r in session.sent] == [("batch_size", 64, True)]
+
+
+@pilot_test
 async def test_toggles_change_the_loss_plot():
     app, _ = make()
     async with app.run_test(size=(120, 40)) as pilot:

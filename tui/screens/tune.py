@@ -33,6 +33,13 @@ _INPUTS = {"batch_size": "#tune-batch", "attn_chunk": "#tune-chunk", "lr": "#tun
 GRID_FACTORS = (0.25, 0.5, 1, 2, 4)
 
 
+class ForceBox(Checkbox, inherit_bindings=False):
+    """The force checkbox: space (or a click) ticks it; enter applies the form, as in every other field
+    (Checkbox's own enter binding toggled it, so enter un-ticked the force it was meant to send)."""
+
+    BINDINGS = [Binding("space", "toggle_button", "toggle", show=False)]
+
+
 class TuneScreen(ModalScreen[None]):
     """Edit settings with a live memory estimate; enter applies, escape closes."""
 
@@ -70,7 +77,7 @@ class TuneScreen(ModalScreen[None]):
                 yield Label("learning rate")
                 yield Input(short_float(c.get("lr"), 6) if c.get("lr") else "", id="tune-lr", type="number",
                             compact=True)
-            yield Checkbox("force: skip the engine's budget check", id="tune-force")
+            yield ForceBox("force: skip the engine's budget check", id="tune-force")
             yield Static("", id="tune-estimate")
             yield Static("", id="tune-grid")
             yield Static("", id="tune-results")

@@ -14,10 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.exit_codes import ExitCode
 from engine.tasks.base import TaskError
 from engine.tasks.gapfill.spec import SyntheticConfig
-
-EXIT_BAD_INPUT = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,10 +59,10 @@ def main(args: argparse.Namespace) -> int:
         error = exc.errors()[0]
         sys.stderr.write(f"sensorlm-tui: error: --{'-'.join(map(str, error['loc'])).replace('_', '-')}: "
                          f"{error['msg']}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     except (TaskError, OSError) as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     print(f"{out}: {len(manifest['shards'])} shards, digest {manifest['digest'][:12]}, splits "
           + ", ".join(f"{k} {len(v)} days" for k, v in manifest["splits"].items()))
     return 0
