@@ -4,7 +4,8 @@
     python -m bench --only gapfill_learning [--quick]      (as a suite section)
 
 Each seed is one headless ``sensorlm-tui train --task gapfill --preset demo`` in a temporary run
-directory (its own process, the default torch threads); the data set is generated once into a
+directory (its own process, one torch thread: on a box shared by several jobs a second thread only
+spins; on a quiet one, two are faster); the data set is generated once into a
 temporary cache shared by the seeds. The numbers are the last validation event's metrics: the
 fixed, evenly spaced validation subset with deterministic damage, half short gaps (1-4 frames)
 and half long (24-144 frames), on which the task also scores the baselines: nearest frame and
@@ -41,7 +42,7 @@ def train(seed: int, run_dir: Path, cache: Path, steps: int | None) -> tuple[dic
     """One headless demo run; (its last eval's metrics, wall seconds)."""
     started = time.perf_counter()
     command = [python(), "-m", "tui.cli", "train", "--headless", "--task", "gapfill", "--preset", "demo",
-               "--run-dir", str(run_dir), "--seed", str(seed)]
+               "--run-dir", str(run_dir), "--seed", str(seed), "--threads", "1"]
     if steps is not None:
         command += ["--max-steps", str(steps)]
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800,
