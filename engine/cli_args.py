@@ -10,14 +10,14 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
-from engine.config import ConfigError
+from engine.config import SETTING_FLAGS, ConfigError
+from engine.tasks import DEFAULT_TASK
 
 #: flag dest → dotted config field it sets.
 FLAG_FIELDS: dict[str, str] = {
     "task": "task.name",
     "preset": "task.preset",
     "data": "data.path",
-    "captions": "data.captions_path",
     "max_steps": "train.max_steps",
     "eval_every": "train.eval_every",
     "batch_size": "train.batch_size",
@@ -32,8 +32,6 @@ FLAG_FIELDS: dict[str, str] = {
     "device": "train.device",
     "threads": "train.threads",
     "on_hangup": "train.on_hangup",
-    "attn_backend": "model.attn_backend",
-    "attn_chunk": "model.attn_chunk",
     "checkpoint_every": "checkpoint.every_steps",
     "vram_gb": "budget.vram_gb",
     "name": "name",
@@ -62,9 +60,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("run")
     g.add_argument("--config", metavar="TOML", help="TOML file with any config fields")
     g.add_argument("--preset", help="named preset: demo, tiny, small, base (default demo)")
-    g.add_argument("--task", help="task to train (default sensorlm; toy is the engine's self-test task)")
-    g.add_argument("--data", metavar="CSV", help="CSV of minute-level sensor data (sets data.source=csv)")
-    g.add_argument("--captions", metavar="CSV", help="captions CSV keyed by window start (with --data)")
+    g.add_argument("--task", help=f"task to train (default {DEFAULT_TASK}; toy is the engine's self-test task; `presets` lists all)")
+    g.add_argument("--data", metavar="PATH", help="data file or directory in the task's format (data.path; "
+                   "default: the task's synthetic data)")
     g.add_argument("--run-dir", metavar="DIR", help="run directory (default ./runs/<timestamp>)")
     g.add_argument("--name", help="run name (default a timestamp)")
     g.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest good checkpoint")
@@ -85,16 +83,57 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--overfit", type=_integer, metavar="N", help="overfit gate on N frozen samples")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
     t.add_argument("--threads", type=_integer, help="torch intra-op threads")
-    t.add_argument("--attn-backend", choices=["sdpa", "math", "chunked"])
-    t.add_argument("--attn-chunk", type=_integer)
     t.add_argument("--checkpoint-every", type=_integer, metavar="N")
     t.add_argument("--on-hangup", choices=["continue", "stop"], help="SIGHUP: keep training (default) or stop")
+    _add_setting_flags(parser)
     b = parser.add_argument_group("memory budget")
     b.add_argument("--vram-gb", type=float, help="memory budget in GiB (caps the batch size to fit)")
     b.add_argument("--no-vram-check", action="store_true", help="start even when predicted not to fit")
     from engine.distributed.launch import add_distributed_arguments
 
     add_distributed_arguments(parser)
+
+
+def setting_flags() -> dict[str, list]:
+    """Live-setting name → the settings the built-in tasks declare under it (the flags ``train`` offers)."""
+    from engine import tasks
+
+    out: dict[str, list] = {}
+    for name in tasks.BUILTIN_SPECS:  # plugins' settings go through --set; a broken plugin must not break --help
+        for setting in tasks.get_spec(name).capabilities.settings:
+            out.setdefault(setting.name, []).append((name, setting))
+    return out
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per live setting a built-in task declares (``--attn-chunk``); it sets that task's field."""
+    group = parser.add_argument_group("task settings (the task's own; also --set <task>.<field>=VALUE)")
+    for name, owners in setting_flags().items():
+        _, setting = owners[0]
+        kw: dict[str, Any] = {"dest": f"setting__{name}",
+                              "help": f"{setting.help or setting.label} (task {', '.join(t for t, _ in owners)})"}
+        choices = sorted({c for _, s in owners for c in s.choices}, key=str)
+        if setting.kind == "choice" and all(isinstance(c, bool) for c in choices):
+            kw.update(type=_boolean, choices=choices, metavar="{true,false}")
+        elif setting.kind == "choice":
+            kw["choices"] = choices
+        else:
+            kw["type"] = _integer if setting.kind == "int" else float
+        group.add_argument("--" + name.replace("_", "-"), **kw)
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.lower() in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (true or false)")
+
+
+def flag_of_setting(name: str, value: Any) -> str:
+    """The flag text that selects task setting ``name`` = ``value`` (``--attn-chunk 64`` style)."""
+    shown = str(value).lower() if isinstance(value, bool) else value
+    return f"--{name.replace('_', '-')} {shown}"
 
 
 def _parse_scalar(text: str) -> Any:
@@ -130,8 +169,9 @@ def overrides_from(args: argparse.Namespace) -> dict:
         value = getattr(args, dest, None)
         if value is not None:
             put(dotted, value)
-    if getattr(args, "data", None):
-        put("data.source", "csv")
+    for dest, value in vars(args).items():
+        if dest.startswith("setting__") and value is not None:
+            out.setdefault(SETTING_FLAGS, {})[dest.removeprefix("setting__")] = value
     if getattr(args, "no_vram_check", False):
         put("budget.check", False)
     return out

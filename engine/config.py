@@ -1,8 +1,18 @@
 """Run configuration: pydantic v2 models, TOML loading, presets and CLI overrides.
 
+The core's sections are the ones every task shares: ``name``, ``task`` (name and
+preset), ``train``, ``data`` (where the data is), ``checkpoint`` and ``budget``.
+Each task brings its own section, named after it (``[toy]``, or sub-tables like ``[<task>.model]``),
+declared by its torch-free spec (engine.tasks.<name>.spec). ``RunConfig`` is the
+shared part; ``config_class(task)`` is RunConfig with that task's section added
+as a field of the task's name (built once per task with pydantic's
+``create_model``, so validation, error locations and ``model_dump`` treat it like
+any other section), and ``config.task_config`` reaches it without knowing the name.
+
 Precedence, lowest first: field defaults → the task's preset → the TOML file
 (``--config``) → CLI flags. The resolved config is written to the run
-directory as ``config.toml`` and is what ``--resume`` reads back.
+directory as ``config.toml`` with ``version = 2`` and is what ``--resume`` reads
+back; older layouts are migrated first (engine.migrate).
 
 Every error is a ``ConfigError`` whose message is one line naming the place
 (``file:line``, ``field`` or ``--flag``), the value and what is allowed.
@@ -13,19 +23,19 @@ from __future__ import annotations
 
 import re
 import tomllib
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationError, create_model
 
-from engine.presets import PRESETS
+from engine import migrate
+from engine import tasks as registry
+from engine.sections import MAX_SEED, MAX_VAL_SAMPLES, Section  # noqa: F401 - re-exported
+
+_Section = Section  # the name older modules import
 
 
-#: Largest seed: torch.manual_seed takes a signed 64-bit value at most (2**64 raised OverflowError mid-setup).
-MAX_SEED = 2**63 - 1
-#: Most validation samples: every eval runs them all (10**12 was accepted and never finished an eval).
-MAX_VAL_SAMPLES = 1_000_000
 #: An Adam beta: a decay rate in [0, 1) (torch raised "Invalid beta parameter" without naming the field).
 Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -34,86 +44,19 @@ class ConfigError(ValueError):
     """A bad configuration value; ``str()`` is the one-line message for the user."""
 
 
-class _Section(BaseModel):
-    """Strict base: unknown keys are errors and values are re-validated on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_numbers(cls, value: Any, info) -> Any:
-        # Lax mode would read `batch_size = true` as 1; a boolean where a number belongs is a mistake.
-        if isinstance(value, bool):
-            annotation = cls.model_fields[info.field_name].annotation
-            if annotation in (int, float) or (annotation is not bool and float in getattr(annotation, "__args__", ())):
-                raise PydanticCustomError("bool_not_number", "expected a number, not true/false")
-        return value
-
-
 class TaskConfig(_Section):
     """Which task trains, and with which preset."""
 
-    name: str = Field("sensorlm", description="Task to train: a name in engine.tasks.TASKS.")
-    preset: str = Field("demo", description="Named preset the defaults start from (demo, tiny, small, base).")
-
-
-class ModelConfig(_Section):
-    """Model shape. Transformer-shaped fields shared by tasks; a task ignores what it has no use for."""
-
-    dim: int = Field(64, ge=8, le=8192, description="Width of the sensor encoder (tokens' embedding size).")
-    depth: int = Field(2, ge=1, le=128, description="Number of sensor-encoder blocks.")
-    heads: int = Field(4, ge=1, le=128, description="Attention heads per block; must divide dim.")
-    mlp_ratio: float = Field(4.0, gt=0, le=16, description="MLP hidden width as a multiple of dim.")
-    patch_time: int = Field(60, ge=1, le=1440, description="Patch length along time, in minutes.")
-    patch_channels: int = Field(4, ge=1, le=64, description="Patch height across channels.")
-    text_dim: int = Field(64, ge=8, le=8192, description="Width of the text encoder and caption decoder.")
-    text_depth: int = Field(1, ge=1, le=64, description="Text-encoder blocks.")
-    decoder_depth: int = Field(1, ge=1, le=64, description="Caption-decoder blocks (self- + cross-attention).")
-    text_heads: int = Field(4, ge=1, le=128, description="Attention heads in the text side; must divide text_dim.")
-    max_caption_tokens: int = Field(48, ge=4, le=1024, description="Caption length in tokens (padded/truncated).")
-    vocab_size: int = Field(2048, ge=16, le=262144, description="Upper bound on the tokenizer's vocabulary.")
-    embed_dim: int = Field(64, ge=8, le=4096, description="Shared sensor/text embedding size for the contrastive loss.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout probability in blocks (0 keeps runs bit-exact).")
-    attn_backend: Literal["sdpa", "math", "chunked"] = Field(
-        "sdpa", description="sdpa: fused scaled_dot_product_attention; math: explicit softmax(QK^T)V; "
-        "chunked: query chunks of attn_chunk rows, recomputed in backward.")
-    attn_chunk: int = Field(256, ge=1, le=65536, description="Query rows per chunk for attn_backend=chunked.")
-    activation_checkpointing: bool = Field(False, description="Recompute each block in backward to save memory.")
-    contrastive: Literal["infonce", "siglip"] = Field(
-        "infonce", description="Contrastive loss: infonce (softmax over the batch, as CLIP) or siglip (pairwise sigmoid).")
-    w_contrastive: float = Field(1.0, ge=0, le=1000, description="Weight of the sensor-caption contrastive loss.")
-    w_caption: float = Field(1.0, ge=0, le=1000, description="Weight of the captioning cross-entropy.")
-    w_recon: float = Field(1.0, ge=0, le=1000, description="Weight of the masked-patch reconstruction MSE.")
-    contrastive_encoder_grad: float = Field(
-        1.0, ge=0, le=1, description="Scale of the contrastive gradient reaching the sensor encoder "
-        "(1: end-to-end, as CoCa; 0: only the pooler and projections learn from it, as LiT's locked tower).")
-    text_view: Literal["clean", "masked"] = Field(
-        "clean", description="What the contrastive and caption heads read: clean (a second, unmasked encoder "
-        "pass: one more encoder forward and backward, and its activations) or masked (the reconstruction "
-        "pass's tokens: cheaper, but retrieval did not learn on demo with it).")
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelConfig":
-        if self.dim % self.heads:
-            raise ValueError(f"model.heads={self.heads} must divide model.dim={self.dim}")
-        if self.text_dim % self.text_heads:
-            raise ValueError(f"model.text_heads={self.text_heads} must divide model.text_dim={self.text_dim}")
-        return self
+    name: str = Field(registry.DEFAULT_TASK, description="Task to train: a built-in task or an installed plugin "
+                      "(`sensorlm-tui presets` lists them).")
+    preset: str = Field("demo", description="Named preset the defaults start from (the task's own presets).")
 
 
 class DataConfig(_Section):
-    """Where samples come from and how they are corrupted for reconstruction."""
+    """Where the data comes from; what it looks like is the task's business (its own section)."""
 
-    source: Literal["synthetic", "csv"] = Field("synthetic", description="synthetic (generated, no files) or csv.")
-    path: Optional[str] = Field(None, description="CSV file of minute-level data (source=csv).")
-    captions_path: Optional[str] = Field(None, description="Optional captions CSV keyed by window start (source=csv).")
-    channels: int = Field(32, ge=1, le=64, description="Number of sensor channels (synthetic data: 26-34 realistic).")
-    minutes: int = Field(1440, ge=60, le=10080, description="Window length in minutes (a day is 1440).")
-    train_samples: int = Field(100_000, ge=1, description="Synthetic training windows (generated on demand).")
-    val_samples: int = Field(64, ge=1, le=MAX_VAL_SAMPLES, description="Validation windows, a fixed evenly spaced subset.")
-    val_fraction: float = Field(0.1, gt=0, lt=1, description="CSV data: fraction of days held out for validation.")
-    mask_ratio: float = Field(0.5, gt=0, lt=1, description="Fraction of patches masked for reconstruction.")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic data generator (independent of train.seed).")
+    path: Optional[str] = Field(None, description="Data file or directory, in the task's format (none: the "
+                                "task's synthetic data, where it has one).")
 
 
 class TrainConfig(_Section):
@@ -140,7 +83,8 @@ class TrainConfig(_Section):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
     overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
     overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x the untrained one.")
-    abort_drop_db: float = Field(1.5, ge=0, description="Abort when val PSNR sits this many dB below its best...")
+    abort_drop: float = Field(1.5, ge=0, description="Abort when the primary metric sits this much worse than its "
+                              "best, in its own unit...")
     abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort).")
     nan_policy: Literal["skip", "rollback", "stop"] = Field(
         "rollback", description="After nan_patience consecutive non-finite steps: roll back to last good or stop.")
@@ -163,7 +107,7 @@ class CheckpointConfig(_Section):
 
     every_steps: int = Field(100, ge=0, description="Write `last` every N steps (and at every eval); 0 = evals only.")
     keep_last: int = Field(0, ge=0, description="Also keep this many step-N checkpoints (0 = none).")
-    save_best: bool = Field(True, description="Write `best` when val PSNR (or val loss) improves.")
+    save_best: bool = Field(True, description="Write `best` when the primary metric improves.")
 
 
 class BudgetConfig(_Section):
@@ -175,18 +119,47 @@ class BudgetConfig(_Section):
 
 
 class RunConfig(_Section):
-    """The whole resolved configuration of one run."""
+    """The shared part of a run's resolved configuration; ``config_class(task)`` adds the task's section."""
 
+    version: int = Field(migrate.CONFIG_VERSION, ge=migrate.CONFIG_VERSION, le=migrate.CONFIG_VERSION,
+                         description="Layout version of this file (older ones are migrated on read).")
     name: str = Field("", description="Run name (default: a timestamp); the run directory is runs/<name>.")
     task: TaskConfig = Field(default_factory=TaskConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
+    @property
+    def task_config(self) -> Any:
+        """The task's own section (the field named after ``task.name``)."""
+        return getattr(self, self.task.name)
 
-SECTIONS = ("task", "model", "data", "train", "checkpoint", "budget")
+
+SECTIONS = ("task", "train", "data", "checkpoint", "budget")
+
+
+def _spec(name: str, place: str):
+    """The task's spec, or ConfigError naming the tasks there are (or the broken plugin)."""
+    try:
+        return registry.get_spec(name)
+    except registry.UnknownTask as exc:
+        raise ConfigError(f"{place}task.name={name!r}: {exc}") from None
+    except registry.TaskLoadError as exc:
+        raise ConfigError(f"task.name={name!r}: {exc}") from None
+
+
+@lru_cache(maxsize=None)
+def _class_for(name: str) -> type[RunConfig]:
+    spec = registry.get_spec(name)
+    return create_model(f"RunConfig_{name}", __base__=RunConfig, __doc__=f"RunConfig with [{name}].",
+                        **{name: (spec.config, Field(default_factory=spec.config, description=spec.summary))})
+
+
+def config_class(name: str) -> type[RunConfig]:
+    """RunConfig with task ``name``'s own section as the field ``name`` (ConfigError for an unknown task)."""
+    _spec(name, "")
+    return _class_for(name)
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
@@ -233,19 +206,42 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _task_name(data: dict, origin: str) -> str:
+    task = data.get("task")
+    name = task.get("name", registry.DEFAULT_TASK) if isinstance(task, dict) else registry.DEFAULT_TASK
+    if not isinstance(name, str):
+        raise ConfigError(f"{origin}: task.name={_clip(repr(name), 60)}: must be a string")
+    return name
+
+
+def _place(origin: str, text: str | None, field: str) -> str:
+    """``origin:line`` of a dotted field when the TOML text shows where it is (v1 section names tried too)."""
+    if text is None:
+        return origin
+    parts = field.split(".")
+    sections = [".".join(parts[:-1]) or None]
+    if len(parts) > 2:
+        sections.append(".".join(parts[1:-1]))  # [<task>.model] written as [model] in a v1 file
+    if len(parts) == 2 and sections[0] not in SECTIONS:
+        sections += ["model", "data"]  # a flat task section ([toy]) whose keys a v1 file kept in these
+    for section in sections:
+        line = _line_of(text, section, parts[-1])
+        if line:
+            return f"{origin}:{line}"
+    return origin
+
+
 def validate(data: dict, origin: str = "config", text: str | None = None) -> RunConfig:
-    """Validate a merged dict; raise ConfigError naming the first bad field (with file:line when known)."""
+    """Validate a merged dict (migrated first when it is an older layout); ConfigError naming the first bad
+    field, with file:line when the text shows it."""
+    data = migrate.config(data)
+    cls = config_class_at(_task_name(data, origin), origin)
     try:
-        return RunConfig.model_validate(data)
+        return cls.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
         field, msg = _describe(error)
-        place = origin
-        if text is not None:
-            parts = field.split(".")
-            line = _line_of(text, parts[0] if len(parts) > 1 else None, parts[-1])
-            if line:
-                place = f"{origin}:{line}"
+        place = _place(origin, text, field)
         value = error.get("input")
         shown = "" if isinstance(value, dict) or error.get("type") == "missing" else f"={_clip(repr(value), 60)}"
         if error.get("type") == "value_error":
@@ -253,13 +249,18 @@ def validate(data: dict, origin: str = "config", text: str | None = None) -> Run
         raise ConfigError(f"{place}: {_clip(field)}{shown}: {_clip(msg, 200)}") from None
 
 
+def config_class_at(name: str, origin: str) -> type[RunConfig]:
+    """``config_class(name)`` with the error naming where the task name came from."""
+    _spec(name, f"{origin}: " if origin not in ("flags", "config") else "")
+    return _class_for(name)
+
+
 def preset_dict(task: str, preset: str) -> dict:
-    """The overrides a named preset applies, or ConfigError listing the presets there are."""
-    presets = PRESETS.get(task)
-    if presets is None:
-        raise ConfigError(f"task.name={task!r}: unknown task; allowed: {', '.join(sorted(PRESETS))}")
+    """The overrides a named preset of ``task`` applies, or ConfigError listing the presets there are."""
+    presets = _spec(task, "").presets
     if preset not in presets:
-        raise ConfigError(f"--preset {preset!r}: unknown preset for task {task!r}; allowed: {', '.join(presets)}")
+        allowed = ", ".join(presets) or "none"
+        raise ConfigError(f"--preset {preset!r}: unknown preset for task {task!r}; allowed: {allowed}")
     return presets[preset]
 
 
@@ -324,6 +325,32 @@ def read_toml(path: str | Path) -> tuple[dict, str]:
     return data, text
 
 
+#: Key of an override dict holding live-setting flags by setting name (``--attn-chunk`` style flags from
+#: engine.cli_args); ``load`` puts each at its path in the chosen task's section.
+SETTING_FLAGS = "__settings__"
+
+
+def _resolve_setting_flags(overrides: dict, task_name: str) -> dict:
+    """``overrides`` with the task-setting flags moved to their declared paths (ConfigError if undeclared)."""
+    flags = overrides.get(SETTING_FLAGS)
+    if not flags:
+        return {k: v for k, v in overrides.items() if k != SETTING_FLAGS}
+    out = {k: v for k, v in overrides.items() if k != SETTING_FLAGS}
+    capabilities = _spec(task_name, "").capabilities
+    for name, value in flags.items():
+        setting = capabilities.setting(name)
+        if setting is None:
+            names = ", ".join(s.name for s in capabilities.settings) or "none"
+            raise ConfigError(f"--{name.replace('_', '-')}: task {task_name!r} has no such setting; its "
+                              f"settings: {names}")
+        node = out
+        *parents, leaf = setting.path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
 def load(
     config_path: str | Path | None = None,
     preset: str | None = None,
@@ -338,23 +365,31 @@ def load(
         file_data, text = read_toml(config_path)
         origin = str(config_path)
     overrides = overrides or {}
-    task_name = task or overrides.get("task", {}).get("name") or file_data.get("task", {}).get("name") or "sensorlm"
-    preset_name = preset or overrides.get("task", {}).get("preset") or file_data.get("task", {}).get("preset") or "demo"
+    file_task = file_data.get("task", {}) if isinstance(file_data.get("task"), dict) else {}
+    if "task" in file_data and not isinstance(file_data["task"], dict):
+        validate(file_data, origin, text)  # the section's own type error, with its line
+    task_name = task or overrides.get("task", {}).get("name") or file_task.get("name") or registry.DEFAULT_TASK
     if not isinstance(task_name, str):
         raise ConfigError(f"{origin}: task.name={task_name!r}: must be a string")
+    if migrate.is_v1_config(file_data):  # an older file: its [model]/[data] belong to the task being run
+        file_data = migrate.config({**file_data, "task": {**file_task, "name": task_name}})
+    spec = _spec(task_name, "")
+    preset_name = preset or overrides.get("task", {}).get("preset") or file_task.get("preset") or \
+        spec.default_preset
     if not isinstance(preset_name, str):
         raise ConfigError(f"{origin}: task.preset={preset_name!r}: must be a string")
-    base = _deep_merge(preset_dict(task_name, preset_name), {"task": {"name": task_name, "preset": preset_name}})
+    base = _deep_merge(preset_dict(task_name, preset_name) if spec.presets or preset else {},
+                       {"task": {"name": task_name, "preset": preset_name}})
     # Validate the file on its own first so its errors point at its own lines.
     merged = _deep_merge(base, file_data)
     if config_path is not None:
         validate(merged, origin, text)
-    merged = _deep_merge(merged, overrides)
+    merged = _deep_merge(merged, _resolve_setting_flags(overrides, task_name))
     return validate(merged, "flags")
 
 
 def load_resolved(path: str | Path) -> RunConfig:
-    """Read a run directory's resolved config.toml back (what --resume uses)."""
+    """Read a run directory's resolved config.toml back (what --resume uses; older layouts migrated)."""
     data, text = read_toml(path)
     return validate(data, str(path), text)
 
@@ -373,16 +408,24 @@ def dump_toml(config: RunConfig) -> str:
     return tomli_w.dumps(strip_none(config.model_dump()))
 
 
-def fields_reference() -> list[tuple[str, str, str, str]]:
-    """(section.field, type, default, description) for every config field; the README's reference table."""
+def _rows(prefix: str, model: type) -> list[tuple[str, str, str, str]]:
     rows = []
-    for section in ("name",) + SECTIONS:
-        if section == "name":
-            info = RunConfig.model_fields["name"]
-            rows.append(("name", "str", repr(info.default), info.description or ""))
+    for key, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, Section):
+            rows += _rows(f"{prefix}{key}.", annotation)
             continue
-        model = RunConfig.model_fields[section].default_factory
-        for key, info in model.model_fields.items():
-            annotation = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
-            rows.append((f"{section}.{key}", annotation, repr(info.default), info.description or ""))
+        kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+        rows.append((f"{prefix}{key}", kind, repr(info.default), info.description or ""))
+    return rows
+
+
+def fields_reference(task: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(section.field, type, default, description) of the shared fields, or of ``task``'s own section."""
+    if task is not None:
+        return _rows(f"{task}.", _spec(task, "").config)
+    rows = [(key, "int" if key == "version" else "str", repr(RunConfig.model_fields[key].default),
+             RunConfig.model_fields[key].description) for key in ("version", "name")]
+    for section in SECTIONS:
+        rows += _rows(f"{section}.", RunConfig.model_fields[section].annotation)
     return rows

@@ -14,13 +14,24 @@ from engine.config import fields_reference
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
-def table() -> str:
-    """The markdown table of every config field."""
+def _table(rows_in) -> list[str]:
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    for name, kind, default, description in fields_reference():
+    for name, kind, default, description in rows_in:
         kind = kind.replace("|", "\\|")
         rows.append(f"| `{name}` | {kind} | `{default}` | {description.replace('|', '/')} |")
-    return "\n".join(rows)
+    return rows
+
+
+def table() -> str:
+    """Markdown tables: the shared sections, then each built-in task's own section (plugins document theirs)."""
+    from engine.tasks import BUILTIN_SPECS, get_spec
+
+    out = ["Shared by every task:", "", *_table(fields_reference())]
+    for name in BUILTIN_SPECS:
+        spec = get_spec(name)
+        out += ["", f"Task `{name}` (`--task {name}`; section `[{name}]`): {spec.summary}", "",
+                *_table(fields_reference(name))]
+    return "\n".join(out)
 
 
 def render(readme: str) -> str:

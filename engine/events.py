@@ -17,8 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-#: Version of the event schema written in the first record of events.jsonl.
-SCHEMA_VERSION = 1
+from engine import migrate
+from engine.budget.estimate import BudgetSummary
+
+#: Version of the event schema written in the first record of events.jsonl. 2: EvalDone carries ``metrics`` and
+#: ``primary`` only (schema 1's per-task fields are migrated on read, engine.migrate), RunStarted carries
+#: ``capabilities`` and a typed ``budget``.
+SCHEMA_VERSION = 2
 
 #: Run states, as carried by StateChanged and the status record.
 STATES = ("starting", "running", "paused", "checkpointing", "aborting", "finished", "aborted", "failed")
@@ -59,7 +64,8 @@ class RunStarted(Event):
     params: int = 0
     device: str = "cpu"
     device_name: str = "CPU"
-    budget: dict = field(default_factory=dict)
+    #: What the engine planned memory with (engine.budget.estimate.BudgetSummary; a dict is converted).
+    budget: BudgetSummary = field(default_factory=BudgetSummary)
     total_steps: int = 0
     start_step: int = 0
     resumed_from: str | None = None
@@ -67,6 +73,10 @@ class RunStarted(Event):
     #: The task's declared capabilities (engine.tasks.spec.Capabilities.to_dict()): primary metric, curves,
     #: live settings, memory model, exports. Viewers are driven by this, never by the task's name.
     capabilities: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.budget, BudgetSummary):  # from JSON (or an older caller): a plain dict
+            object.__setattr__(self, "budget", BudgetSummary.from_dict(self.budget))
 
 
 @dataclass(frozen=True)
@@ -90,14 +100,12 @@ class StepLogged(Event):
 class EvalDone(Event):
     """A validation pass: every metric the task reported (``metrics``, val_loss included), which is primary.
 
-    ``psnr_db`` and ``extra`` are the schema-1 form (kept while readers move to ``metrics``).
+    Schema-1 records (a fixed metric field and ``extra`` instead of ``metrics``) are migrated on read (engine.migrate).
     """
 
     type: ClassVar[str] = "eval"
     step: int = 0
     val_loss: float = float("nan")
-    psnr_db: float | None = None
-    extra: dict = field(default_factory=dict)
     #: Every validation metric by name (val_loss included), reduced over the whole validation set.
     metrics: dict = field(default_factory=dict)
     #: Name of the task's primary metric (a key of ``metrics``); ``best`` is its best value so far.
@@ -338,10 +346,11 @@ def to_json(event: Event) -> str:
 
 
 def from_dict(record: dict[str, Any]) -> Event | None:
-    """Rebuild an event from its JSON form; None for a type this viewer does not know."""
+    """Rebuild an event from its JSON form (older schemas migrated); None for a type this viewer does not know."""
     cls = EVENT_TYPES.get(record.get("type", ""))
     if cls is None:
         return None
+    record = migrate.event(record)
     names = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in record.items():

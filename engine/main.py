@@ -365,8 +365,8 @@ def _status_sink(status):
             status.update(state=event.state, step=event.step)
         elif event.type == "run_started":
             status.update(total_steps=event.total_steps, step=event.start_step, state="running")
-        elif event.type == "eval" and event.psnr_db is not None:
-            status.update(best_psnr=event.best, last_eval_step=event.step)
+        elif event.type == "eval" and event.best is not None:
+            status.update(best=event.best, best_metric=event.primary, last_eval_step=event.step)
         elif event.type == "checkpoint":
             status.update(last_checkpoint=event.path)
     return sink

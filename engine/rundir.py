@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from engine import migrate
+
 #: A heartbeat older than this (seconds) with the pid gone means the engine crashed.
 STALE_AFTER_S = 5.0
 
@@ -133,6 +135,7 @@ class RunDir:
             return None
         if not isinstance(record, dict):
             return None
+        record = migrate.status(record)  # an older release's best_psnr becomes best + best_metric
         return {key: value for key, value in record.items()
                 if key not in _STATUS_TYPES or _well_typed(value, *_STATUS_TYPES[key])}
 
@@ -143,7 +146,8 @@ _STATUS_TYPES: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = 
     "host": ((str,), None), "state": ((str,), None), "resume_command": ((str, type(None)), None),
     "started": ((int, float), (0, 1e11)), "heartbeat": ((int, float), (0, 1e11)),
     "step": ((int,), (0, 2**62)), "total_steps": ((int,), (0, 2**62)), "last_eval_step": ((int,), (0, 2**62)),
-    "exit_code": ((int, type(None)), (-255, 255)), "best_psnr": ((int, float, type(None)), (-1e6, 1e6)),
+    "exit_code": ((int, type(None)), (-255, 255)), "best": ((int, float, type(None)), (-1e300, 1e300)),
+    "best_metric": ((str, type(None)), None),
     "last_checkpoint": ((str, type(None)), None),
 }
 

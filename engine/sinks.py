@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 from engine import events as ev
+from engine.tasks.spec import Capabilities
 
 #: Event types written through to disk immediately (everything else within a second).
 URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "state", "setting", "refused",
@@ -281,6 +282,7 @@ class ConsoleSink:
             self._recent.append((event.t, event.step))
         if kind == "run_started":
             self.total = event.total_steps
+            self.primary = Capabilities.from_dict(event.capabilities).primary
             start = f" resumed from {event.resumed_from} at step {event.start_step}" if event.resumed_from else ""
             self._out("start", f"run {event.name} task {event.task} preset {event.preset} "
                       f"params {event.params:,} device {event.device_name}{start}", "1")
@@ -292,10 +294,15 @@ class ConsoleSink:
                           f"lr {event.lr:.2e} gnorm {_fmt(event.grad_norm, '.3f')} "
                           f"{event.steps_per_s:.2f} steps/s {event.samples_per_s:.1f} samples/s")
         elif kind == "eval":
-            extra = " ".join(f"{k} {v:.4f}" for k, v in sorted(event.extra.items()) if isinstance(v, (int, float)))
-            psnr = f" psnr {event.psnr_db:.2f} dB" if event.psnr_db is not None else ""
-            best = f" best {event.best:.2f}" if event.best is not None else ""
-            self._out("eval ", f"step {event.step} val_loss {event.val_loss:.5f}{psnr}{best}"
+            primary = getattr(self, "primary", None)
+            unit = f" {primary.unit}" if primary is not None and primary.name == event.primary and primary.unit else ""
+            value = event.metrics.get(event.primary)
+            main = f" {event.primary} {value:.4g}{unit}" if event.primary != "val_loss" and \
+                isinstance(value, (int, float)) else ""
+            extra = " ".join(f"{k} {v:.4f}" for k, v in sorted(event.metrics.items())
+                             if k not in ("val_loss", event.primary) and isinstance(v, (int, float)))
+            best = f" best {event.best:.4g}" if event.best is not None else ""
+            self._out("eval ", f"step {event.step} val_loss {event.val_loss:.5f}{main}{best}"
                       f"{' *' if event.is_best else ''} {extra}".rstrip(), "36")
         elif kind == "checkpoint":
             self._out("ckpt ", f"step {event.step} {event.kind} {event.path} {_human_bytes(event.bytes)} "
@@ -317,7 +324,7 @@ class ConsoleSink:
         elif kind == "run_finished":
             line = f"{event.status} at step {event.steps} {event.reason}".rstrip()
             if event.best is not None:
-                line += f" best {event.best:.2f}"
+                line += f" best {event.best:.4g}"
             if event.checkpoint:
                 line += f" checkpoint {event.checkpoint}"
             self._out("done ", line, "1")

@@ -61,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     from tui.plot_cmd import add_arguments as add_plot_arguments
     add_plot_arguments(plot)
 
-    presets = sub.add_parser("presets", help="list presets with their parameter counts")
-    presets.add_argument("--task", default="sensorlm")
+    presets = sub.add_parser("presets", help="list the tasks, and a task's presets with their parameter counts")
+    presets.add_argument("--task", default=None, help="the task whose presets to list (default: the default task)")
     return parser
 
 

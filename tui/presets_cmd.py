@@ -37,16 +37,20 @@ def param_count(task: str, preset: str) -> int | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print the table for ``args.task``; exit 2 with one line for an unknown task."""
-    from engine.presets import PRESETS
+    """Print the tasks, then the presets of ``args.task``; exit 2 with one line for an unknown or broken task."""
+    from engine import tasks
 
-    if args.task not in PRESETS:
-        sys.stderr.write(f"sensorlm-tui: error: --task {args.task!r}: allowed: {', '.join(PRESETS)}\n")
+    chosen = args.task or tasks.DEFAULT_TASK
+    try:  # a broken plugin fails only when it is the one asked for; the built-ins list regardless
+        spec = tasks.get_spec(chosen)
+    except (tasks.UnknownTask, tasks.TaskLoadError) as exc:
+        sys.stderr.write(f"sensorlm-tui: error: --task {chosen!r}: {exc}\n")
         return ExitCode.BAD_INPUT
     print(f"{'preset':<8} {'parameters':>14}  shape")
-    for name, preset in PRESETS[args.task].items():
-        model = preset.get("model", {})
+    for name, preset in spec.presets.items():
+        section = preset.get(chosen, {})
+        model = section.get("model", section) if isinstance(section, dict) else {}
         shape = ", ".join(f"{k}={v}" for k, v in model.items() if k in _SHAPE_FIELDS)
-        count = param_count(args.task, name)
+        count = param_count(chosen, name)
         print(f"{name:<8} {'–' if count is None else format(count, ','):>14}  {shape}")
     return 0

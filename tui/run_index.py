@@ -1,10 +1,10 @@
 """What is in a runs directory: one cheap summary per run, and resolving `attach`'s RUN argument.
 
 A summary comes from status.json (rewritten every second by the engine: pid,
-heartbeat, state, step, best PSNR, last checkpoint) plus the tail of
+heartbeat, state, step, best primary metric, last checkpoint) plus the tail of
 events.jsonl (tui/log_tail.py) for what status.json may lag on or lack: the
 exact last step of a SIGKILLed engine (status.json is up to a second behind),
-the last checkpoint's step, the best PSNR of an older run. Constant cost per
+the last checkpoint's step, the best metric of an older run. Constant cost per
 run whatever the log's length. Torch-free, textual-free.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.rundir import RunDir, liveness, resume_command
+from engine.tasks.spec import Capabilities
 from tui.log_tail import first_event, last_events
 
 #: Files whose presence makes a directory a run (an engine writes config.toml first, then the others).
@@ -39,7 +40,8 @@ class RunSummary:
     run_state: str | None         # the engine's own state (running, paused, checkpointing, …)
     step: int | None
     total_steps: int | None
-    best_psnr: float | None
+    best: float | None            # best value of the task's primary metric so far
+    best_metric: str | None       # its name, with its unit when the run declared one ("psnr_db dB")
     last_checkpoint: str | None   # path
     last_checkpoint_step: int | None
     started: float | None         # seconds since the epoch
@@ -80,11 +82,15 @@ def summarize(root: Path) -> RunSummary:
             step = seen
     total = status.get("total_steps") or getattr(started_event, "total_steps", None) or None
 
-    best = status.get("best_psnr")
+    best, metric = status.get("best"), status.get("best_metric")
     if best is None:
         evald = tail.get("eval")
-        if evald is not None and evald.psnr_db is not None:
-            best = evald.best if evald.best is not None else evald.psnr_db
+        if evald is not None and evald.best is not None:
+            best, metric = evald.best, evald.primary
+    if metric and started_event is not None:
+        primary = Capabilities.from_dict(started_event.capabilities).primary
+        if primary.name == metric and primary.unit:
+            metric = f"{metric} {primary.unit}"
     ckpt = tail.get("checkpoint")
     ckpt_path = status.get("last_checkpoint") or (ckpt.path if ckpt else None)
     if ckpt_path is None and tail.get("run_finished") is not None:
@@ -96,7 +102,7 @@ def summarize(root: Path) -> RunSummary:
     pid = status.get("pid")
     return RunSummary(
         name=run.name, path=str(run.root), state=liveness(run), run_state=status.get("state"),
-        step=step, total_steps=total, best_psnr=best, last_checkpoint=ckpt_path,
+        step=step, total_steps=total, best=best, best_metric=metric, last_checkpoint=ckpt_path,
         last_checkpoint_step=ckpt_step, started=started, updated=updated,
         pid=pid if isinstance(pid, int) else None, host=status.get("host"), exit_code=status.get("exit_code"),
         resume_command=status.get("resume_command") or resume_command(run))

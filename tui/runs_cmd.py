@@ -2,7 +2,7 @@
 
 Columns: name, state (live / finished / aborted / failed / crashed / stale /
 unknown; a live run's engine state in brackets when it is not simply
-running), step / total, best val PSNR, a sparkline of the primary metric
+running), step / total, best value of the run's primary metric, a sparkline of the primary metric
 (tui/trend.py: sampled from the log, constant cost), last checkpoint (file
 and step), age (since the run started). Each run costs one status.json read and a 1 MiB
 tail of its event log (tui/run_index.py), so a run with a million logged
@@ -23,7 +23,7 @@ from tui.run_index import RunSummary, list_runs
 from tui.trend import trend
 
 
-_HEADERS = ("NAME", "STATE", "STEP", "BEST PSNR", "TREND", "LAST CHECKPOINT", "AGE")
+_HEADERS = ("NAME", "STATE", "STEP", "BEST", "TREND", "LAST CHECKPOINT", "AGE")
 
 
 def _state(run: RunSummary) -> str:
@@ -58,8 +58,8 @@ def _trend_json(run: RunSummary) -> dict | None:
 
 def row(run: RunSummary, now: float) -> tuple[str, ...]:
     """The table cells of one run."""
-    psnr = "–" if run.best_psnr is None else f"{run.best_psnr:.2f} dB"
-    return (run.name, _state(run), _step(run), psnr, _trend(run), _checkpoint(run), human_duration(run.age_s(now)))
+    best = "–" if run.best is None else f"{run.best:.4g} {run.best_metric or ''}".rstrip()
+    return (run.name, _state(run), _step(run), best, _trend(run), _checkpoint(run), human_duration(run.age_s(now)))
 
 
 def table(runs: list[RunSummary], now: float | None = None) -> str:

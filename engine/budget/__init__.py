@@ -1,8 +1,8 @@
 """Memory budget of a training step: predict it, trace it, measure it, plan and guard with it.
 
 - ``analytic``: closed-form upper bound per task, pure arithmetic (no torch, < 1 ms), built
-  as a ``ledger`` of stages (``blocks`` for transformer blocks; ``analytic_sensorlm``,
-  ``analytic_toy`` for the tasks); ``estimate`` is the result type every predictor returns.
+  as a ``ledger`` of stages by the task's own model (``spec.analytic_memory``, in the task's
+  package); ``estimate`` is the result type every predictor returns.
 - ``trace``: two real optimizer steps under FakeTensorMode + MemTracker, in a
   subprocess, cached by config hash (seconds, any batch size, no real memory).
 - ``truth``: ground truth for tests and benchmarks (allocator events on CPU,

@@ -1,8 +1,9 @@
 """Analytic estimate: the peak memory of a training step by pure arithmetic — torch-free, well under 1 ms.
 
-``estimate(config, ...)`` builds the task's ledger (engine.budget.ledger;
-SensorLM: analytic_sensorlm, toy: analytic_toy) for the micro-batch, adds the
-static terms and returns an Estimate whose total is an upper bound by design
+``estimate(config, ...)`` asks the task's own analytic model (``spec.analytic_memory``,
+a ``"module:function"`` returning an engine.budget.ledger.TaskLedger) for the
+micro-batch's ledger, adds the static terms and returns an Estimate whose
+total is an upper bound by design
 (every term bounds a live set autograd really has). Accuracy on CPU fp32,
 checked against the traced step in tests/engine/budget: never below, at
 most +10 %.
@@ -42,9 +43,11 @@ gradient allocated; the estimate is the larger of the first micro-batch
 
 from __future__ import annotations
 
-from engine.budget import analytic_sensorlm as slm
-from engine.budget import analytic_toy as toy
+import importlib
+from typing import Any, Callable
+
 from engine.budget import ledger
+from engine.budget import settings as knobs
 from engine.budget.estimate import Estimate
 from engine.config import RunConfig
 
@@ -61,8 +64,15 @@ class NoAnalyticModel(LookupError):
     """The task has no closed form here; use engine.budget.trace instead."""
 
 
-#: Tasks with an analytic model.
-TASKS = ("sensorlm", "toy")
+def model_of(config: RunConfig) -> Callable[..., ledger.TaskLedger] | None:
+    """The task's analytic memory model (``spec.analytic_memory``), or None when it has none."""
+    from engine.tasks import get_spec
+
+    target = get_spec(config.task.name).analytic_memory
+    if not target:
+        return None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def micro_batches(batch_size: int, grad_accum: int) -> tuple[int, int | None]:
@@ -81,90 +91,60 @@ def _device_of(config: RunConfig, device: str | None) -> str:
     return "cpu" if device == "cpu" else "cuda"
 
 
-def estimate(config: RunConfig, batch_size: int | None = None, attn_backend: str | None = None,
-             attn_chunk: int | None = None, precision: str | None = None, checkpointing: bool | None = None,
-             device: str | None = None, grad_accum: int | None = None) -> Estimate:
-    """Upper bound on the peak bytes of a training step of ``config`` with the given settings overridden."""
-    best, settings = detail(config, batch_size, attn_backend, attn_chunk, precision, checkpointing, device,
-                            grad_accum)
+def estimate(config: RunConfig, batch_size: int | None = None, precision: str | None = None,
+             device: str | None = None, grad_accum: int | None = None, **task_settings: Any) -> Estimate:
+    """Upper bound on the peak bytes of a training step of ``config`` with the given settings overridden.
+
+    ``task_settings`` are the task's declared settings by name (e.g. a backend or a chunk size).
+    """
+    best, settings = detail(config, batch_size, precision, device, grad_accum, **task_settings)
     return Estimate(total=best.total, breakdown=dict(best.parts), upper_bound=True, source="analytic",
                     settings=settings)
 
 
-def detail(
-    config: RunConfig,
-    batch_size: int | None = None,
-    attn_backend: str | None = None,
-    attn_chunk: int | None = None,
-    precision: str | None = None,
-    checkpointing: bool | None = None,
-    device: str | None = None,
-    grad_accum: int | None = None,
-) -> tuple[ledger.Peak, dict]:
+def detail(config: RunConfig, batch_size: int | None = None, precision: str | None = None,
+           device: str | None = None, grad_accum: int | None = None, **task_settings: Any
+           ) -> tuple[ledger.Peak, dict]:
     """The ledger's peak (with every candidate moment) and the resolved settings; see ``estimate``."""
-    m, t = config.model, config.train
+    model = model_of(config)
+    if model is None:
+        raise NoAnalyticModel(f"task {config.task.name!r} has no analytic memory model (its spec names none)")
+    config = knobs.with_settings(config, **task_settings)
+    t = config.train
     B = batch_size if batch_size is not None else t.batch_size
-    backend = attn_backend or m.attn_backend
-    chunk = attn_chunk if attn_chunk is not None else m.attn_chunk
     prec = precision or t.precision
-    ckpt = m.activation_checkpointing if checkpointing is None else checkpointing
     accum = grad_accum if grad_accum is not None else t.grad_accum
     dev = _device_of(config, device)
     if B < 1:
         raise ValueError(f"batch_size={B}: must be >= 1")
-    task = config.task.name
-    numerics = slm.Numerics.of(prec, dev)
-
-    def ledger_for(micro: int):
-        if task == "sensorlm":
-            shape = slm.Shape.of(config)
-            st, pend = slm.stages(shape, micro, backend, chunk, ckpt, numerics)
-            tensors = [n for group in slm.param_tensors(shape).values() for n in group]
-            inputs = _sensorlm_input(shape, micro)
-            cast = numerics.lp * slm.cast_params(shape) if numerics.autocast else 0
-            n_act = 40 * (shape.depth + shape.text_depth + shape.dec_depth) + 60
-        elif task == "toy":
-            st, pend = toy.stages(config, micro, numerics.lp)
-            tensors = [n for group in toy.param_tensors(config).values() for n in group]
-            inputs = toy.input_bytes(config, micro)
-            cast = numerics.lp * sum(tensors) if numerics.autocast else 0
-            n_act = 4 * m.depth + 20
-        else:
-            raise NoAnalyticModel(f"task {task!r} has no analytic memory model; allowed: {', '.join(TASKS)}")
-        return st, pend, tensors, inputs, cast, n_act
 
     first, later = micro_batches(B, accum)
     best: ledger.Peak | None = None
     for micro, pre in ((first, False), (later, True)):
         if micro is None:
             continue
-        st, pend, tensors, inputs, cast, n_act = ledger_for(micro)
+        tl = model(config, micro, prec, dev)
+        tensors = tl.param_tensors
         params = F32 * sum(tensors)
-        static = {"weights": params, "optimizer": 2 * params + F32 * len(tensors), "input": inputs,
+        static = {"weights": params, "optimizer": 2 * params + F32 * len(tensors), "input": tl.input_bytes,
                   "scalars": SCALARS * (CUDA_BLOCK if dev == "cuda" else F32)}
-        if cast:
-            static["autocast weight copies"] = cast
+        if tl.cast_elements:
+            static["autocast weight copies"] = (2 if prec != "fp32" else F32) * tl.cast_elements
         if dev == "cuda":
-            static["allocator rounding"] = CUDA_BLOCK * (4 * len(tensors) + n_act)
+            static["allocator rounding"] = CUDA_BLOCK * (4 * len(tensors) + tl.activation_tensors)
             static["cuBLAS/cuDNN workspaces"] = CUDA_WORKSPACE
             opt_extra = params  # foreach: sqrt of a whole group's exp_avg_sq at once
         else:
             opt_extra = 2 * F32 * max(tensors)
-        result = ledger.peak(st, static, pend, opt_extra, pre_grads=pre)
+        result = ledger.peak(tl.stages, static, tl.pending, opt_extra, pre_grads=pre)
         if best is None or result.total > best.total:
             best = result
     assert best is not None
-    settings = {"batch_size": B, "grad_accum": accum, "micro_batch": first, "attn_backend": backend,
-                "attn_chunk": chunk, "precision": prec, "checkpointing": ckpt, "device": dev,
-                "phase": best.phase}
+    settings = {"batch_size": B, "grad_accum": accum, "micro_batch": first, "precision": prec,
+                **knobs.task_values(config), "device": dev, "phase": best.phase}
     return best, settings
 
 
-def _sensorlm_input(s: slm.Shape, B: int) -> int:
-    """x (float32) and valid (bool) as (B, T, C), patch_mask (bool) as (B, P), tokens (int64) as (B, L)."""
-    return F32 * B * s.T * s.C + B * s.T * s.C + B * s.P + 8 * B * s.L
-
-
 def has_model(config: RunConfig) -> bool:
-    """Whether ``estimate`` knows this config's task."""
-    return config.task.name in TASKS
+    """Whether the task of ``config`` declares an analytic memory model."""
+    return model_of(config) is not None

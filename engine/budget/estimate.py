@@ -24,7 +24,7 @@ class Estimate:
     upper_bound: bool = True
     #: "analytic", "trace" or "measured".
     source: str = "analytic"
-    #: The settings it was computed for: batch_size, micro_batch, attn_backend, attn_chunk, precision, checkpointing, device.
+    #: The settings it was computed for: batch_size, micro_batch, precision, device and the task's declared settings.
     settings: dict[str, Any] = field(default_factory=dict)
     #: Trace only: activations kept by each module after its forward (module path → bytes).
     modules: dict[str, int] = field(default_factory=dict)
@@ -40,3 +40,45 @@ class Estimate:
         """Inverse of ``to_dict`` (unknown keys ignored, so older cache files still load)."""
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class BudgetSummary:
+    """What the engine planned with at start-up: ``RunStarted.budget``, typed (bytes; None where unknown).
+
+    Built by engine.budget.hook at start; viewers read these attributes instead of guessing dict keys.
+    """
+
+    #: Predicted peak of a training step (None: no prediction, see ``note``).
+    predicted: int | None = None
+    #: "analytic", "trace" or "" when nothing was predicted.
+    source: str = ""
+    upper_bound: bool = False
+    breakdown: dict[str, int] = field(default_factory=dict)
+    #: The settings the prediction is for (engine.budget.settings.describe plus device and phase).
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: Bytes a step may use (after safety and context reserve); None without a budget (CPU, no --vram-gb).
+    budget: int | None = None
+    budget_total: int | None = None
+    budget_source: str | None = None
+    safety: float | None = None
+    capacity: int | None = None
+    free: int | None = None
+    context: int | None = None
+    device: str = ""
+    device_name: str = ""
+    #: Largest batch predicted to fit the budget at the configured settings.
+    largest_batch: int | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (as written in events.jsonl)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: "dict[str, Any] | BudgetSummary | None") -> "BudgetSummary":
+        """Inverse of ``to_dict``; unknown keys ignored (older runs wrote a few more), missing ones default."""
+        if isinstance(data, BudgetSummary):
+            return data
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})

@@ -15,7 +15,7 @@ before building anything big. Rules:
 
 A refusal's ``message`` is one line; ``options`` are the ways out, each with
 its numbers: the largest batch that fits, gradient accumulation keeping the
-effective batch, an attention backend / chunk / checkpointing that fits, a
+effective batch, a combination of the task's settings that fits, a
 smaller preset, the ``--vram-gb`` the run would need, ``--no-vram-check``.
 Torch-free (the caller measures the device).
 """
@@ -30,7 +30,6 @@ from engine.budget.fmt import GIB, human
 from engine.budget.measure import DeviceInfo
 from engine.budget.settings import with_settings
 from engine.config import RunConfig, load
-from engine.presets import PRESETS
 
 
 @dataclass
@@ -117,7 +116,7 @@ def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: in
         if acc <= budget.bytes:
             out.append(f"--grad-accum {k}: micro-batch {-(-B // k)}, effective batch {B} kept "
                        f"(predicted {_gib(acc)})")
-    if config.task.name == "sensorlm":
+    if len(planner.settings_to_try(config)) > 1:  # the task has alternatives worth trying
         plan = planner.make_plan(config, budget, predict=predict)
         fitting = [o for o in plan.options if o.fits]
         if fitting:
@@ -138,7 +137,9 @@ def _smaller_preset(config: RunConfig, budget: planner.Budget) -> tuple[str, int
     """The largest preset of this task, smaller than the configured one, in which the batch fits."""
     from engine.budget import analytic
 
-    names = list(PRESETS.get(config.task.name, {}))
+    from engine.tasks import get_spec
+
+    names = list(get_spec(config.task.name).presets)
     if config.task.preset not in names or not analytic.has_model(config):
         return None
     device = "cpu" if config.train.device == "cpu" else "cuda"

@@ -111,3 +111,25 @@ def peak(stages: list[Stage], static: dict[str, int], pending: list[Pending], op
     best.candidates = candidates
     return best
 
+
+
+@dataclass(frozen=True)
+class TaskLedger:
+    """What a task's analytic memory model returns for one micro-batch (``spec.analytic_memory``).
+
+    The task's model is ``ledger(config, micro_batch, precision, device) -> TaskLedger`` with
+    ``precision`` "fp32"/"bf16"/"fp16" and ``device`` "cpu"/"cuda"; ``config`` already carries the
+    settings being priced (engine.budget.settings.with_settings). engine.budget.analytic adds the static
+    terms (weights, optimizer state, allocator rounding) around it.
+    """
+
+    stages: list
+    pending: list
+    #: Element count of every parameter tensor (weights, grads and the optimizer's states follow from it).
+    param_tensors: list[int]
+    #: Bytes of one micro-batch on the device.
+    input_bytes: int
+    #: Elements of the parameters an autocast forward copies to low precision (0 when it casts none).
+    cast_elements: int = 0
+    #: Saved activation tensors, a bound (the CUDA allocator rounds each up to a block).
+    activation_tensors: int = 0

@@ -1,4 +1,4 @@
-"""Planner: the budget, the largest batch that fits per attention backend and chunk, and a recommendation.
+"""Planner: the budget, the largest batch that fits per setting of the task's knobs, and a recommendation.
 
 Torch-free and instant for tasks with an analytic model (a plan is a few
 hundred closed-form estimates, each well under a millisecond); other tasks
@@ -12,30 +12,29 @@ on CUDA, the CUDA context and workspaces are not in any prediction, so
 ``context`` bytes (measured, or DEFAULT_CONTEXT) are reserved out of it; free
 memory is measured after the context exists, so it needs no reserve.
 
-Speed order assumed when choosing among settings that fit (fastest first):
-``sdpa`` (fused kernels: flash / memory-efficient on CUDA, flash on CPU),
-then ``math`` (materialises B·H·N² probabilities, memory-bound), then
-``chunked`` (math per query chunk plus a recompute of each chunk's scores in
-backward and more kernel launches; larger chunks first), and every setting
-without activation checkpointing before any with it (checkpointing re-runs
-each encoder block's forward in backward, ≈ 4/3 the step's compute).
+The alternatives come from the task's declared settings (engine.tasks.spec.Setting)
+that affect memory and list ``choices``: every combination of them, in the
+task's declared speed order — a setting declared earlier weighs more, and its
+choices are listed fastest first (e.g. a recompute-free
+setting before one that recomputes, larger chunks before smaller ones). A
+setting whose ``requires`` is unmet (a chunk size when the backend does not
+chunk) stays at its configured value and is not varied. The configured value
+of every varied setting is tried too. A task without such settings gets one
+option: its configuration as it is.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from engine.budget import analytic
 from engine.budget.estimate import Estimate
 from engine.budget.fmt import GIB, human
 from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
+from engine.budget.settings import declared, value_of
 from engine.config import RunConfig
-
-#: Backends in assumed speed order (module docstring).
-SPEED_ORDER = ("sdpa", "math", "chunked")
-#: Chunk sizes the planner tries for ``chunked`` (plus the configured one), largest first.
-CHUNKS = (1024, 512, 256, 128, 64, 32)
 #: Largest batch the planner searches up to.
 MAX_BATCH = 1 << 20
 
@@ -92,7 +91,7 @@ def predictor_for(config: RunConfig, device: str) -> Predictor:
 
 
 class TracedLine:
-    """peak(batch) ≈ a + b·batch from traces at batch 1 and 4, per (backend, chunk, precision, checkpointing)."""
+    """peak(batch) ≈ a + b·batch from traces at batch 1 and 4, per combination of settings."""
 
     def __init__(self, config: RunConfig, device: str) -> None:
         self.config = config
@@ -153,24 +152,35 @@ def largest_batch(predict: Predictor, budget: int, grad_accum: int = 1, hi: int 
 
 @dataclass(frozen=True)
 class Option:
-    """One attention setting: the largest batch that fits and the peak at the requested batch."""
+    """One combination of the task's settings: the largest batch that fits and the peak at the requested batch.
 
-    attn_backend: str
-    attn_chunk: int | None
-    checkpointing: bool
+    ``settings`` holds only the settings that vary for it (name → value), in declaration order.
+    """
+
+    settings: dict[str, Any]
     largest_batch: int
     predicted: int
     fits: bool
     rank: int
+    #: setting name → dotted config path, for ``flags``.
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of one setting in this option."""
+        return self.settings.get(name, default)
+
+    def label(self) -> str:
+        """'name value, name value' text ('as configured' when nothing varies)."""
+        return ", ".join(f"{k} {v}" for k, v in self.settings.items()) or "as configured"
 
     def flags(self) -> str:
-        """The CLI flags that select this setting."""
-        out = f"--attn-backend {self.attn_backend}"
-        if self.attn_backend == "chunked":
-            out += f" --attn-chunk {self.attn_chunk}"
-        if self.checkpointing:
-            out += " --set model.activation_checkpointing=true"
-        return out
+        """The CLI flags that select this combination (a setting flag where `train` has one, else --set)."""
+        from engine.cli_args import flag_of_setting, setting_flags
+
+        offered = setting_flags()
+        return " ".join(flag_of_setting(k, v) if k in offered else
+                        f"--set {self.paths.get(k, k)}={str(v).lower() if isinstance(v, bool) else v}"
+                        for k, v in self.settings.items())
 
 
 @dataclass
@@ -192,20 +202,30 @@ class Plan:
         return out
 
 
-def settings_to_try(config: RunConfig, task_backends: tuple[str, ...] | None = None) -> list[tuple[str, int | None, bool]]:
-    """(backend, chunk, checkpointing) combinations in assumed speed order (module docstring)."""
-    if config.task.name != "sensorlm":
-        return [(config.model.attn_backend, None, config.model.activation_checkpointing)]
-    backends = task_backends or SPEED_ORDER
-    chunks = sorted({*CHUNKS, config.model.attn_chunk}, reverse=True)
-    combos = []
-    for ckpt in (False, True):
-        for backend in SPEED_ORDER:
-            if backend not in backends:
-                continue
-            for chunk in (chunks if backend == "chunked" else [None]):
-                combos.append((backend, chunk, ckpt))
+def settings_to_try(config: RunConfig) -> list[dict[str, Any]]:
+    """Combinations of the task's declared memory-affecting settings, in assumed speed order (module docstring)."""
+    knobs = [st for st in declared(config) if st.affects_memory and st.choices]
+    if not knobs:
+        return [{}]
+    values = []
+    for st in knobs:
+        current = value_of(config, st.name)
+        values.append(list(st.choices) + ([current] if current not in st.choices else []))
+    combos, seen = [], set()
+    for combo in itertools.product(*values):
+        chosen = dict(zip((st.name for st in knobs), combo))
+        # A setting whose requirement is unmet does not vary: drop it from this combination.
+        kept = {k: v for k, v in chosen.items()
+                if all(chosen.get(n, value_of(config, n)) == want for n, want in _requires(knobs, k))}
+        key = tuple(kept.items())
+        if key not in seen:
+            seen.add(key)
+            combos.append(kept)
     return combos
+
+
+def _requires(knobs: list, name: str) -> tuple:
+    return next(st.requires for st in knobs if st.name == name)
 
 
 def make_plan(config: RunConfig, budget: Budget | None, device: str = "cuda",
@@ -218,13 +238,11 @@ def make_plan(config: RunConfig, budget: Budget | None, device: str = "cuda",
         plan.note = "no budget to plan against (CPU without --vram-gb): estimates only"
         return plan
     B, accum = config.train.batch_size, config.train.grad_accum
-    for rank, (backend, chunk, ckpt) in enumerate(settings_to_try(config)):
-        kw = {} if config.task.name != "sensorlm" else {
-            "attn_backend": backend, "attn_chunk": chunk if chunk is not None else config.model.attn_chunk,
-            "checkpointing": ckpt}
+    paths = {st.name: st.path for st in declared(config)}
+    for rank, kw in enumerate(settings_to_try(config)):
         at_b = predict(batch_size=B, grad_accum=accum, **kw).total
         biggest = largest_batch(predict, budget.bytes, grad_accum=accum, **kw)
-        plan.options.append(Option(backend, chunk, ckpt, biggest, at_b, at_b <= budget.bytes, rank))
+        plan.options.append(Option(kw, biggest, at_b, at_b <= budget.bytes, rank, paths))
     fitting = [o for o in plan.options if o.fits]
     if fitting:
         plan.recommended = min(fitting, key=lambda o: o.rank)
@@ -236,10 +254,7 @@ def make_plan(config: RunConfig, budget: Budget | None, device: str = "cuda",
         plan.note = "nothing fits, not even batch 1: a smaller preset or a larger budget is needed"
         return plan
     # Keep the effective batch with gradient accumulation: micro-batch ≤ the largest that fits.
-    kw = {} if config.task.name != "sensorlm" else {
-        "attn_backend": best.attn_backend,
-        "attn_chunk": best.attn_chunk if best.attn_chunk is not None else config.model.attn_chunk,
-        "checkpointing": best.checkpointing}
+    kw = best.settings
     k = max(accum, -(-B // max(1, best.largest_batch)))
     while k < B and predict(batch_size=B, grad_accum=k, **kw).total > budget.bytes:
         k += 1

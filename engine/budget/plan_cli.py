@@ -1,4 +1,4 @@
-"""`sensorlm-tui plan`: the memory breakdown, the largest batch per attention setting, a recommendation.
+"""`sensorlm-tui plan`: the memory breakdown, the largest batch per setting of the task's knobs, a recommendation.
 
 Torch-free unless ``--trace`` is given (then one traced step confirms the
 recommendation in a subprocess, seconds). The budget is ``--vram-gb`` ×
@@ -26,28 +26,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The plan flags (the lead's tui/cli.py adds them to its `plan` sub-command)."""
     parser.add_argument("--config", metavar="TOML", help="TOML file with any config fields")
     parser.add_argument("--preset", help="named preset: demo, tiny, small, base (default demo)")
-    parser.add_argument("--task", help="task (default sensorlm)")
+    parser.add_argument("--task", help="task (default: the built-in default; `sensorlm-tui presets` lists them)")
     parser.add_argument("--batch-size", type=int, help="batch size to plan for (default: the config's)")
     parser.add_argument("--grad-accum", type=int, help="micro-batches per step")
-    parser.add_argument("--attn-backend", choices=["sdpa", "math", "chunked"])
-    parser.add_argument("--attn-chunk", type=int, help="query rows per chunk (attn-backend chunked)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                         help="plan for this device (default: cuda when --vram-gb is given or a GPU is present)")
     parser.add_argument("--vram-gb", type=float, help="budget in GiB (default: free memory of GPU 0, via NVML)")
     parser.add_argument("--safety", type=float, help="fraction of the budget a plan may use (default 0.9)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="set any config field, e.g. --set model.activation_checkpointing=true")
+                        help="set any config field, e.g. --set train.precision=bf16")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--trace", action="store_true", help="confirm the recommendation with one traced step")
+    from engine.cli_args import _add_setting_flags
+
+    _add_setting_flags(parser)
 
 
 def _load(args: argparse.Namespace):
     from engine import config as cfg
     from engine.cli_args import explain_flag_error, overrides_from
 
-    for flag, value in (("--batch-size", args.batch_size), ("--grad-accum", args.grad_accum),
-                        ("--attn-chunk", args.attn_chunk)):
+    for flag, value in (("--batch-size", args.batch_size), ("--grad-accum", args.grad_accum)):
         if value is not None and value < 1:
             raise cfg.ConfigError(f"{flag}={value}: must be >= 1")
     if args.vram_gb is not None and not args.vram_gb > 0:
@@ -100,26 +100,24 @@ def main(args: argparse.Namespace) -> int:
         from engine.budget.trace import TraceError, trace
 
         chosen = config
-        if plan.recommended is not None and config.task.name == "sensorlm":
-            rec = plan.recommended
-            chosen = with_settings(config, attn_backend=rec.attn_backend,
-                                   attn_chunk=rec.attn_chunk or config.model.attn_chunk,
-                                   checkpointing=rec.checkpointing, grad_accum=plan.recommended_grad_accum)
+        if plan.recommended is not None:
+            chosen = with_settings(config, grad_accum=plan.recommended_grad_accum, **plan.recommended.settings)
         traced_on = "cuda" if target == "cuda" and _cuda_build() and info else "cpu"
         try:
             traced = trace(chosen, device=traced_on)
         except TraceError as exc:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
             return 1
-        from engine.budget.analytic import estimate
+        from engine.budget.analytic import estimate, has_model
 
-        same = estimate(chosen, device=traced_on)  # the analytic bound on the device the trace faked
+        # the analytic bound on the device the trace faked (None for a task without an analytic model)
+        same = estimate(chosen, device=traced_on) if has_model(chosen) else None
         traced = (traced, same)
     if args.json:
         out = plan.to_dict()
         out["device"] = target
         out["traced"] = traced[0].to_dict() if traced else None
-        out["traced_vs_analytic_same_device"] = traced[1].total if traced else None
+        out["traced_vs_analytic_same_device"] = traced[1].total if traced and traced[1] else None
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(render(config, plan, target, traced))
@@ -129,11 +127,12 @@ def main(args: argparse.Namespace) -> int:
 def render(config, plan: planner.Plan, target: str, traced: tuple | None = None) -> str:
     """The human table: breakdown, largest batch per setting, recommendation."""
     e = plan.estimate
-    t, m = config.train, config.model
+    from engine.budget.settings import task_values
+
+    t = config.train
+    knobs = "".join(f", {k} {v}" for k, v in task_values(config).items())
     lines = [f"{config.task.name} / {config.task.preset}: batch {t.batch_size} (grad_accum {t.grad_accum}), "
-             f"{t.precision}, attn {m.attn_backend}"
-             + (f" chunk {m.attn_chunk}" if m.attn_backend == "chunked" else "")
-             + (", activation checkpointing" if m.activation_checkpointing else "") + f", device {target}",
+             f"{t.precision}{knobs}, device {target}",
              f"predicted peak {human(e.total)} ({e.source}{', upper bound' if e.upper_bound else ''}"
              + (f"; at {e.settings.get('phase')}" if e.settings.get("phase") else "") + ")", ""]
     width = max((len(k) for k in e.breakdown), default=10)
@@ -148,8 +147,7 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
     lines.append(f"budget {plan.budget.describe()}")
     lines.append(f"  {'setting':44s}  {'largest batch':>13s}  {'peak at batch ' + str(t.batch_size):>18s}")
     for o in plan.options:
-        name = o.attn_backend + (f" chunk {o.attn_chunk}" if o.attn_backend == "chunked" else "") \
-            + (" + checkpointing" if o.checkpointing else "")
+        name = o.label()
         mark = "fits" if o.fits else "over"
         lines.append(f"  {name:44s}  {o.largest_batch:13d}  {human(o.predicted):>12s} {mark}")
     lines.append("")
@@ -161,13 +159,14 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
         if plan.recommended_grad_accum != t.grad_accum:
             extra = (f" --grad-accum {plan.recommended_grad_accum} (micro-batch "
                      f"{-(-t.batch_size // plan.recommended_grad_accum)}, effective batch {t.batch_size} kept)")
-        lines.append(f"recommendation: {rec.flags()}{extra} — the fastest setting that fits "
-                     f"(assumed order: sdpa, math, chunked by chunk size; checkpointing last)")
+        lines.append(f"recommendation: {rec.flags() or 'as configured'}{extra} — the fastest setting that fits "
+                     f"(in the task's declared speed order)")
     if traced is not None:
         tr, same = traced
         dev = tr.settings.get("device", "cpu")
+        versus = (f"; analytic for {dev}: {human(same.total)} "
+                  f"({(same.total - tr.total) / max(1, tr.total) * 100:+.1f} %)" if same is not None else "")
         lines.append(f"traced on fake {dev} tensors (recommended settings): {human(tr.total)} "
-                     f"{f'in {tr.seconds:.1f} s' if tr.seconds else '(cached)'}; "
-                     f"analytic for {dev}: {human(same.total)} ({(same.total - tr.total) / max(1, tr.total) * 100:+.1f} %)")
+                     f"{f'in {tr.seconds:.1f} s' if tr.seconds else '(cached)'}{versus}")
     lines.append(f"(1 GiB = {GIB} bytes)")
     return "\n".join(lines)

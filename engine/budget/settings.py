@@ -1,22 +1,53 @@
-"""The knobs the budget varies, applied to a RunConfig: batch size, backend, chunk, precision, checkpointing.
+"""The knobs the budget varies, applied to a RunConfig: the engine's own and the task's declared settings.
 
-Torch-free. ``with_settings`` returns a validated copy, so a bad value is the
-config's own one-line error naming the field.
+Torch-free. The engine owns ``batch_size``, ``grad_accum``, ``precision`` and
+``lr`` (in ``[train]``); every other name is one of the task's declared
+``Setting``s (engine.tasks.spec), found at its ``path``. ``with_settings``
+returns a validated copy, so a bad value is the config's own one-line error
+naming the field.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.config import RunConfig, validate
 
-#: Setting name → (config section, field).
-FIELDS = {
-    "batch_size": ("train", "batch_size"),
-    "grad_accum": ("train", "grad_accum"),
-    "precision": ("train", "precision"),
-    "attn_backend": ("model", "attn_backend"),
-    "attn_chunk": ("model", "attn_chunk"),
-    "checkpointing": ("model", "activation_checkpointing"),
+#: The engine's own settings → their dotted config path.
+ENGINE = {
+    "batch_size": "train.batch_size",
+    "grad_accum": "train.grad_accum",
+    "precision": "train.precision",
+    "lr": "train.lr",
 }
+
+
+def declared(config: RunConfig) -> tuple:
+    """The task's declared live settings (engine.tasks.spec.Setting), in declaration order."""
+    from engine.tasks import get_spec
+
+    return get_spec(config.task.name).capabilities.settings
+
+
+def path_of(config: RunConfig, name: str) -> str:
+    """Dotted config path of setting ``name``; KeyError when neither the engine nor the task has it."""
+    if name in ENGINE:
+        return ENGINE[name]
+    for setting in declared(config):
+        if setting.name == name:
+            return setting.path
+    raise KeyError(name)
+
+
+def _get(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        data = getattr(data, part)
+    return data
+
+
+def value_of(config: RunConfig, name: str) -> Any:
+    """The current value of setting ``name`` in ``config``."""
+    return _get(config, path_of(config, name))
 
 
 def with_settings(config: RunConfig, **settings) -> RunConfig:
@@ -26,22 +57,26 @@ def with_settings(config: RunConfig, **settings) -> RunConfig:
         return config
     data = config.model_dump()
     for name, value in changes.items():
-        if name not in FIELDS:
-            raise KeyError(name)
-        section, field = FIELDS[name]
-        data[section][field] = value
+        node = data
+        *parents, leaf = path_of(config, name).split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
     return validate(data, "settings")
+
+
+def task_values(config: RunConfig) -> dict[str, Any]:
+    """Each declared task setting's current value, by name."""
+    return {s.name: _get(config, s.path) for s in declared(config)}
 
 
 def describe(config: RunConfig) -> dict:
     """The settings of ``config`` as a plain dict (what an Estimate's ``settings`` records)."""
-    t, m = config.train, config.model
+    t = config.train
     return {
         "batch_size": t.batch_size,
         "grad_accum": t.grad_accum,
         "micro_batch": -(-t.batch_size // t.grad_accum),  # torch.chunk: the first micro-batch is the largest
         "precision": t.precision,
-        "attn_backend": m.attn_backend,
-        "attn_chunk": m.attn_chunk,
-        "checkpointing": m.activation_checkpointing,
+        **task_values(config),
     }

@@ -110,7 +110,7 @@ def batch_template(task) -> dict:
     Built from a real two-sample batch (cheap, whatever the batch size), so
     predictors can make batches of any size without generating data. The dim
     order (dims from the largest stride to the smallest) is kept because the
-    model's memory depends on it: the synthetic SensorLM batch is channel-major
+    model's memory depends on it: a channel-major batch (one built-in task's synthetic one)
     per sample, so its patchify copies x where a row-major x would be a view
     (a trace on row-major stand-ins once read 18 % low on ``demo``). Entries
     whose first dim is not the batch (or that are not tensors) are kept as they are.

@@ -34,10 +34,9 @@ IRRELEVANT = {
     "checkpoint": None,
     "budget": None,
     "train": {"max_steps", "epochs", "steps_per_epoch", "lr", "eval_every", "log_every", "overfit",
-              "abort_drop_db", "abort_patience", "nan_policy", "nan_patience", "rollback_lr_factor",
+              "abort_drop", "abort_patience", "nan_policy", "nan_patience", "rollback_lr_factor",
               "threads", "on_hangup", "oom_recovery", "schedule", "warmup_frac", "cooldown_frac",
               "min_lr_frac", "device"},
-    "data": {"train_samples", "val_samples", "val_fraction"},
 }
 
 
@@ -52,18 +51,20 @@ def default_cache_dir() -> Path:
 
 
 def _source_files(task_name: str) -> list[Path]:
-    """The step harness, the worker, and the task's module or package sources (their text is in the key)."""
-    from engine.tasks import BUILTIN_TASKS
+    """The step harness, the worker, and the sources of the package holding the task's class (in the key)."""
+    from engine.tasks import get_spec
 
     here = Path(__file__).resolve().parent
     files = [here / "step.py", here / "trace_worker.py"]
-    target = BUILTIN_TASKS.get(task_name, "")
-    module = target.partition(":")[0]
-    if module:
+    module = get_spec(task_name).task.partition(":")[0]
+    try:
         spec = util.find_spec(module)
-        if spec is not None and spec.origin:
-            origin = Path(spec.origin)
-            files += sorted(origin.parent.glob("*.py")) if origin.name == "__init__.py" else [origin]
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        origin = Path(spec.origin)
+        package = "." in module or origin.name == "__init__.py"
+        files += sorted(origin.parent.glob("*.py")) if package else [origin]
     return files
 
 
@@ -109,7 +110,7 @@ def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0) -
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory(prefix="sensorlm-trace-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sensorlm-tui-trace-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request.write_text(json.dumps({"config": config.model_dump(mode="json"), "device": device}))
         try:
@@ -129,18 +130,20 @@ def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0) -
 def trace(
     config: RunConfig,
     batch_size: int | None = None,
-    attn_backend: str | None = None,
-    attn_chunk: int | None = None,
     precision: str | None = None,
-    checkpointing: bool | None = None,
     device: str = "cpu",
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
     timeout: float = 600.0,
+    grad_accum: int | None = None,
+    **task_settings,
 ) -> Estimate:
-    """Peak of two optimizer steps traced on fake tensors (see module docstring); cached by config hash."""
-    config = with_settings(config, batch_size=batch_size, attn_backend=attn_backend, attn_chunk=attn_chunk,
-                           precision=precision, checkpointing=checkpointing)
+    """Peak of two optimizer steps traced on fake tensors (see module docstring); cached by config hash.
+
+    ``task_settings`` are the task's declared settings by name (engine.budget.settings).
+    """
+    config = with_settings(config, batch_size=batch_size, precision=precision, grad_accum=grad_accum,
+                           **task_settings)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = directory / f"{cache_key(config, device)}.json"
     if use_cache and path.exists():

@@ -2,9 +2,16 @@
 
 A task owns its model, its data (a map-style training set indexed by sample
 number, a fixed validation subset), its loss (a total plus named components)
-and its validation metrics (``val_loss`` always; ``psnr_db`` when it has a
-notion of reconstruction quality). The loop owns optimisation, schedule,
-checkpoints, controls and events.
+and its validation metrics (``val_loss`` always, plus whatever its spec declares:
+the primary metric and the curves, engine.tasks.spec.Capabilities). The loop
+owns optimisation, schedule, checkpoints, controls and events.
+
+Hooks with defaults: ``param_groups`` (which parameters train, in which
+optimizer groups), ``export`` (artefacts besides checkpoints, e.g. an adapter),
+``finalize_metrics`` (metrics derived from the reduced ones, e.g. perplexity).
+With ``eval_reduction = "pooled"`` in the spec, ``eval_batch`` returns
+``{name: (sum, count)}`` and the engine divides once over the whole set;
+with "per_batch" it returns per-batch means, weighted by batch size.
 
 Determinism contract: ``make_batch(indices, step, train)`` must be a pure
 function of its arguments and the task's seed (masks drawn from a generator
@@ -38,10 +45,6 @@ class Task(ABC):
 
     #: Registry name of the task.
     name: ClassVar[str] = "task"
-    #: Live settings the task can change besides batch_size and lr (which the loop owns).
-    supports: ClassVar[frozenset[str]] = frozenset()
-    #: Attention backends the task offers (empty when it has no attention).
-    attn_backends: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
@@ -84,8 +87,30 @@ class Task(ABC):
         """(total loss, named components) for one micro-batch; components are detached scalars."""
 
     @abstractmethod
-    def eval_batch(self, model: "nn.Module", batch: dict) -> dict[str, float]:
-        """Per-batch means of validation metrics; must include ``val_loss``; may include ``psnr_db``."""
+    def eval_batch(self, model: "nn.Module", batch: dict) -> dict[str, Any]:
+        """Validation metrics of one batch, ``val_loss`` included: per-batch means ("per_batch" reduction) or
+        ``{name: (sum, count)}`` ("pooled"), as the spec's ``eval_reduction`` says."""
+
+    def finalize_metrics(self, means: dict[str, float]) -> dict[str, float]:
+        """Metrics over the whole validation set from the reduced ones (default: as they are; e.g. a
+        perplexity = exp(val_loss) belongs here, not in eval_batch, where it would be averaged)."""
+        return means
+
+    # -- optimisation and artefacts ----------------------------------------------------
+    def param_groups(self, model: "nn.Module") -> list[dict]:
+        """Optimizer param groups of the trainable parameters. Default: every parameter with
+        ``requires_grad``, matrices (ndim >= 2) with weight decay and the rest (biases, norms) without;
+        the optimizer setup fills ``weight_decay`` where a group leaves it to the config (key absent)."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        decay = [p for p in params if p.ndim >= 2]
+        no_decay = [p for p in params if p.ndim < 2]
+        return [group for group in ({"params": decay}, {"params": no_decay, "weight_decay": 0.0})
+                if group["params"]]
+
+    def export(self, model: "nn.Module", out_dir: "Path", kind: str) -> "Path | None":
+        """Write an artefact besides checkpoints (``kind`` one of the spec's ``exports``, e.g. a PEFT
+        adapter) under ``out_dir``; the path written, or None (default: the task exports nothing)."""
+        return None
 
     # -- optimisation, metrics, exports ----------------------------------------------
     def param_groups(self, model: "nn.Module") -> list[dict]:
@@ -107,8 +132,5 @@ class Task(ABC):
 
     # -- live settings ---------------------------------------------------------------
     def apply_setting(self, model: "nn.Module", name: str, value: Any) -> None:
-        """Change a live setting (``attn_backend``, ``attn_chunk``) on the model; raise TaskError if unsupported."""
+        """Change one of the spec's declared live settings on the model; raise TaskError if unsupported."""
         raise TaskError(f"task {self.name!r} does not support changing {name}")
-
-    #: Name of the metric that decides `best` checkpoints and the abort policy, and whether higher is better.
-    primary_metric: ClassVar[tuple[str, bool]] = ("psnr_db", True)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
 #: How a validation metric reduces over the validation set.
-#: "per_batch": mean of per-batch means weighted by batch size (right for per-sample means, e.g. PSNR per sample);
+#: "per_batch": mean of per-batch means weighted by batch size (right for per-sample means, e.g. a per-sample quality score);
 #: "pooled": the task returns sums and counts and the engine divides once (right for token-level losses).
 Reduction = Literal["per_batch", "pooled"]
 
@@ -38,7 +38,7 @@ class Metric:
     kind: Literal["train", "val"] = "val"
 
     def title(self) -> str:
-        """Label with unit, e.g. "PSNR (dB)"."""
+        """Label with unit, e.g. "accuracy (%)"."""
         text = self.label or self.name
         return f"{text} ({self.unit})" if self.unit else text
 
@@ -49,8 +49,10 @@ class Setting:
 
     ``path`` is where it lives in the resolved config, dotted from the top
     (``train.batch_size``, or inside the task's own section such as
-    ``sensorlm.model.attn_chunk``). ``kind`` "int" and "float" are bounded by
-    ``minimum``/``maximum``; "choice" takes one of ``choices``.
+    ``<task>.model.<field>``). ``kind`` "int" and "float" are bounded by
+    ``minimum``/``maximum``; "choice" takes one of ``choices``. For "int" and
+    "float", ``choices`` (optional) are the values ``plan`` tries, not a limit.
+    ``choices`` are listed fastest first: ``plan`` recommends the first that fits.
     """
 
     name: str
@@ -63,6 +65,9 @@ class Setting:
     help: str = ""
     #: True when a change can move the memory peak (the engine predicts it before applying it).
     affects_memory: bool = True
+    #: (other setting, value) pairs this one matters under (a chunk size only when the backend chunks);
+    #: ``plan`` does not vary it otherwise.
+    requires: tuple = ()
 
     def check(self, value: Any) -> str | None:
         """None when ``value`` is allowed, else the one-line reason."""
@@ -109,6 +114,7 @@ class Capabilities:
         def setting(d: Mapping[str, Any]) -> Setting:
             kw = {k: v for k, v in d.items() if k in Setting.__dataclass_fields__}
             kw["choices"] = tuple(kw.get("choices", ()))
+            kw["requires"] = tuple(tuple(pair) for pair in kw.get("requires", ()))
             return Setting(**kw)
 
         primary = metric(data.get("primary") or {"name": "val_loss", "label": "val loss",

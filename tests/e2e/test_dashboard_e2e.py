@@ -27,7 +27,7 @@ def _step(text: str) -> int:
 
 def test_demo_pause_resume_checkpoint_abort(tmp_path: Path, tmux: Tmux) -> None:
     # The demo preset as a newcomer runs it; fewer val windows and one thread keep the test short on 2 cores.
-    tmux.start("demo", sensorlm("train", "--preset", "demo", "--threads", "1", "--set", "data.val_samples=16",
+    tmux.start("demo", sensorlm("train", "--preset", "demo", "--threads", "1", "--set", "sensorlm.data.val_samples=16",
                                 "--max-steps", "100000", "--eval-every", "0"))
     tmux.wait_for("demo", lambda s: _step(s) >= 3, 180, "the dashboard showing training steps")
     run = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())

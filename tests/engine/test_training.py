@@ -28,11 +28,11 @@ def test_toy_learns_and_prints_plain_lines(tmp_path: Path) -> None:
     assert "\r" not in result.stdout and "\x1b[" not in result.stdout
     evals = [e for e in read_events(tmp_path / "r") if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [0, 60, 120]
-    assert evals[-1]["psnr_db"] > evals[0]["psnr_db"] + 1.0
+    assert evals[-1]["metrics"]["psnr_db"] > evals[0]["metrics"]["psnr_db"] + 1.0
     assert any(line.startswith("eval  step 120") for line in result.stdout.splitlines())
     assert result.stdout.strip().splitlines()[-1].startswith("done  finished at step 120")
     events = read_events(tmp_path / "r")
-    assert events[0]["type"] == "schema" and events[0]["version"] == 1
+    assert events[0]["type"] == "schema" and events[0]["version"] == 2
 
 
 def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
@@ -63,15 +63,16 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
 
 def test_abort_policy_fires_on_psnr_drop(tmp_path: Path) -> None:
     result = run_cli(*TOY, "--max-steps", "200", "--eval-every", "10", "--lr", "0.3", "--schedule", "constant",
-                     "--set", "train.clip_grad_norm=0", "--set", "train.abort_drop_db=0.5",
+                     "--set", "train.clip_grad_norm=0", "--set", "train.abort_drop=0.5",
                      "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 1, result.stdout + result.stderr
     events = read_events(tmp_path / "r")
     finished = [e for e in events if e["type"] == "run_finished"][-1]
     assert finished["status"] == "aborted" and "consecutive evals" in finished["reason"]
     evals = [e for e in events if e["type"] == "eval"]
-    best = max(e["psnr_db"] for e in evals)
-    assert all(e["psnr_db"] < best - 0.5 for e in evals[-2:])
+    assert {e["primary"] for e in evals} == {"psnr_db"}
+    best = max(e["metrics"]["psnr_db"] for e in evals)
+    assert all(e["metrics"]["psnr_db"] < best - 0.5 for e in evals[-2:])
     assert finished["steps"] < 200
     assert (tmp_path / "r" / "checkpoints" / "last.safetensors").is_file()
 

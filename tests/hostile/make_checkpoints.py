@@ -21,8 +21,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent / "checkpoint"
 ROOT = HERE.parents[2]
 TINY = ["--task", "toy", "--threads", "1", "--max-steps", "3", "--eval-every", "0", "--batch-size", "4",
-        "--set", "model.depth=1", "--set", "data.channels=1", "--set", "data.minutes=60",
-        "--set", "data.val_samples=4", "--set", "checkpoint.save_best=false"]
+        "--set", "toy.depth=1", "--set", "toy.channels=1", "--set", "toy.length=60",
+        "--set", "toy.val_samples=4", "--set", "checkpoint.save_best=false"]
 
 
 def _train(run: Path, *extra: str) -> Path:
@@ -53,10 +53,10 @@ def main() -> None:
 
     HERE.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        good = _train(Path(tmp) / "good", "--set", "model.dim=8")
+        good = _train(Path(tmp) / "good", "--set", "toy.dim=8")
         shutil.copy(Path(tmp) / "good" / "config.toml", HERE / "config.toml")
         shutil.copy(good, HERE / "valid.safetensors")
-        shutil.copy(_train(Path(tmp) / "wide", "--set", "model.dim=16"), HERE / "other_shape.safetensors")
+        shutil.copy(_train(Path(tmp) / "wide", "--set", "toy.dim=16"), HERE / "other_shape.safetensors")
         data = good.read_bytes()
         (HERE / "empty.safetensors").write_bytes(b"")
         (HERE / "truncated.safetensors").write_bytes(data[: len(data) // 2])

@@ -395,9 +395,8 @@ class SensorLM(nn.Module):
         }
 
 
-def build(config, channels: int, minutes: int) -> SensorLM:
-    """A SensorLM from a RunConfig's model section (``channels``/``minutes`` come from the data)."""
-    m = config.model
+def build(m, channels: int, minutes: int) -> SensorLM:
+    """A SensorLM from the ``[sensorlm.model]`` section ``m`` (``channels``/``minutes`` come from the data)."""
     return SensorLM(minutes=minutes, channels=channels, patch_time=m.patch_time, patch_channels=m.patch_channels,
                     dim=m.dim, depth=m.depth, heads=m.heads, mlp_ratio=m.mlp_ratio, text_dim=m.text_dim,
                     text_depth=m.text_depth, decoder_depth=m.decoder_depth, text_heads=m.text_heads,

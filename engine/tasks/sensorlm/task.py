@@ -45,9 +45,6 @@ class SensorLMTask(Task):
     """Contrastive + captioning + masked reconstruction on wearable days; see the module docstring."""
 
     name = "sensorlm"
-    supports = frozenset({"attn_backend", "attn_chunk"})
-    attn_backends = BACKENDS
-    primary_metric = ("psnr_db", True)
     #: Synthetic training windows the tokenizer and the normalisation statistics are fitted on.
     FIT_SAMPLES = 256
     #: Validation windows kept in memory (they are re-read at every eval).
@@ -55,27 +52,28 @@ class SensorLMTask(Task):
 
     def __init__(self, config) -> None:
         super().__init__(config)
+        #: The task's own section, ``[sensorlm]`` (``model`` and ``data`` sub-tables).
+        self.cfg = config.task_config
         self._ready = False
 
     # -- lifecycle -----------------------------------------------------------------------
     def setup(self, state: dict | None = None) -> None:
         """Open the data (generator or CSV), then restore or fit the tokenizer and normalisation statistics."""
-        d, m = self.config.data, self.config.model
+        d, m = self.cfg.data, self.cfg.model
+        path = self.config.data.path
         self.minutes = d.minutes
         self.caption_words = m.max_caption_tokens - 2  # the words' budget; <bos> and <eos> take two
         self.csv: CsvDataset | None = None
         self.gen: SyntheticWearables | None = None
-        if d.source == "synthetic":
+        if not path:
             if d.channels > len(CHANNELS):
-                raise TaskError(f"data.channels={d.channels}: synthetic data has at most {len(CHANNELS)} channels")
+                raise TaskError(f"sensorlm.data.channels={d.channels}: synthetic data has at most {len(CHANNELS)} channels")
             if d.train_samples >= VAL_OFFSET:
-                raise TaskError(f"data.train_samples={d.train_samples}: must be below {VAL_OFFSET}")
+                raise TaskError(f"sensorlm.data.train_samples={d.train_samples}: must be below {VAL_OFFSET}")
             self.gen = SyntheticWearables(d.seed, d.channels, d.minutes)
             self.channel_names = [c.name for c in self.gen.channels]
         else:
-            if not d.path:
-                raise TaskError("data.path: required when data.source='csv'")
-            self.csv = CsvDataset(d.path, d.captions_path, d.minutes, d.val_fraction, d.channels)
+            self.csv = CsvDataset(path, d.captions_path, d.minutes, d.val_fraction, d.channels)
             self.channel_names = list(self.csv.channels)
             # Windows without a caption get one from their own signals, once, deterministically.
             for k, w in enumerate(self.csv.train + self.csv.val):
@@ -83,10 +81,10 @@ class SensorLMTask(Task):
                     w.caption = cap.describe_signals(w.values, w.valid, self.channel_names, w.start_minute,
                                                      d.seed, k, self.caption_words)
         if m.patch_channels > len(self.channel_names) or len(self.channel_names) % m.patch_channels:
-            raise TaskError(f"model.patch_channels={m.patch_channels} must divide the {len(self.channel_names)} "
-                            "channels (data.channels)")
+            raise TaskError(f"sensorlm.model.patch_channels={m.patch_channels} must divide the {len(self.channel_names)} "
+                            "channels (sensorlm.data.channels)")
         if d.minutes % m.patch_time:
-            raise TaskError(f"model.patch_time={m.patch_time} must divide data.minutes={d.minutes}")
+            raise TaskError(f"sensorlm.model.patch_time={m.patch_time} must divide sensorlm.data.minutes={d.minutes}")
         self._val_item = lru_cache(maxsize=self.VAL_CACHE)(self._load_val)
         if state:
             self._restore(state)
@@ -96,12 +94,12 @@ class SensorLMTask(Task):
 
     def _fit(self) -> None:
         if self.gen is not None:
-            n = min(self.FIT_SAMPLES, self.config.data.train_samples)
+            n = min(self.FIT_SAMPLES, self.cfg.data.train_samples)
             items = [self._train_item(i) for i in range(n)]
         else:
             items = [self._train_item(i) for i in range(len(self.csv.train))]
         self.mean, self.std = channel_stats([(v, ok) for v, ok, _ in items])
-        self.tokenizer = Tokenizer.build([c for _, _, c in items], self.config.model.vocab_size)
+        self.tokenizer = Tokenizer.build([c for _, _, c in items], self.cfg.model.vocab_size)
 
     def _restore(self, state: dict) -> None:
         try:
@@ -118,9 +116,9 @@ class SensorLMTask(Task):
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise TaskError(f"task state is not a SensorLM state: {exc}") from None
-        if len(self.tokenizer) > self.config.model.vocab_size:
-            raise TaskError(f"checkpoint tokenizer has {len(self.tokenizer)} words > model.vocab_size="
-                            f"{self.config.model.vocab_size}")
+        if len(self.tokenizer) > self.cfg.model.vocab_size:
+            raise TaskError(f"checkpoint tokenizer has {len(self.tokenizer)} words > sensorlm.model.vocab_size="
+                            f"{self.cfg.model.vocab_size}")
 
     def state_dict(self) -> dict:
         """Tokenizer vocabulary and normalisation statistics (JSON-able)."""
@@ -136,14 +134,14 @@ class SensorLMTask(Task):
     def build_model(self) -> nn.Module:
         """A freshly initialised SensorLM for this data's channel count and window length."""
         self._ensure()
-        return build(self.config, len(self.channel_names), self.minutes)
+        return build(self.cfg.model, len(self.channel_names), self.minutes)
 
     def describe(self) -> dict[str, Any]:
         """Facts for the dashboard header: source, channels, patches (tokens), vocabulary."""
         self._ensure()
-        m = self.config.model
+        m = self.cfg.model
         patches = (self.minutes // m.patch_time) * (len(self.channel_names) // m.patch_channels)
-        return {"source": self.config.data.source, "channels": len(self.channel_names), "minutes": self.minutes,
+        return {"source": "csv" if self.config.data.path else "synthetic", "channels": len(self.channel_names), "minutes": self.minutes,
                 "patches": patches, "caption_tokens": m.max_caption_tokens, "vocab": len(self.tokenizer),
                 "train_windows": self.train_size(), "val_windows": len(self.val_indices())}
 
@@ -151,26 +149,26 @@ class SensorLMTask(Task):
     def _train_item(self, i: int) -> tuple[np.ndarray, np.ndarray, str]:
         if self.gen is not None:
             s = self.gen.sample(i)
-            return s.values, s.valid, cap.caption(s, self.config.data.seed, self.caption_words)
+            return s.values, s.valid, cap.caption(s, self.cfg.data.seed, self.caption_words)
         w = self.csv.train[i]
         return w.values, w.valid, w.caption
 
     def _load_val(self, j: int) -> tuple[np.ndarray, np.ndarray, str]:
         if self.gen is not None:
             s = self.gen.val_sample(j)
-            return s.values, s.valid, cap.caption(s, self.config.data.seed, self.caption_words)
+            return s.values, s.valid, cap.caption(s, self.cfg.data.seed, self.caption_words)
         w = self.csv.val[j]
         return w.values, w.valid, w.caption
 
     def train_size(self) -> int:
         """Synthetic: data.train_samples; CSV: the number of training windows."""
         self._ensure()
-        return self.config.data.train_samples if self.gen is not None else len(self.csv.train)
+        return self.cfg.data.train_samples if self.gen is not None else len(self.csv.train)
 
     def val_indices(self) -> list[int]:
         """data.val_samples validation windows (evenly spaced over the CSV validation split)."""
         self._ensure()
-        k = self.config.data.val_samples
+        k = self.cfg.data.val_samples
         if self.gen is not None:
             return list(range(k))
         n = len(self.csv.val)
@@ -182,10 +180,10 @@ class SensorLMTask(Task):
         return (self._train_item(index) if train else self._val_item(index))[2]
 
     def _patch_mask(self, index: int, step: int, train: bool) -> np.ndarray:
-        m = self.config.model
+        m = self.cfg.model
         P = (self.minutes // m.patch_time) * (len(self.channel_names) // m.patch_channels)
-        n = min(max(1, round(self.config.data.mask_ratio * P)), P - 1) if P > 1 else 1
-        key = [self.config.data.seed, 11, int(index), int(step), 1] if train else [self.config.data.seed, 12, int(index)]
+        n = min(max(1, round(self.cfg.data.mask_ratio * P)), P - 1) if P > 1 else 1
+        key = [self.cfg.data.seed, 11, int(index), int(step), 1] if train else [self.cfg.data.seed, 12, int(index)]
         mask = np.zeros(P, bool)
         mask[np.random.default_rng(key).permutation(P)[:n]] = True
         return mask
@@ -197,7 +195,7 @@ class SensorLMTask(Task):
         values = np.stack([v for v, _, _ in items])
         valid = np.stack([ok for _, ok, _ in items])
         x = np.where(valid, (values - self.mean) / self.std, 0.0).astype(np.float32)
-        L = self.config.model.max_caption_tokens
+        L = self.cfg.model.max_caption_tokens
         tokens = np.array([self.tokenizer.encode(c, L) for _, _, c in items], np.int64)
         mask = np.stack([self._patch_mask(int(i), step, train) for i in indices])
         return {"x": torch.from_numpy(x), "valid": torch.from_numpy(valid),
@@ -209,7 +207,7 @@ class SensorLMTask(Task):
         core = _unwrap(model)
         patches = core.encoder.patchify(batch["x"])
         patch_valid = core.encoder.patchify(batch["valid"])
-        m = self.config.model
+        m = self.cfg.model
         contrastive, sim = losses.contrastive_loss(out["sensor_emb"], out["text_emb"], core.logit_scale,
                                                    core.logit_bias, m.contrastive)
         targets = batch["tokens"][:, 1:]
@@ -240,9 +238,14 @@ class SensorLMTask(Task):
 
     # -- live settings -------------------------------------------------------------------------
     def apply_setting(self, model: nn.Module, name: str, value: Any) -> None:
-        """Switch the sensor encoder's ``attn_backend`` or ``attn_chunk`` in place (no re-initialisation)."""
+        """Switch the sensor encoder's ``attn_backend``, ``attn_chunk`` or ``activation_checkpointing`` in place
+        (no re-initialisation; the spec declares them)."""
         core = _unwrap(model)
-        if name == "attn_backend":
+        if name == "activation_checkpointing":
+            if not isinstance(value, bool):
+                raise TaskError(f"activation_checkpointing={value!r}: must be true or false")
+            core.encoder.activation_checkpointing = value
+        elif name == "attn_backend":
             if value not in BACKENDS:
                 raise TaskError(f"attn_backend={value!r}: allowed {', '.join(BACKENDS)}")
             core.set_attention(backend=value)

@@ -16,6 +16,8 @@ SMALL = {
     "data": {"channels": 8, "minutes": 240},
     "train": {"batch_size": 2},
 }
+#: Keys of SMALL and of the cases that belong to the task's own section ([sensorlm.model], [sensorlm.data]).
+TASK_KEYS = ("model", "data")
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -32,7 +34,9 @@ def small(task: str = "sensorlm", **sections) -> cfg.RunConfig:
     """A small config of ``task``: SMALL for sensorlm, the toy's demo preset otherwise; sections override."""
     if task == "toy":
         return cfg.load(task="toy", overrides=sections)
-    return cfg.load(task="sensorlm", preset="demo", overrides=_merge(SMALL, sections))
+    merged = _merge(SMALL, sections)
+    own = {k: merged.pop(k) for k in TASK_KEYS if k in merged}
+    return cfg.load(task="sensorlm", preset="demo", overrides={**merged, "sensorlm": own})
 
 
 @pytest.fixture(autouse=True)

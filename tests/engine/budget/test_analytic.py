@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from engine import config as cfg
-from engine.budget import analytic, analytic_sensorlm as slm
-from engine.presets import PRESETS
+from engine.budget import analytic
+from engine.tasks.sensorlm import memory as slm
+from engine.tasks.sensorlm.spec import PRESETS
 from tests.conftest import ROOT, cli_env
 from tests.engine.budget.conftest import small
 
@@ -28,13 +29,13 @@ def test_budget_planning_modules_do_not_import_torch() -> None:
     assert out == "False"
 
 
-@pytest.mark.parametrize("preset", list(PRESETS["sensorlm"]))
+@pytest.mark.parametrize("preset", list(PRESETS))
 def test_parameter_tensors_match_the_real_model(preset: str) -> None:
     from engine.tasks.sensorlm.model import build
 
     config = cfg.load(preset=preset, task="sensorlm")
     with torch.device("meta"):
-        model = build(config, config.data.channels, config.data.minutes)
+        model = build(config.task_config.model, config.task_config.data.channels, config.task_config.data.minutes)
     ours = [n for group in slm.param_tensors(slm.Shape.of(config)).values() for n in group]
     theirs = [p.numel() for p in model.parameters()]
     assert sorted(ours) == sorted(theirs)
@@ -47,7 +48,7 @@ def test_monotone_in_batch_and_backend_order() -> None:
     sdpa = analytic.estimate(config, attn_backend="sdpa").total
     math = analytic.estimate(config, attn_backend="math").total
     chunk = analytic.estimate(config, attn_backend="chunked", attn_chunk=64).total
-    ckpt = analytic.estimate(config, checkpointing=True).total
+    ckpt = analytic.estimate(config, activation_checkpointing=True).total
     assert math > chunk and math > sdpa and ckpt < sdpa
 
 
@@ -59,7 +60,12 @@ def test_breakdown_sums_to_total_and_names_the_components() -> None:
     assert e.breakdown.get("attention N×N: sensor encoder", 0) > 0
 
 
-def test_unknown_task_has_no_closed_form() -> None:
-    config = small("toy").model_copy(update={"task": cfg.TaskConfig(name="other", preset="demo")})
+def test_a_task_without_an_analytic_model_has_no_closed_form(monkeypatch) -> None:
+    import dataclasses
+
+    from engine import tasks
+
+    spec = dataclasses.replace(tasks.get_spec("toy"), analytic_memory=None)
+    monkeypatch.setattr(tasks, "get_spec", lambda name: spec)
     with pytest.raises(analytic.NoAnalyticModel):
-        analytic.estimate(config)
+        analytic.estimate(small("toy"))

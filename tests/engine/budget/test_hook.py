@@ -20,13 +20,18 @@ def _hook(**budget):
 def test_on_start_summarises_prediction_and_budget() -> None:
     hook, trainer = _hook(vram_gb=0.05)
     summary = hook.on_start(trainer)
-    assert summary["predicted"] > 0 and summary["source"] == "analytic" and summary["budget"] > 0
-    assert summary["device"] == "cpu" and summary["largest_batch"] >= 4 and summary["breakdown"]
+    assert summary.predicted > 0 and summary.source == "analytic" and summary.budget > 0
+    assert summary.device == "cpu" and summary.largest_batch >= 4 and summary.breakdown
+    # Typed end to end: RunStarted carries it, and it reads back from JSON as the same object.
+    from engine import events as ev
+
+    started = ev.from_json(ev.to_json(ev.RunStarted(budget=summary)))
+    assert started.budget == summary
 
 
 def test_check_change_refuses_with_numbers_and_force_overrides() -> None:
     hook, trainer = _hook(vram_gb=0.05)
-    largest = hook.on_start(trainer)["largest_batch"]
+    largest = hook.on_start(trainer).largest_batch
     assert hook.check_change({"batch_size": largest}, force=False) is None
     why = hook.check_change({"batch_size": 100 * largest}, force=False)
     assert why and ("GiB" in why or "MiB" in why) and f"batch_size 4 → {100 * largest}" in why and str(largest) in why
@@ -39,12 +44,12 @@ def test_check_change_refuses_with_numbers_and_force_overrides() -> None:
 def test_cpu_budget_is_available_ram_and_samples_carry_rss() -> None:
     hook, trainer = _hook()
     summary = hook.on_start(trainer)
-    assert summary["budget"] > 0 and summary["budget_source"] == "available RAM"
+    assert summary.budget > 0 and summary.budget_source == "available RAM"
     assert "available RAM" in hook.check_change({"batch_size": 1_000_000}, force=False)  # would not fit in RAM
     assert hook.check_change({"batch_size": 8}, force=False) is None
     first = hook.sample(1)
-    assert first.predicted == summary["predicted"] and first.allocated is None and first.peak is None
-    assert first.rss > 0 and first.budget == summary["budget"] and "no step counted yet" in first.source
+    assert first.predicted == summary.predicted and first.allocated is None and first.peak is None
+    assert first.rss > 0 and first.budget == summary.budget and "no step counted yet" in first.source
     assert hook.sample(2) is None  # nothing new on CPU (this stand-in trainer has no model: no step counted)
     trainer.batch_size = 8
     assert hook.sample(3).predicted > first.predicted

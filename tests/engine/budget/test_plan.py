@@ -31,8 +31,10 @@ def test_recommends_the_fastest_setting_that_fits() -> None:
     config = load(preset="base", task="sensorlm", overrides={"train": {"batch_size": 8},
                                                              "budget": {"vram_gb": 80}})
     p = plan.make_plan(config, plan.resolve_budget(config, None))
-    assert p.recommended.attn_backend == "sdpa" and not p.recommended.checkpointing
-    by = {(o.attn_backend, o.attn_chunk, o.checkpointing): o for o in p.options}
+    assert p.recommended.settings == {"activation_checkpointing": False, "attn_backend": "sdpa"}
+    by = {(o.get("attn_backend"), o.get("attn_chunk"), o.get("activation_checkpointing")): o for o in p.options}
+    assert ("chunked", 256, False) in by and ("sdpa", 256, False) not in by  # a chunk only varies when chunking
+    assert p.recommended.flags() == "--activation-checkpointing false --attn-backend sdpa"
     assert by[("math", None, False)].largest_batch < by[("sdpa", None, False)].largest_batch
     assert by[("sdpa", None, True)].largest_batch > by[("sdpa", None, False)].largest_batch
 

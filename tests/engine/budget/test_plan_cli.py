@@ -21,7 +21,8 @@ def test_table_lists_breakdown_batches_and_recommendation(capsys) -> None:
     assert plan_cli.main(_args("--preset", "base", "--vram-gb", "80")) == 0
     out = capsys.readouterr().out
     assert "predicted peak" in out and "activations: sensor encoder" in out and "optimizer" in out
-    assert "largest batch" in out and "chunked chunk 256" in out and "recommendation: --attn-backend sdpa" in out
+    assert "largest batch" in out and "attn_backend chunked, attn_chunk 256" in out \
+        and "recommendation: --activation-checkpointing false --attn-backend sdpa" in out
 
 
 def test_json_output(capsys) -> None:
@@ -44,4 +45,4 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, field) -> None:
 def test_cli_plan_runs_without_torch() -> None:
     proc = run_cli("plan", "--preset", "base", "--vram-gb", "80", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["recommended"]["attn_backend"] == "sdpa"
+    assert json.loads(proc.stdout)["recommended"]["settings"]["attn_backend"] == "sdpa"

@@ -15,8 +15,8 @@ from pathlib import Path
 from tests.conftest import ROOT, cli_env
 
 #: Small, fast toy runs: one thread, a line per step, a 100k-parameter MLP whose checkpoint is ~1.2 MB.
-TOY = ["--task", "toy", "--threads", "1", "--set", "train.print_every=1", "--set", "model.dim=32",
-       "--set", "data.val_samples=8"]
+TOY = ["--task", "toy", "--threads", "1", "--set", "train.print_every=1", "--set", "toy.dim=32",
+       "--set", "toy.val_samples=8"]
 FAULTS = "SENSORLM_TUI_FAULTS"
 STEP_LINE = re.compile(r"^step\s+(\d+)/")
 

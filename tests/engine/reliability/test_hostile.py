@@ -24,7 +24,7 @@ from tests.conftest import ROOT, run_cli
 CORPUS = ROOT / "tests" / "hostile"
 CASES = tomllib.loads((CORPUS / "cases.toml").read_text())
 IDS = [f"{kind}/{name}" for kind, cases in CASES.items() for name in cases]
-CSV_FLAGS = ["--task", "sensorlm", "--set", "data.channels=2", "--set", "model.patch_channels=2"]
+CSV_FLAGS = ["--task", "sensorlm", "--set", "sensorlm.data.channels=2", "--set", "sensorlm.model.patch_channels=2"]
 
 
 def _tree_digest(*roots: Path) -> dict[str, str]:

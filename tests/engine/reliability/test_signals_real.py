@@ -189,7 +189,7 @@ def test_hangup_with_on_hangup_stop_checkpoints_and_exits(engines, tmp_path: Pat
 def test_sigterm_during_a_long_evaluation_checkpoints_without_finishing_it(engines, tmp_path: Path) -> None:
     run = tmp_path / "run"
     # 2,500 validation windows: an eval takes ~1 s here, against the ~20 ms it takes to see the step line.
-    engine = engines.spawn([*TOY, "--set", "data.val_samples=2500", "--max-steps", "100000", "--eval-every", "5",
+    engine = engines.spawn([*TOY, "--set", "toy.val_samples=2500", "--max-steps", "100000", "--eval-every", "5",
                             "--checkpoint-every", "1000", "--run-dir", str(run)], tmp_path)
     engine.wait_for(r"^step\s+5/", timeout=120)  # the step-5 eval starts right after this line
     engine.signal(signal.SIGTERM)

@@ -43,9 +43,9 @@ def test_csv_task_gives_the_same_tensors(tmp_path):
     data, caps = tmp_path / "days.csv", tmp_path / "captions.csv"
     write_csv(data, START, values, names)
     write_captions(caps, [(datetime(2024, 3, 1), "Slept 7.5 hours. A 30-minute run around 07:10.")])
-    overrides = {"data": {"source": "csv", "path": str(data), "captions_path": str(caps), "channels": 8,
-                          "val_fraction": 0.25},
-                 "model": {"patch_channels": 4}}
+    overrides = {"data": {"path": str(data)},
+                 "sensorlm": {"data": {"captions_path": str(caps), "channels": 8, "val_fraction": 0.25},
+                              "model": {"patch_channels": 4}}}
     task = SensorLMTask(load(preset="demo", overrides=overrides))
     task.setup()
     assert task.train_size() == 3 and task.val_indices() == [0]

@@ -27,7 +27,7 @@ def _task(**extra) -> SensorLMTask:
     overrides = json.loads(json.dumps(SMALL))
     for section, values in extra.items():
         overrides.setdefault(section, {}).update(values)
-    task = _Small(load(preset="demo", overrides=overrides))
+    task = _Small(load(preset="demo", overrides={"sensorlm": overrides}))
     task.setup()
     return task
 
@@ -40,8 +40,12 @@ def task() -> SensorLMTask:
 def test_registry_and_class_facts():
     assert load_task_class("sensorlm") is SensorLMTask
     assert SensorLMTask.name == "sensorlm"
-    assert SensorLMTask.supports == {"attn_backend", "attn_chunk"}
-    assert SensorLMTask.attn_backends == ("sdpa", "math", "chunked")
+    from engine.tasks import get_spec
+    from engine.tasks.sensorlm.model import BACKENDS
+
+    settings = get_spec("sensorlm").capabilities.settings
+    assert {s.name for s in settings} == {"attn_backend", "attn_chunk", "activation_checkpointing"}
+    assert get_spec("sensorlm").capabilities.setting("attn_backend").choices == BACKENDS
 
 
 def test_batches_are_deterministic(task):
@@ -154,6 +158,6 @@ def test_preset_parameter_counts():
     assert 9e6 < counts["tiny"] < 13e6
     assert 38e6 < counts["small"] < 50e6
     assert counts["base"] > 85e6
-    base = load(preset="base")
+    base = load(preset="base").task_config
     assert (base.model.dim, base.model.depth, base.model.heads) == (768, 12, 12)
     assert (base.data.minutes // base.model.patch_time) * (base.data.channels // base.model.patch_channels) == 2448

@@ -50,14 +50,15 @@ class ToyTask(Task):
     """Masked-signal reconstruction; see the module docstring."""
 
     name = "toy"
-    primary_metric = ("psnr_db", True)
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.channels = config.data.channels
-        self.length = config.data.minutes
-        self.seed = config.data.seed
-        self.mask_ratio = config.data.mask_ratio
+        #: The task's own section, ``[toy]``.
+        self.cfg = config.task_config
+        self.channels = self.cfg.channels
+        self.length = self.cfg.length
+        self.seed = self.cfg.seed
+        self.mask_ratio = self.cfg.mask_ratio
         #: Test hook for fault injection (see engine.tasks.faults); None in normal runs.
         self.faults = None
 
@@ -70,14 +71,14 @@ class ToyTask(Task):
                             "reads no file; drop --data, or train a task that reads CSV (--task sensorlm)")
 
     def build_model(self) -> nn.Module:
-        m = self.config.model
+        m = self.cfg
         return ToyMLP(self.channels, self.length, m.dim, m.depth, m.dropout)
 
     def train_size(self) -> int:
-        return self.config.data.train_samples
+        return self.cfg.train_samples
 
     def val_indices(self) -> list[int]:
-        return [VAL_OFFSET + i for i in range(self.config.data.val_samples)]
+        return [VAL_OFFSET + i for i in range(self.cfg.val_samples)]
 
     def _signal(self, index: int) -> np.ndarray:
         rng = np.random.default_rng((self.seed, index))

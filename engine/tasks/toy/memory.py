@@ -1,6 +1,6 @@
-"""The toy task's step as a ledger (engine.budget.ledger): the MLP of engine/tasks/toy.py. Torch-free.
+"""The toy task's step as a ledger (engine.budget.ledger): the MLP of engine/tasks/toy/task.py. Torch-free.
 
-S = channels·minutes values per sample, h = model.dim, B micro-batch, fp32
+S = toy.channels·toy.length values per sample, h = toy.dim, B micro-batch, fp32
 (lp = 2 under autocast for the Linear outputs). Forward keeps: the
 concatenated (masked, mask) input (B, 2S) for the first Linear; per hidden
 layer the Linear output (GELU's input) and the GELU output (the next
@@ -14,15 +14,15 @@ and weight grads.
 
 from __future__ import annotations
 
-from engine.budget.ledger import Pending, Stage
+from engine.budget.ledger import Pending, Stage, TaskLedger
 
 F32 = 4
 
 
 def param_tensors(config) -> dict[str, list[int]]:
     """Element counts of the MLP's parameter tensors by layer."""
-    S = config.data.channels * config.data.minutes
-    h, depth = config.model.dim, config.model.depth
+    S = config.task_config.channels * config.task_config.length
+    h, depth = config.task_config.dim, config.task_config.depth
     out = {"layer 0": [2 * S * h, h]}
     for i in range(1, depth):
         out[f"layer {i}"] = [h * h, h]
@@ -32,8 +32,9 @@ def param_tensors(config) -> dict[str, list[int]]:
 
 def stages(config, B: int, lp: int) -> tuple[list[Stage], list[Pending]]:
     """The toy step's stages for micro-batch ``B`` (module docstring)."""
-    S = config.data.channels * config.data.minutes
-    h, depth, p = config.model.dim, config.model.depth, config.model.dropout
+    S = config.task_config.channels * config.task_config.length
+    t = config.task_config
+    h, depth, p = t.dim, t.depth, t.dropout
     groups = {k: F32 * sum(v) for k, v in param_tensors(config).items()}
     act = "activations: mlp"
     out = [Stage("layer 0", saved={act: F32 * 2 * B * S + 2 * lp * B * h}, grads=groups["layer 0"],
@@ -51,5 +52,15 @@ def stages(config, B: int, lp: int) -> tuple[list[Stage], list[Pending]]:
 
 
 def input_bytes(config, B: int) -> int:
-    """target, mask and masked: three (B, channels, minutes) float32 tensors."""
-    return 3 * F32 * B * config.data.channels * config.data.minutes
+    """target, mask and masked: three (B, channels, length) float32 tensors."""
+    return 3 * F32 * B * config.task_config.channels * config.task_config.length
+
+
+def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
+    """The task's analytic memory model (``SPEC.analytic_memory``): the step's ledger for micro-batch ``B``."""
+    lp = 2 if precision != "fp32" else F32
+    st, pend = stages(config, B, lp)
+    tensors = [n for group in param_tensors(config).values() for n in group]
+    return TaskLedger(stages=st, pending=pend, param_tensors=tensors, input_bytes=input_bytes(config, B),
+                      cast_elements=sum(tensors) if precision != "fp32" else 0,
+                      activation_tensors=4 * config.task_config.depth + 20)

@@ -2,7 +2,7 @@
 
 Torch-free. Read against engine/tasks/sensorlm/model.py and task.py (the
 batch, ``_forward`` and the losses); the per-block forms are in
-engine.budget.blocks. Symbols: B micro-batch, T minutes, C channels, P patches
+engine.tasks.sensorlm.blocks. Symbols: B micro-batch, T minutes, C channels, P patches
 (= N tokens of the encoder), K = patch_time·patch_channels (so B·P·K = B·T·C),
 D/F/H the encoder's width/MLP width/heads, Dt/Ft/Ht the text side's, L caption
 tokens and L' = L − 1 decoder positions, V vocabulary, E embedding size.
@@ -49,9 +49,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.budget import blocks
-from engine.budget.blocks import BlockShape
-from engine.budget.ledger import Pending, Stage
+from engine.tasks.sensorlm import blocks
+from engine.tasks.sensorlm.blocks import BlockShape
+from engine.budget.ledger import Pending, Stage, TaskLedger
 
 F32 = 4
 #: Bytes of the CPU generator state ``torch.utils.checkpoint`` snapshots per checkpoint call (preserve_rng_state);
@@ -97,7 +97,7 @@ class Shape:
     def of(cls, config) -> "Shape":
         """Dimensions of ``config`` (data.channels is the channel count: true for synthetic data and for
         CSV files with at least that many channels)."""
-        m, d = config.model, config.data
+        m, d = config.task_config.model, config.task_config.data
         return cls(T=d.minutes, C=d.channels, pt=m.patch_time, pc=m.patch_channels, D=m.dim, depth=m.depth,
                    H=m.heads, F=int(m.dim * m.mlp_ratio), Dt=m.text_dim, text_depth=m.text_depth,
                    dec_depth=m.decoder_depth, Ht=m.text_heads, Ft=int(m.text_dim * m.mlp_ratio),
@@ -296,3 +296,21 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     if s.clean_view:  # the recon head's input gradient, for the masked pass's norm
         pending.append(Pending("recon head", "encoder norm (masked pass)", R * u))
     return out, pending
+
+
+def input_bytes(s: Shape, B: int) -> int:
+    """x (float32) and valid (bool) as (B, T, C), patch_mask (bool) as (B, P), tokens (int64) as (B, L)."""
+    return F32 * B * s.T * s.C + B * s.T * s.C + B * s.P + 8 * B * s.L
+
+
+def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
+    """The task's analytic memory model (``SPEC.analytic_memory``): the step's ledger for micro-batch ``B``."""
+    shape = Shape.of(config)
+    m = config.task_config.model
+    numerics = Numerics.of(precision, device)
+    st, pend = stages(shape, B, m.attn_backend, m.attn_chunk, m.activation_checkpointing, numerics)
+    return TaskLedger(stages=st, pending=pend,
+                      param_tensors=[n for group in param_tensors(shape).values() for n in group],
+                      input_bytes=input_bytes(shape, B),
+                      cast_elements=cast_params(shape) if numerics.autocast else 0,
+                      activation_tensors=40 * (shape.depth + shape.text_depth + shape.dec_depth) + 60)
