@@ -173,10 +173,11 @@ def run(quick: bool = False) -> Section:
         results = measure_shape(shape, rounds, per_round, batch)
         base_s, base_peak = results["math"]["s"], results["math"]["peak"]
         c = config_for(shape, batch)
-        n = (c.data.minutes // c.model.patch_time) * (c.data.channels // c.model.patch_channels)
-        lines += [f"**{name}** — {c.data.minutes}×{c.data.channels} input, {c.model.patch_time}×"
-                  f"{c.model.patch_channels} patches = {n} tokens; dim {c.model.dim}, depth {c.model.depth}, "
-                  f"{c.model.heads} heads, chunk {c.model.attn_chunk}, batch {c.train.batch_size}, fp32", "",
+        tc = c.task_config
+        n = (tc.data.minutes // tc.model.patch_time) * (tc.data.channels // tc.model.patch_channels)
+        lines += [f"**{name}** — {tc.data.minutes}×{tc.data.channels} input, {tc.model.patch_time}×"
+                  f"{tc.model.patch_channels} patches = {n} tokens; dim {tc.model.dim}, depth {tc.model.depth}, "
+                  f"{tc.model.heads} heads, chunk {tc.model.attn_chunk}, batch {c.train.batch_size}, fp32", "",
                   "| backend | s / step | ÷ math | peak MiB (real, profiler) | ÷ math |", "|---|---:|---:|---:|---:|"]
         for v in VARIANTS:
             r = results[v]

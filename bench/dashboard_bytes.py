@@ -44,7 +44,8 @@ def child(seconds: float, refresh: float | None, ansi: bool) -> None:
                                          capacity=16 << 30))
             live.append(ev.SystemSampled(cpu_percent=50.0 + step % 40, ram_used=6 << 30, ram_total=16 << 30))
         if step % 100 == 0:
-            live.append(ev.EvalDone(step=step, val_loss=0.33, psnr_db=25.0 + (step % 300) / 300, seconds=1.0))
+            live.append(ev.EvalDone(step=step, val_loss=0.33, metrics={"val_loss": 0.33, "psnr_db": 25.0 + (step % 300) / 300},
+                                    primary="psnr_db", seconds=1.0))
     session = ScriptedSession(live, history=history, interval=1.0 / (STEPS_PER_S * 1.25))
     app = DashboardApp(lambda: session, refresh=refresh, ansi=ansi)
     app.call_later(lambda: app.set_timer(seconds, lambda: app.exit()))

@@ -36,8 +36,7 @@ def train(seed: int, steps: int, run_dir: Path) -> tuple[list[dict], float]:
     for line in (run_dir / "events.jsonl").read_text().splitlines():
         event = json.loads(line)
         if event.get("type") == "eval":
-            evals.append({"step": event["step"], "val_loss": event["val_loss"], "psnr_db": event["psnr_db"],
-                          **event.get("extra", {})})
+            evals.append({"step": event["step"], **event["metrics"]})
     return evals, wall
 
 

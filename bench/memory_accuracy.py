@@ -61,14 +61,15 @@ def seed_formula(config) -> int | None:
     """Seed 000's guard: every layer's attention tape, depth·2·B·H·N²·4 bytes (nothing else)."""
     if config.task.name != "sensorlm":
         return None
-    m, d = config.model, config.data
+    m, d = config.task_config.model, config.task_config.data
     n = (d.minutes // m.patch_time) * (d.channels // m.patch_channels)
     return m.depth * 2 * config.train.batch_size * m.heads * n * n * 4
 
 
 def accelerate_style(config) -> int:
     """weights + grads + Adam states at fp32: 16 bytes per parameter (what `accelerate estimate-memory` reports)."""
-    from engine.budget import analytic_sensorlm as slm, analytic_toy as toy
+    from engine.tasks.sensorlm import memory as slm
+    from engine.tasks.toy import memory as toy
 
     if config.task.name == "sensorlm":
         params = sum(sum(v) for v in slm.param_tensors(slm.Shape.of(config)).values())

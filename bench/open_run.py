@@ -65,7 +65,8 @@ def write_run(root: Path, steps: int, seed: int = 0) -> Path:
                 lines.append(ev.to_json(ev.SystemSampled(t=t0 + step * 0.01, cpu_percent=rng.random() * 100,
                                                          ram_used=2 ** 33, ram_total=2 ** 35)))
             if step % 10_000 == 0:
-                lines.append(ev.to_json(ev.EvalDone(t=t0 + step * 0.01, step=step, val_loss=loss, psnr_db=20.0)))
+                lines.append(ev.to_json(ev.EvalDone(t=t0 + step * 0.01, step=step, val_loss=loss, metrics={"val_loss": loss, "psnr_db": 20.0},
+                                                    primary="psnr_db")))
             if len(lines) >= 50_000:
                 out.write("\n".join(lines) + "\n")
                 lines = []

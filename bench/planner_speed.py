@@ -81,7 +81,8 @@ def run(quick: bool = False) -> Section:
         start = time.perf_counter()
         p = plan.make_plan(config, plan.resolve_budget(config, None))
         inproc = time.perf_counter() - start
-        largest = next(o.largest_batch for o in p.options if o.attn_backend == "sdpa" and not o.checkpointing)
+        largest = next(o.largest_batch for o in p.options if o.get("attn_backend") == "sdpa"
+                       and not o.get("activation_checkpointing"))
         steps, ooms, found = finder_steps(config, p.budget.bytes)
         lines.append(f"| {preset} | {wall:.2f} | {inproc:.3f} | {largest} | {steps} ({ooms}) | {found} |")
         if preset == "base":

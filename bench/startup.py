@@ -66,7 +66,7 @@ def first_frame(in_process: bool, root: Path) -> dict:
     env = terminal_env({"BENCH_TORCH_MARK": str(mark)})
     env["PYTHONPATH"] = str(HOOKS) + os.pathsep + env["PYTHONPATH"]
     argv = _cli() + ["train", "--preset", "demo", "--max-steps", "2", "--eval-every", "0", "--checkpoint-every", "0",
-                     "--threads", "1", "--set", "data.val_samples=16", "--run-dir", str(run_dir)]
+                     "--threads", "1", "--set", "sensorlm.data.val_samples=16", "--run-dir", str(run_dir)]
     argv += ["--in-process"] if in_process else []
     term = PtyProcess(argv, size=(120, 40), env=env)
     alive = lambda: term.proc.poll() is None  # noqa: E731

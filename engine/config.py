@@ -384,7 +384,11 @@ def load(
     merged = _deep_merge(base, file_data)
     if config_path is not None:
         validate(merged, origin, text)
-    merged = _deep_merge(merged, _resolve_setting_flags(overrides, task_name))
+    overrides = _resolve_setting_flags(overrides, task_name)
+    if migrate.is_v1_config(overrides):  # an override dict in the old layout (a script written for v1)
+        overrides = migrate.config({**overrides, "task": {**overrides.get("task", {}), "name": task_name}})
+        overrides.pop("version")
+    merged = _deep_merge(merged, overrides)
     return validate(merged, "flags")
 
 

@@ -490,7 +490,9 @@ class DashboardApp(App[int]):
         """t: the tune modal."""
         if not self.control_allowed("tune"):
             return
-        current = {name: self.model.setting(name) for name in control.SETTABLE}
+        started = self.model.started
+        declared = [st.get("name") for st in ((started.capabilities or {}).get("settings", ()) if started else ())]
+        current = {name: self.model.setting(name) for name in (*control.SETTABLE, *declared)}
         self.push_screen(TuneScreen(current, self.estimate_config(), self.model.budget_bytes(), self.estimator,
                                     self.send_controls))
 

@@ -472,16 +472,16 @@ class RunModel:
         return out
 
     def budget_bytes(self) -> int | None:
-        """The memory budget: the newest MemorySampled.budget, else RunStarted.budget['budget' | 'bytes']."""
+        """The memory budget: the newest MemorySampled.budget, else RunStarted.budget.budget."""
         if self.last_memory is not None and self.last_memory.budget:
             return self.last_memory.budget
-        return _first_int(self.started.budget if self.started else {}, "budget", "bytes", "budget_bytes", "limit")
+        return self.started.budget.budget if self.started else None
 
     def capacity_bytes(self) -> int | None:
-        """Device capacity: the newest MemorySampled.capacity, else RunStarted.budget['capacity']."""
+        """Device capacity: the newest MemorySampled.capacity, else RunStarted.budget.capacity."""
         if self.last_memory is not None and self.last_memory.capacity:
             return self.last_memory.capacity
-        return _first_int(self.started.budget if self.started else {}, "capacity", "capacity_bytes", "device_total")
+        return self.started.budget.capacity if self.started else None
 
     def setting(self, name: str) -> Any:
         """The current value of a live setting (``train.<name>`` or where the task declares it), newest change first.
@@ -521,14 +521,6 @@ class RunModel:
         if fin and fin.resume_command:
             parts.append(f"resume: {fin.resume_command}")
         return " · ".join(parts)
-
-
-def _first_int(d: dict, *keys: str) -> int | None:
-    for key in keys:
-        value = d.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return int(value)
-    return None
 
 
 def _latest_attempts(step: np.ndarray) -> np.ndarray | None:
@@ -655,7 +647,7 @@ def _on_setting(m: RunModel, e: ev.SettingChanged) -> None:
     why = f" ({e.reason})" if e.reason else ""
     if e.name not in _ACK_ONLY:
         m._log("setting", f"{e.name}: {e.old} → {e.new}{why}", e.step)
-    if e.name in MARKED_SETTINGS and e.old != e.new:
+    if (e.name in MARKED_SETTINGS or m.capabilities.setting(e.name) is not None) and e.old != e.new:
         m.markers.append(Marker(e.step, e.name, e.old, e.new))
         if e.name != "lr":
             m._restart_rates(e.t)  # a new batch or kernel is a new pace; the LR does not change step time

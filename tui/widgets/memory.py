@@ -107,7 +107,7 @@ class MemoryPanel(TextPanel):
         mem = model.last_memory
         budget, capacity = model.budget_bytes(), model.capacity_bytes()
         if mem is None:
-            predicted = _first(model.started.budget, "predicted", "total") if model.started else None
+            predicted = model.started.budget.predicted if model.started else None
             if predicted is None and budget is None:
                 return "[$text-muted]no memory sample yet[/]"
             return gauge(width, None, predicted, budget, capacity) + "\n" + _join(
@@ -163,9 +163,3 @@ def _join(items) -> str:
     return " · ".join(f"{name} {human_bytes(value)}" for name, value in items if value)
 
 
-def _first(d: dict, *keys: str):
-    for key in keys:
-        value = d.get(key)
-        if isinstance(value, (int, float)) and value:
-            return value
-    return None

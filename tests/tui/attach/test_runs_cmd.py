@@ -35,7 +35,7 @@ def test_lists_live_finished_aborted_and_crashed_runs(tmp_path: Path, engines) -
     assert {n: r["state"] for n, r in by_name.items()} == {
         "live": "live", "finished": "finished", "aborted": "aborted", "crashed": "crashed"}
     assert by_name["finished"]["step"] == 20 and by_name["finished"]["total_steps"] == 20
-    assert by_name["finished"]["best_psnr"] is not None
+    assert by_name["finished"]["best"] is not None and by_name["finished"]["best_metric"]
     assert by_name["finished"]["last_checkpoint_step"] == 20
     # The graceful abort wrote a checkpoint at the step it stopped on, and it is on disk.
     assert by_name["aborted"]["last_checkpoint_step"] == by_name["aborted"]["step"] >= 5
@@ -64,14 +64,15 @@ def test_summary_reads_the_tail_not_the_whole_log(tmp_path: Path) -> None:
         out.write(_line(ev.Schema()) + _line(ev.RunStarted(name="big", total_steps=2_000_000)))
         out.seek(4 << 30)  # a hole: no disk used, but every byte of it would have to be read and parsed
         out.write(b"\n" + _line(ev.CheckpointSaved(step=999_000, path=str(run / "checkpoints/last.safetensors"))))
-        out.write(_line(ev.EvalDone(step=999_500, val_loss=0.1, psnr_db=31.5, best=32.25)))
+        out.write(_line(ev.EvalDone(step=999_500, val_loss=0.1, metrics={"psnr_db": 31.5},
+                                       primary="psnr_db", best=32.25)))
         for step in range(999_990, 1_000_001):
             out.write(_line(ev.StepLogged(step=step, loss=0.1)))
         out.write(b'{"type":"step","t":1.0,"step":1000001,"lo')  # torn last line: the engine was killed mid-write
     summary = summarize(run)
     assert summary.step == 1_000_000
     assert summary.total_steps == 2_000_000
-    assert summary.best_psnr == 32.25
+    assert summary.best == 32.25 and summary.best_metric == "psnr_db"
     assert summary.last_checkpoint_step == 999_000
     assert summary.state == "unknown"  # no status.json: the engine never got that far, or it is not ours
 
