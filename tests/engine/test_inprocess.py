@@ -39,7 +39,7 @@ def test_pause_resume_refuse_abort_round_trip(tmp_path: Path) -> None:
     assert not [e for e in paused_events if e.type == "step"], "no steps while paused"
     assert session.send(control.resume()).new == "running"
     refused = session.send(control.set_value("attn_backend", "math"))
-    assert refused.type == "refused" and "no attn_backend setting" in refused.why
+    assert refused.type == "refused" and "has no setting 'attn_backend'" in refused.why
     assert session.send(control.set_value("batch_size", 8)).new == 8
     steps = _wait_for(session, lambda evs: any(e.type == "step" and e.batch_size == 8 for e in evs))
     assert any(e.type == "step" for e in steps)

@@ -113,7 +113,7 @@ def test_v1_run_attaches(runs: Path) -> None:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.model.step == 4, what="the old run's history")
             await until(pilot, lambda: "PSNR" in screen_text(app), what="its primary metric on screen")
-            assert app.model.best_psnr() is not None
+            assert app.model.best_primary() is not None and app.model.primary.name == "psnr_db"
             await pilot.press("q")
 
     asyncio.run(scenario())
