@@ -31,9 +31,9 @@ def is_v1_config(data: Any) -> bool:
     """A config dict in the v1 shape: no ``version``, and a ``[model]`` section or task fields in ``[data]``."""
     if not isinstance(data, dict) or "version" in data:
         return False
-    section = data.get("data")
+    section, train = data.get("data"), data.get("train")
     return "model" in data or (isinstance(section, dict) and bool(set(section) - {"path"})) or \
-        "abort_drop_db" in (data.get("train") or {})
+        (isinstance(train, dict) and "abort_drop_db" in train)
 
 
 def config(data: Any) -> Any:
@@ -83,10 +83,10 @@ def event(record: dict) -> dict:
         return out
     if kind == "run_started":
         out = dict(record)
-        if isinstance(record.get("config"), dict):
+        if is_v1_config(record.get("config")):  # a run of the previous release: v1 config, no capabilities
             out["config"] = config(record["config"])
-        if not record.get("capabilities"):
-            out["capabilities"] = _builtin_capabilities(record.get("task") or "")
+            if not record.get("capabilities"):
+                out["capabilities"] = _builtin_capabilities(record.get("task") or "")
         return out
     return record
 

@@ -40,7 +40,7 @@ from tui.screens.confirm import AbortScreen, QuitScreen
 from tui.screens.dashboard import CONTROL_ACTIONS, DashboardScreen
 from tui.screens.help import HelpScreen
 from tui.screens.metric import MetricScreen
-from tui.screens.tune import TuneScreen
+from tui.screens.tune import EDITS, TuneScreen
 
 #: Seconds a control may wait for its ack before it is reported as failed.
 SEND_TIMEOUT = 10.0
@@ -492,7 +492,7 @@ class DashboardApp(App[int]):
             return
         started = self.model.started
         declared = [st.get("name") for st in ((started.capabilities or {}).get("settings", ()) if started else ())]
-        current = {name: self.model.setting(name) for name in (*control.SETTABLE, *declared)}
+        current = {name: self.model.setting(name) for name in dict.fromkeys((*control.SETTABLE, *EDITS, *declared))}
         self.push_screen(TuneScreen(current, self.estimate_config(), self.model.budget_bytes(), self.estimator,
                                     self.send_controls))
 

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="overlay another run's curves (directory or name under ./runs), aligned by step")
     _add_view_arguments(attach)
 
-    runs = sub.add_parser("runs", help="list runs: state, step, best PSNR, last checkpoint, age")
+    runs = sub.add_parser("runs", help="list runs: state, step, best primary metric, last checkpoint, age")
     runs.add_argument("dir", nargs="?", default="runs", help="directory holding runs (default ./runs)")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
 

@@ -41,7 +41,7 @@ class RunSummary:
     step: int | None
     total_steps: int | None
     best: float | None            # best value of the task's primary metric so far
-    best_metric: str | None       # its name, with its unit when the run declared one ("psnr_db dB")
+    best_metric: str | None       # its name, with its unit when the run declared one ("accuracy %")
     last_checkpoint: str | None   # path
     last_checkpoint_step: int | None
     started: float | None         # seconds since the epoch

@@ -29,6 +29,8 @@ from tui.widgets.memory import FIT_COLOR, fit_class
 BACKENDS = ("sdpa", "math", "chunked")
 #: Text fields: setting → widget id.
 _INPUTS = {"batch_size": "#tune-batch", "attn_chunk": "#tune-chunk", "lr": "#tune-lr"}
+#: Every setting this modal edits (the app gives it their current values).
+EDITS = ("batch_size", "attn_backend", "attn_chunk", "lr")
 #: Batch multipliers shown in the grid around the current batch size.
 GRID_FACTORS = (0.25, 0.5, 1, 2, 4)
 

@@ -1,6 +1,6 @@
 """The engine's own tiny task: masked-signal reconstruction with an MLP, scored by PSNR.
 
-It exists to prove the engine without the SensorLM task: each sample is a sum
+It exists to prove the engine without a large task: each sample is a sum
 of a few sinusoids per channel (amplitudes in [-1, 1]); a random third of the
 time steps is zeroed and the MLP must fill them in. Cheap enough to train 300
 steps in seconds on one core, and it learns, so PSNR at the end beats the
