@@ -135,7 +135,7 @@ class RunDir:
             return None
         if not isinstance(record, dict):
             return None
-        record = migrate.status(record)  # an older release's best_psnr becomes best + best_metric
+        record = migrate.status(record)  # an older release's record becomes a current one
         return {key: value for key, value in record.items()
                 if key not in _STATUS_TYPES or _well_typed(value, *_STATUS_TYPES[key])}
 

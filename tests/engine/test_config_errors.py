@@ -42,8 +42,8 @@ CASES = {
     "seed past 64 bits": (None, ["--seed", str(2**64)], "--seed=18446744073709551616 (train.seed): Input should be "
                           "less than or equal to 9223372036854775807"),
     "beta out of range": ("[train]\nbetas = [1.5, 0.9]\n", [], "train.betas.0=1.5: Input should be less than 1"),
-    "val_samples huge": ("[data]\nval_samples = 1000000000000\n", [],
-                         "bad.toml:2: data.val_samples=1000000000000: Input should be less than or equal to 1000000"),
+    "val_samples huge": ("[toy]\nval_samples = 1000000000000\n", [],
+                         "bad.toml:2: toy.val_samples=1000000000000: Input should be less than or equal to 1000000"),
     "name over 255 bytes": (None, ["--name", "é" * 128], "256 bytes; a run name is at most 255 bytes"),
     "config is /dev/zero": (None, ["--config", "/dev/zero"], "/dev/zero: cannot read (a device, not a regular file)"),
     "toy task with --data": (None, ["--data", "/etc/hostname"], "data.path='/etc/hostname' (--data): the toy task "

@@ -64,11 +64,9 @@ class ToyTask(Task):
 
     def setup(self, state: dict | None = None) -> None:
         """Refuse a data file: the toy task generates its signals, and silently ignoring --data misled users."""
-        data = self.config.data
-        if data.path or data.captions_path or data.source != "synthetic":
-            given = data.path or data.captions_path or data.source
-            raise TaskError(f"data.path={str(given)[:80]!r} (--data): the toy task generates its own data and "
-                            "reads no file; drop --data, or train a task that reads CSV (--task sensorlm)")
+        if self.config.data.path:
+            raise TaskError(f"data.path={str(self.config.data.path)[:80]!r} (--data): the toy task generates its "
+                            "own data and reads no file; drop --data, or train a task that reads files")
 
     def build_model(self) -> nn.Module:
         m = self.cfg
