@@ -106,7 +106,7 @@ def setting_flags() -> dict[str, list]:
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per live setting a built-in task declares (``--attn-chunk``); it sets that task's field."""
+    """One flag per live setting a built-in task declares (``--<setting-name>``); it sets that task's field."""
     group = parser.add_argument_group("task settings (the task's own; also --set <task>.<field>=VALUE)")
     for name, owners in setting_flags().items():
         _, setting = owners[0]
@@ -131,7 +131,7 @@ def _boolean(text: str) -> bool:
 
 
 def flag_of_setting(name: str, value: Any) -> str:
-    """The flag text that selects task setting ``name`` = ``value`` (``--attn-chunk 64`` style)."""
+    """The flag text that selects task setting ``name`` = ``value`` (``--<name> <value>`` style)."""
     shown = str(value).lower() if isinstance(value, bool) else value
     return f"--{name.replace('_', '-')} {shown}"
 

@@ -325,7 +325,7 @@ def read_toml(path: str | Path) -> tuple[dict, str]:
     return data, text
 
 
-#: Key of an override dict holding live-setting flags by setting name (``--attn-chunk`` style flags from
+#: Key of an override dict holding live-setting flags by setting name (``--<setting-name>`` flags from
 #: engine.cli_args); ``load`` puts each at its path in the chosen task's section.
 SETTING_FLAGS = "__settings__"
 

@@ -29,8 +29,6 @@ ACTIONS = ("pause", "resume", "checkpoint_now", "abort", "set", "free_memory")
 #: (``Capabilities.settings``) are settable too: the engine checks those against the task's declaration.
 SETTABLE: dict[str, type] = {
     "batch_size": int,
-    "attn_chunk": int,
-    "attn_backend": str,
     "lr": float,
     "grad_accum": int,
 }
@@ -130,9 +128,10 @@ def coerce_setting(name: Any, value: Any) -> Any:
                            "declared settings")
     want = SETTABLE.get(name)
     if want is None:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)) \
-                or (isinstance(value, str) and len(value) > 64):
-            raise RequestError(f"{name} must be a number or a short string, got {str(value)[:64]!r}")
+        if not isinstance(value, (bool, int, float, str)) or (isinstance(value, str) and len(value) > 64):
+            raise RequestError(f"{name} must be a boolean, a number or a short string, got {str(value)[:64]!r}")
+        if isinstance(value, bool):  # a task's on/off setting; checked against its declaration by the engine
+            return value
         want = type(value)
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)

@@ -31,8 +31,12 @@ class Evaluator:
     def __init__(self, train: TrainConfig, task) -> None:
         self.train = train
         self.task = task
-        metric, higher = task.primary_metric
-        self.abort = AbortPolicy(train.abort_drop_db, train.abort_patience, higher_is_better=higher)
+        from engine.tasks import get_spec
+
+        #: The task's declared primary metric (engine.tasks.spec.Metric): decides best and the abort rule.
+        self.primary = get_spec(task.config.task.name).capabilities.primary
+        self.abort = AbortPolicy(train.abort_drop, train.abort_patience,
+                                 higher_is_better=self.primary.higher_is_better)
         #: Validation loss of the first (untrained) and the latest evaluation.
         self.first_val_loss: float | None = None
         self.last_val_loss: float | None = None
@@ -69,18 +73,18 @@ class Evaluator:
         return self._judge(step, means, time.perf_counter() - started)
 
     def _judge(self, step: int, means: dict[str, float], seconds: float) -> ev.EvalDone:
-        metric, _ = self.task.primary_metric
+        metric = self.primary.name
         value = means.get(metric, means.get("val_loss"))
         is_best, abort = self.abort.update(value)
-        self.abort_reason = (f"val {metric} {value:.2f} sat more than {self.abort.drop} below its best "
-                             f"{self.abort.best:.2f} on {self.abort.strikes} consecutive evals" if abort else "")
+        worse = "below" if self.primary.higher_is_better else "above"
+        self.abort_reason = (f"val {metric} {value:.4g} sat more than {self.abort.drop:g} {worse} its best "
+                             f"{self.abort.best:.4g} on {self.abort.strikes} consecutive evals" if abort else "")
         val_loss = means.pop("val_loss", float("nan"))
         if self.first_val_loss is None:
             self.first_val_loss = val_loss
         self.last_val_loss = val_loss
-        psnr = means.pop("psnr_db", None)
-        metrics = {"val_loss": val_loss, **({"psnr_db": psnr} if psnr is not None else {}), **means}
-        return ev.EvalDone(step=step, val_loss=val_loss, psnr_db=psnr, extra=means, metrics=metrics, primary=metric,
+        metrics = {"val_loss": val_loss, **means}
+        return ev.EvalDone(step=step, val_loss=val_loss, metrics=metrics, primary=metric,
                            best=self.abort.best, is_best=is_best, seconds=seconds)
 
     def overfit_verdict(self) -> tuple[bool, str]:

@@ -6,7 +6,7 @@ a change neither replays nor skips one. ``config`` is kept in step with every
 change (it is what a checkpoint records and what the memory budget predicts
 from: ``engine.budget.hook`` reads ``config``, ``batch_size`` and ``grad_accum``
 here). Which changes the budget judges: those the budget's settings map
-(``engine.budget.settings.FIELDS``) knows; the LR costs no memory.
+(the engine's and the task's declared settings) knows; the LR costs no memory.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.budget.settings import FIELDS, describe, with_settings
+from engine.budget.settings import ENGINE, declared, describe, with_settings
 from engine.config import RunConfig
 from engine.control import ENGINE_SETTINGS
 
@@ -38,7 +38,8 @@ class LiveSettings:
 
     def affects_memory(self, name: str) -> bool:
         """True when the budget judges a change of ``name``."""
-        return name in FIELDS
+        return name != "lr" and (name in ENGINE or any(s.name == name and s.affects_memory
+                                                       for s in declared(self.config)))
 
     def error(self, name: str, value: Any) -> str | None:
         """Why ``value`` is not allowed for ``name``, before the budget's check; None when it is."""
@@ -48,8 +49,12 @@ class LiveSettings:
             return f"grad_accum {value}: at most batch_size {self.batch_size}"
         if name == "lr" and not value > 0:
             return f"lr must be > 0, got {value}"
-        if name not in ENGINE_SETTINGS and name not in self.task.supports:
-            return f"task {self.task.name!r} has no {name} setting"
+        if name not in ENGINE_SETTINGS:
+            setting = next((s for s in declared(self.config) if s.name == name), None)
+            if setting is None:
+                names = ", ".join([*ENGINE_SETTINGS, *(s.name for s in declared(self.config))])
+                return f"task {self.config.task.name!r} has no setting {name!r}; settable: {names}"
+            return setting.check(value)
         return None
 
     def change(self, name: str, value: Any) -> tuple[Any, str]:
@@ -64,7 +69,7 @@ class LiveSettings:
             self.batch_size, self.grad_accum = value, min(self.grad_accum, value)
         elif name == "grad_accum":
             self.grad_accum = value
-        self._sync({name: value} if name in FIELDS else {})
+        self._sync({name: value} if name != "lr" else {})
         return old, "data position kept: no sample replayed or skipped" if name == "batch_size" else ""
 
     def smaller_micro_batches(self, grad_accum: int) -> str:

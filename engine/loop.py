@@ -43,7 +43,7 @@ from engine.prefetch import lookahead, step_keys
 from engine.distributed.parallel import Single
 from engine.sample_order import SampleOrder
 from engine.sinks import EventBus
-from engine.tasks import make_task
+from engine.tasks import get_spec, make_task
 
 
 class Trainer:
@@ -289,7 +289,8 @@ class Trainer:
             config=self.config.model_dump(mode="json"), params=self.params, device=self.device.type,
             device_name=dev.describe(self.device), budget=self.budget.on_start(self.settings),
             total_steps=self.total_steps, start_step=self.step, pid=os.getpid(),
-            resumed_from=str(self.resume.path) if self.resume else None))
+            resumed_from=str(self.resume.path) if self.resume else None,
+            capabilities=get_spec(self.config.task.name).capabilities.to_dict()))
         for note in self.resume.skipped if self.resume else ():
             self.bus.emit(ev.Warning(text=f"skipped damaged checkpoint: {note}", step=self.step))
 

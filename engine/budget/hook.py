@@ -9,7 +9,7 @@
 - ``predict_change(changes) -> dict``: the predicted peak, the budget, whether it
   fits and the refusal a real request would get (the tune modal's dry run).
 - ``check_change(changes, force) -> str | None``: None when the run with
-  ``changes`` (batch_size / attn_chunk / attn_backend) is predicted to fit,
+  ``changes`` (batch_size or a task's declared setting) is predicted to fit,
   or there is no budget, or ``force``; else the refusal with its numbers and
   the largest batch that would fit. The prediction is the calibrated one
   once the run has been measured (engine.budget.measure).
@@ -43,7 +43,8 @@ from engine.budget import analytic
 from engine.budget import plan as planner
 from engine.budget.fmt import human
 from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
-from engine.budget.settings import FIELDS, describe, with_settings
+from engine.budget.estimate import BudgetSummary
+from engine.budget.settings import ENGINE, declared, describe, with_settings
 from engine.config import RunConfig
 
 #: CPU: emit a MemorySampled at least every this many steps.
@@ -94,7 +95,7 @@ class BudgetHook:
         cache = self._predicted_cache
         if cache and cache[0] is config:  # the same config object: skip the ~30 µs JSON key (every step)
             return cache[2]
-        key = (config.model.model_dump_json(), config.train.batch_size, config.train.grad_accum,
+        key = (config.task_config.model_dump_json(), config.train.batch_size, config.train.grad_accum,
                config.train.precision)
         if cache and cache[1] == key:
             self._predicted_cache = (config, key, cache[2])
@@ -111,7 +112,7 @@ class BudgetHook:
         return planner.resolve_budget(config, self.info)
 
     # -- the Trainer's interface ------------------------------------------------------
-    def on_start(self, trainer) -> dict:
+    def on_start(self, trainer) -> BudgetSummary:
         """Budget summary for RunStarted.budget (module docstring)."""
         self.trainer = trainer
         self.info = device_info(self.device)
@@ -127,29 +128,29 @@ class BudgetHook:
         if budget is None and not analytic.has_model(config):
             # Nothing to enforce and no closed form: do not spend seconds tracing for an informational number.
             self.meter = None
-            return {"predicted": None, "budget": None, "device": self.info.type, "device_name": self.info.name,
-                    "note": f"no memory model for task {config.task.name!r} and no budget: nothing predicted "
-                            "(sensorlm-tui plan --trace traces it)"}
+            return BudgetSummary(device=self.info.type, device_name=self.info.name,
+                                 note=f"no memory model for task {config.task.name!r} and no budget: nothing "
+                                      "predicted (sensorlm-tui plan --trace traces it)")
         predict = planner.predictor_for(config, self._target())
         try:
             estimate = predict()
         except Exception as exc:  # a task whose trace fails must not stop the run; say why instead
             self.meter = None
-            return {"predicted": None, "budget": budget.bytes if budget else None, "device": self.info.type,
-                    "device_name": self.info.name, "note": f"no prediction: {str(exc).splitlines()[0][:200]}"}
+            return BudgetSummary(budget=budget.bytes if budget else None, device=self.info.type,
+                                 device_name=self.info.name, note=f"no prediction: {str(exc).splitlines()[0][:200]}")
         largest = None
         if budget is not None:
             largest = planner.largest_batch(predict, budget.bytes, grad_accum=config.train.grad_accum)
         note = ("CPU: no device budget to enforce; the numbers are predictions" if budget is None else
                 ("fits" if estimate.total <= budget.bytes else "predicted NOT to fit"))
-        return {
-            "predicted": estimate.total, "source": estimate.source, "upper_bound": estimate.upper_bound,
-            "breakdown": dict(estimate.breakdown), "settings": dict(estimate.settings),
-            "budget": budget.bytes if budget else None, "budget_total": budget.total if budget else None,
-            "budget_source": budget.source if budget else None, "safety": config.budget.safety,
-            "capacity": self.info.total, "free": self.info.free, "context": self.info.context,
-            "device": self.info.type, "device_name": self.info.name, "largest_batch": largest, "note": note,
-        }
+        return BudgetSummary(
+            predicted=estimate.total, source=estimate.source, upper_bound=estimate.upper_bound,
+            breakdown=dict(estimate.breakdown), settings=dict(estimate.settings),
+            budget=budget.bytes if budget else None, budget_total=budget.total if budget else None,
+            budget_source=budget.source if budget else None, safety=config.budget.safety,
+            capacity=self.info.total, free=self.info.free, context=self.info.context,
+            device=self.info.type, device_name=self.info.name, largest_batch=largest, note=note,
+        )
 
     def predict_change(self, changes: dict) -> dict:
         """What a change would be judged by: {"predicted", "budget" (bytes or None), "fits", "why"}.
@@ -160,7 +161,8 @@ class BudgetHook:
         """
         current = self._live()
         try:
-            proposed = with_settings(current, **{k: v for k, v in changes.items() if k in FIELDS})
+            known = set(ENGINE) | {s.name for s in declared(current)}
+            proposed = with_settings(current, **{k: v for k, v in changes.items() if k in known and k != "lr"})
             if "batch_size" in changes and "grad_accum" not in changes:
                 proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
         except Exception as exc:  # a bad value: the config's own one-line message

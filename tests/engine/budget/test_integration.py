@@ -24,24 +24,24 @@ def _budgeted_trainer() -> tuple[Trainer, MemorySink, dict]:
 
 def test_trainer_refuses_a_batch_over_budget_and_accepts_a_forced_one() -> None:
     trainer, sink, started = _budgeted_trainer()
-    assert started["budget"] and started["predicted"] <= started["budget"]
-    huge = 50 * started["largest_batch"]
+    assert started.budget and started.predicted <= started.budget
+    huge = 50 * started.largest_batch
     trainer.control.apply([Request("set", name="batch_size", value=huge)])
     refused = [e for e in sink.drain() if isinstance(e, ev.Refused)]
-    assert refused and "predicted peak" in refused[-1].why and str(started["largest_batch"]) in refused[-1].why
+    assert refused and "predicted peak" in refused[-1].why and str(started.largest_batch) in refused[-1].why
     assert trainer.settings.batch_size == trainer.config.train.batch_size
     trainer.control.apply([Request("set", name="batch_size", value=huge, force=True)])
     assert trainer.settings.batch_size == huge
     forced = [e for e in sink.drain() if isinstance(e, ev.SettingChanged)][-1]
     assert forced.reason.startswith("forced past the budget check") and "predicted peak" in forced.reason
     sample = trainer.budget.sample(1)
-    assert isinstance(sample, ev.MemorySampled) and sample.predicted > started["predicted"]
+    assert isinstance(sample, ev.MemorySampled) and sample.predicted > started.predicted
     assert sample.allocated is None  # CPU: no allocator counter is passed off as training memory
 
 
 def test_a_dry_run_predicts_exactly_what_the_real_request_is_refused_with() -> None:
     trainer, sink, started = _budgeted_trainer()
-    huge, fine = 50 * started["largest_batch"], started["largest_batch"]
+    huge, fine = 50 * started.largest_batch, started.largest_batch
     trainer.control.apply([Request("set", name="batch_size", value=huge, dry_run=True),
                            Request("set", name="batch_size", value=fine, dry_run=True)])
     over, fits = [e for e in sink.drain() if isinstance(e, ev.Prediction)]
