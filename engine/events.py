@@ -261,6 +261,27 @@ class LogLine(Event):
 
 
 @dataclass(frozen=True)
+class RanksSampled(Event):
+    """Each rank's recent steps, gathered to rank 0 every few steps of a distributed run (engine.distributed).
+
+    ``ranks`` holds one record per rank: rank, host, step (its own count), step_s (mean wall time a step),
+    work_s (mean time until its gradients were ready to sync: its own work), data_s (mean wait for
+    data), allocated/reserved (device bytes, None on CPU), rss (process bytes). ``straggler`` is the rank
+    whose work_s exceeds the median by the most (None when none stands out), ``cost_s`` what it costs the
+    job a step (its work_s minus the median: every other rank waits that long).
+    """
+
+    type: ClassVar[str] = "ranks"
+    step: int = 0
+    ranks: list = field(default_factory=list)
+    straggler: int | None = None
+    median_work_s: float | None = None
+    cost_s: float | None = None
+    #: Why it was gathered: "every" (the cadence) or "control" (a control applied on every rank at this step).
+    reason: str = "every"
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     """The run ended: status finished / aborted / failed / interrupted, best metric, last step, how to resume."""
 
@@ -278,7 +299,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved,
-        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine, RunFinished,
+        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine, RanksSampled, RunFinished,
     )
 }
 

@@ -64,6 +64,7 @@ class Trainer:
         self.control = ControlHandler(controls or Controls(), bus.emit, self)
         self.checkpoints = Checkpointer(checkpoint_dir, config.checkpoint, bus.emit)
         self._pending: tuple | None = None  # the last step's values, emitted after its checks
+        self._ranks = None  # the distributed strategy's per-rank telemetry event, emitted with the step's
 
     def setup(self) -> None:
         """Seed, build task/model/optimizer on the device, restore the checkpoint when resuming."""
@@ -164,7 +165,7 @@ class Trainer:
         total: torch.Tensor | None = None
         parts: dict[str, torch.Tensor] = {}
         for i, key in enumerate(keys):
-            host = self.prefetch.take(key)
+            host = self.parallel.fetch(self.prefetch, key)
             if self.prefetch.depth:  # the guess for what comes next, built while this micro-batch trains
                 self.prefetch.ahead(lookahead(keys, i + 1, self.prefetch.depth, self._later))
             batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
@@ -182,8 +183,9 @@ class Trainer:
             parts = dict(zip(names, values))
         (total, grad_norm, parts), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
         self.step += 1
-        self._pending = (self.step, total, parts, grad_norm, lr, max(time.perf_counter() - started, 1e-9),
-                         len(indices) * self.parallel.world, skipped)
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        self._pending = (self.step, total, parts, grad_norm, lr, elapsed, len(indices) * self.parallel.world, skipped)
+        self._ranks = self.parallel.observe(self.step, started, elapsed)  # on every rank; rank 0 gets an event
         decision = self.nan.record(skipped)
         if decision in ("stop", "skip", "rollback"):
             self._nan_patience_reached(decision)
@@ -198,6 +200,9 @@ class Trainer:
         step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending
         self._pending = None
         self.on_step(step)
+        if self._ranks is not None:
+            self.bus.emit(self._ranks)
+            self._ranks = None
         if step % self.config.train.log_every and step != self.total_steps and not skipped:
             return
         self.bus.emit(ev.StepLogged(

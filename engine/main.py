@@ -239,6 +239,8 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     trainer = Trainer(config, bus, controls, checkpoint_dir=run_dir.checkpoints, resume=prepared.resume,
                       name=run_dir.name, run_dir=run_dir.root, on_step=lambda step: status.update(step=step),
                       parallel=parallel)
+    if parallel is not None and hasattr(controls, "bind"):
+        controls.bind(lambda: trainer.step, bus.emit)  # engine.distributed.controls: telemetry where controls land
     phases.append(ev.PhaseStarted(phase="building data and model", detail=f"{config.task.name}/{config.task.preset}"))
     try:  # build data, model and optimizer before anything is written: bad input leaves no litter
         trainer.setup()

@@ -102,6 +102,8 @@ class RunModel:
         self.memory = Ring(min(capacity, 1 << 16), len(MEM_COLUMNS))
         self.last_memory: ev.MemorySampled | None = None
         self.system: ev.SystemSampled | None = None
+        #: The latest per-rank telemetry of a distributed run (None for one process).
+        self.ranks: ev.RanksSampled | None = None
         self.markers: list[Marker] = []
         self.checkpoints: list[ev.CheckpointSaved] = []
         self.pending_log: list[LogEntry] = []
@@ -616,6 +618,11 @@ def _on_system(m: RunModel, e: ev.SystemSampled) -> None:
     m.versions["system"] += 1
 
 
+def _on_ranks(m: RunModel, e: ev.RanksSampled) -> None:
+    m.ranks = e
+    m.versions["system"] += 1  # the rank table is drawn in the system panel
+
+
 def _on_checkpoint(m: RunModel, e: ev.CheckpointSaved) -> None:
     m.checkpoints.append(e)
     m._log("checkpoint", f"checkpoint ({e.kind}) {e.path} · {human_bytes(e.bytes)} in {e.seconds:.2f}s", e.step)
@@ -686,6 +693,7 @@ _HANDLERS = {
     ev.EvalDone: _on_eval,
     ev.MemorySampled: _on_memory,
     ev.SystemSampled: _on_system,
+    ev.RanksSampled: _on_ranks,
     ev.CheckpointSaved: _on_checkpoint,
     ev.CheckpointFailed: _on_checkpoint_failed,
     ev.StateChanged: _on_state,

@@ -28,6 +28,13 @@ class AgreedControls(Controls):
         self.group = group
         self._pending_stop: str | None = None
         self._pending_graceful: tuple[str, int] | None = None
+        self._step = lambda: 0
+        self._emit = lambda event: None
+
+    def bind(self, step, emit) -> None:
+        """``step()`` is the run's step count and ``emit`` its event bus: a boundary that applies requests
+        gathers every rank's telemetry there, so the events show each control landing on every rank at once."""
+        self._step, self._emit = step, emit
 
     def request_graceful(self, reason: str, exit_code: int) -> None:
         """Recorded; every rank checkpoints and stops after the next boundary agrees on it."""
@@ -55,9 +62,12 @@ class AgreedControls(Controls):
             if w["graceful"] and not self.graceful_event.is_set():
                 self.graceful_reason, self.graceful_exit_code = w["graceful"]
                 self.graceful_event.set()
-        if self.group.rank == 0:
-            return mine
-        return [Request.from_dict(d) for d in everyone[0]["requests"]]
+        requests = mine if self.group.rank == 0 else [Request.from_dict(d) for d in everyone[0]["requests"]]
+        if requests:  # every rank has them: the gather below is matched on every rank
+            event = self.group.sample(self._step(), "control")
+            if event is not None:
+                self._emit(event)
+        return requests
 
     def stopping(self) -> bool:
         """True once a stop was agreed (not merely wished on this rank), so every rank sees it at once."""

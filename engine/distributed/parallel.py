@@ -18,7 +18,8 @@ sums all samples in one reduction).
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 
@@ -50,6 +51,14 @@ class Single:
         """True on every rank if ``flag`` is True on any."""
         return bool(flag)
 
+    def fetch(self, prefetch, key):
+        """The host batch for ``key`` (the time it took counts as data wait under DDP)."""
+        return prefetch.take(key)
+
+    def observe(self, step: int, started: float, step_s: float):
+        """Called once a step on every rank; an ``events.RanksSampled`` on rank 0 when telemetry is due."""
+        return None
+
     def close(self) -> None:
         """Leave the process group (nothing to leave here)."""
 
@@ -76,6 +85,13 @@ class Ddp(Single):
             # The timeout bounds a collective whose peer hangs (a dead peer fails at once on gloo).
             dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=timeout_s))
         self._ddp = None
+        from engine.distributed import telemetry
+
+        self._telemetry = telemetry
+        self._window = telemetry.Window()
+        self._delay = telemetry.injected_delay(rank)
+        self._data_s = 0.0
+        self._ready: float | None = None  # when this step's first gradient bucket was ready to sync
 
     def wrap(self, model):
         """``model`` inside DDP (the raw module stays the Trainer's for state dicts and evaluation)."""
@@ -83,11 +99,51 @@ class Ddp(Single):
 
         ids = [model_device.index] if (model_device := next(model.parameters()).device).type == "cuda" else None
         self._ddp = DistributedDataParallel(model, device_ids=ids)
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        def timed(state, bucket):  # DDP's own all-reduce, noting when this rank's own work was done
+            if self._ready is None:
+                self._ready = time.perf_counter()
+            return allreduce_hook(state, bucket)
+
+        self._ddp.register_comm_hook(None, timed)
         return self._ddp
 
+    @contextmanager
     def sync(self, final: bool):
         """DDP's ``no_sync`` on every micro-batch but a step's last: one all-reduce a step, not one a micro-batch."""
-        return nullcontext() if final or self._ddp is None else self._ddp.no_sync()
+        if self._delay and final:
+            time.sleep(self._delay)  # test hook (telemetry.SLOW_ENV): a rank slower at its own work
+        with nullcontext() if final or self._ddp is None else self._ddp.no_sync():
+            yield
+
+    def fetch(self, prefetch, key):
+        """The host batch for ``key``, its wait counted as this step's data wait."""
+        began = time.perf_counter()
+        try:
+            return prefetch.take(key)
+        finally:
+            self._data_s += time.perf_counter() - began
+
+    def observe(self, step: int, started: float, step_s: float):
+        """Record the step; every ``telemetry.EVERY_STEPS`` steps gather every rank's means to rank 0."""
+        work = (self._ready - started) if self._ready is not None else step_s
+        self._window.add(step_s, work, self._data_s)
+        self._ready, self._data_s = None, 0.0
+        if step % self._telemetry.EVERY_STEPS:
+            return None
+        return self.sample(step, "every")
+
+    def sample(self, step: int, reason: str):
+        """Gather every rank's record (a collective: every rank calls it at the same step); the event on rank 0."""
+        from engine import events as ev
+
+        records = self.gather(self._window.record(self.rank, step, _memory()))
+        if records is None:
+            return None
+        slow, median, cost = self._telemetry.straggler(records)
+        return ev.RanksSampled(step=step, ranks=records, straggler=slow, median_work_s=median, cost_s=cost,
+                               reason=reason)
 
     def mean(self, tensor):
         """All-reduced average (one small collective a step: the logged loss and its parts, stacked)."""
@@ -121,3 +177,18 @@ class Ddp(Single):
         """Leave the process group (a clean exit; a crashed peer leaves this to the process's end)."""
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
+
+
+def _memory() -> dict:
+    """This process's memory: device allocated/reserved (CUDA) and resident set size (bytes)."""
+    import torch
+
+    out = {"allocated": None, "reserved": None, "rss": None}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["allocated"], out["reserved"] = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    try:
+        with open("/proc/self/statm") as handle:
+            out["rss"] = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    return out

@@ -30,6 +30,7 @@ def follow(prepared, parallel) -> int:
     trainer = Trainer(config, EventBus(), controls, checkpoint_dir=None, resume=prepared.resume,
                       name=prepared.run_dir.name, run_dir=prepared.run_dir.root, parallel=parallel)
     trainer.setup()
+    controls.bind(lambda: trainer.step, lambda event: None)  # its telemetry goes to rank 0 in the gather
     signals.install(controls, config.train.on_hangup, prepared.run_dir.root / "ranks" / f"rank-{parallel.rank}.log",
                     note=lambda text: print(text, flush=True))
     return trainer.run().exit_code

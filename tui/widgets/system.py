@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tui.format import bytes_pair
 from tui.widgets.panel import TextPanel
+from tui.widgets.ranks import rank_table
 
 
 class SystemPanel(TextPanel):
@@ -27,4 +28,6 @@ class SystemPanel(TextPanel):
                 lines.append(f"GPU temp [{hot}]{s.gpu_temp_c:.0f} °C[/]")
             if s.gpu_power_w is not None:
                 lines.append(f"GPU power {s.gpu_power_w:.0f} W")
+        if model.ranks is not None:
+            lines.append(rank_table(model.ranks))
         return "\n".join(lines)

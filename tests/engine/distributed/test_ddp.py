@@ -97,3 +97,37 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
     assert more.returncode == 0, (more.stdout[-2000:], more.stderr[-2000:])
     last = [e for e in read_events(run) if e.get("type") == "run_finished"][-1]
     assert (last["status"], last["steps"]) == ("finished", stopped_at + 3)
+
+
+def test_rank_telemetry_names_a_slowed_rank_and_a_pause_lands_on_every_rank_at_one_step(tmp_path):
+    from engine import control
+    from engine.client import RunClient
+    from engine.distributed.telemetry import EVERY_STEPS, SLOW_ENV
+
+    run = tmp_path / "run"
+    env = {**cli_env(), SLOW_ENV: "1:0.05"}  # rank 1 sleeps 50 ms inside each step's own work
+    job = subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "100000", "--run-dir", str(run),
+                            "--nproc-per-node", "2"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "events.jsonl").exists() or \
+                sum(e.get("type") == "ranks" for e in read_events(run)) < 2:
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.2)
+        client = RunClient(run)
+        ack = client.send(control.pause(), timeout=30)
+        assert ack.type == "setting", ack
+        client.send(control.abort(), timeout=30)
+        job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    events = read_events(run)
+    every = [e for e in events if e.get("type") == "ranks" and e["reason"] == "every"]
+    assert every and all(len(e["ranks"]) == 2 and e["step"] % EVERY_STEPS == 0 for e in every)
+    assert every[-1]["straggler"] == 1 and every[-1]["cost_s"] > 0.02
+    assert {r["rank"] for r in every[-1]["ranks"]} == {0, 1}
+    paused = next(e for e in events if e.get("type") == "state" and e["state"] == "paused")
+    landed = [e for e in events if e.get("type") == "ranks" and e["reason"] == "control"]
+    assert any([r["step"] for r in e["ranks"]] == [paused["step"]] * 2 for e in landed), (paused, landed)
