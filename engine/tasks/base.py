@@ -91,27 +91,6 @@ class Task(ABC):
         """Validation metrics of one batch, ``val_loss`` included: per-batch means ("per_batch" reduction) or
         ``{name: (sum, count)}`` ("pooled"), as the spec's ``eval_reduction`` says."""
 
-    def finalize_metrics(self, means: dict[str, float]) -> dict[str, float]:
-        """Metrics over the whole validation set from the reduced ones (default: as they are; e.g. a
-        perplexity = exp(val_loss) belongs here, not in eval_batch, where it would be averaged)."""
-        return means
-
-    # -- optimisation and artefacts ----------------------------------------------------
-    def param_groups(self, model: "nn.Module") -> list[dict]:
-        """Optimizer param groups of the trainable parameters. Default: every parameter with
-        ``requires_grad``, matrices (ndim >= 2) with weight decay and the rest (biases, norms) without;
-        the optimizer setup fills ``weight_decay`` where a group leaves it to the config (key absent)."""
-        params = [p for p in model.parameters() if p.requires_grad]
-        decay = [p for p in params if p.ndim >= 2]
-        no_decay = [p for p in params if p.ndim < 2]
-        return [group for group in ({"params": decay}, {"params": no_decay, "weight_decay": 0.0})
-                if group["params"]]
-
-    def export(self, model: "nn.Module", out_dir: "Path", kind: str) -> "Path | None":
-        """Write an artefact besides checkpoints (``kind`` one of the spec's ``exports``, e.g. a PEFT
-        adapter) under ``out_dir``; the path written, or None (default: the task exports nothing)."""
-        return None
-
     # -- optimisation, metrics, exports ----------------------------------------------
     def param_groups(self, model: "nn.Module") -> list[dict]:
         """Optimizer param groups: every trainable parameter, matrices with weight decay, the rest without.
