@@ -4,7 +4,7 @@ The checkpoint is the whole recipe: its metadata holds the resolved config
 and the task's state, its tensors the model. So the command rebuilds the
 task from them, loads the weights strictly, and asks the task's ``export``
 hook to write ``kind`` (default: the task's own choice, e.g. an adapter for
-a LoRA run) into ``RUN/exports/<kind>-step-N`` or ``--out``. The task writes
+a LoRA run) into ``RUN/exports/step-N`` (``<kind>-step-N`` with ``--kind``) or ``--out``. The task writes
 atomically; a failure leaves nothing under the final name. Works on a live
 run too: checkpoints are only ever replaced by rename, so the file read is
 complete. Torch and the task are imported only here, never by ``--help``.
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint to export from (default: the run's newest good one)")
     parser.add_argument("--kind", default=None, help="what to write, e.g. peft_adapter or pretrained "
                         "(default: the task's choice for the run)")
-    parser.add_argument("--out", default=None, metavar="DIR", help="output directory (default RUN/exports/KIND-step-N)")
+    parser.add_argument("--out", default=None, metavar="DIR", help="output directory (default RUN/exports/step-N)")
 
 
 def _run_dir(text: str) -> Path:
@@ -50,7 +50,7 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
     """Export ``kind`` from ``checkpoint`` (default: the newest good one) of ``run``; returns the written path."""
     from engine import checkpoint as ckpt
     from engine.config import ConfigError, validate
-    from engine.tasks import make_task
+    from engine.tasks import get_spec, make_task
     from engine.tasks.base import TaskError
 
     run_dir = _run_dir(str(run))
@@ -77,7 +77,11 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
         except RuntimeError as exc:
             raise TaskError(f"{loaded.path}: weights do not fit the model its config builds "
                             f"({str(exc).splitlines()[-1].strip()[:160]})") from None
-        target = Path(out) if out else run_dir / "exports" / f"{kind or 'export'}-step-{meta.get('step', 0)}"
+        exports = get_spec(config.task.name).capabilities.exports
+        if kind is not None and kind not in exports:
+            raise TaskError(f"--kind {kind!r}; task {config.task.name!r} exports: {', '.join(exports) or 'nothing'}")
+        step = meta.get("step", 0)
+        target = Path(out) if out else run_dir / "exports" / (f"{kind}-step-{step}" if kind else f"step-{step}")
         written = task.export(model, target, kind)
     except TaskError as exc:
         raise ExportError(f"export: {exc}") from None

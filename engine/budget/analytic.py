@@ -13,7 +13,9 @@ Static terms (bytes):
 - weights: 4 · parameters (fp32 master weights in every precision);
 - optimizer: AdamW's exp_avg and exp_avg_sq (2 · 4 · parameters) and one
   fp32 ``step`` scalar per parameter tensor, present from the first
-  ``step()`` on — the second step's peak is the step's peak;
+  ``step()`` on — the second step's peak is the step's peak; only for the
+  parameters that train (``TaskLedger.trainable_tensors``: a LoRA model's
+  frozen base has none);
 - input: one micro-batch on the device (the loop makes each micro-batch just
   before its forward);
 - scalars: the loop's running loss sums, loss components and grad-norm
@@ -125,17 +127,18 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
             continue
         tl = model(config, micro, prec, dev)
         tensors = tl.param_tensors
-        params = F32 * sum(tensors)
-        static = {"weights": params, "optimizer": 2 * params + F32 * len(tensors), "input": tl.input_bytes,
+        trained = tensors if tl.trainable_tensors is None else tl.trainable_tensors
+        params, trainable = F32 * sum(tensors), F32 * sum(trained)
+        static = {"weights": params, "optimizer": 2 * trainable + F32 * len(trained), "input": tl.input_bytes,
                   "scalars": SCALARS * (CUDA_BLOCK if dev == "cuda" else F32)}
         if tl.cast_elements:
             static["autocast weight copies"] = (2 if prec != "fp32" else F32) * tl.cast_elements
         if dev == "cuda":
             static["allocator rounding"] = CUDA_BLOCK * (4 * len(tensors) + tl.activation_tensors)
             static["cuBLAS/cuDNN workspaces"] = CUDA_WORKSPACE
-            opt_extra = params  # foreach: sqrt of a whole group's exp_avg_sq at once
+            opt_extra = trainable  # foreach: sqrt of a whole group's exp_avg_sq at once
         else:
-            opt_extra = 2 * F32 * max(tensors)
+            opt_extra = 2 * F32 * max(trained or [0])
         result = ledger.peak(tl.stages, static, tl.pending, opt_extra, pre_grads=pre)
         if best is None or result.total > best.total:
             best = result

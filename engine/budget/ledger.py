@@ -133,3 +133,6 @@ class TaskLedger:
     cast_elements: int = 0
     #: Saved activation tensors, a bound (the CUDA allocator rounds each up to a block).
     activation_tensors: int = 0
+    #: Element counts of the parameter tensors that train (gradients, AdamW state); None: all of them.
+    #: A LoRA model trains a few percent of its tensors, and only those get optimizer state.
+    trainable_tensors: list[int] | None = None

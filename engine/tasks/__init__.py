@@ -22,6 +22,7 @@ GROUP = "sensorlm_tui.tasks"
 BUILTIN_SPECS: dict[str, str] = {
     "sensorlm": "engine.tasks.sensorlm.spec:SPEC",
     "toy": "engine.tasks.toy.spec:SPEC",
+    "lm": "engine.tasks.lm.spec:SPEC",
 }
 #: The task a config without ``task.name`` trains.
 DEFAULT_TASK = "sensorlm"

@@ -33,20 +33,19 @@ output (4·B·T·V) and ``nll_loss`` the int64 targets; the loss's backward hold
 that output, its gradient and the logits' gradient at once (3 × 4·B·T·V) —
 at a 32k vocabulary this, not attention, is what a long sequence runs into.
 
-Static terms: fp32 weights (base, adapters, norm copies), AdamW state and
-gradients only for what trains, the int64 batch, the loss scalars; on CUDA
-the allocator's 512-byte rounding and the cuBLAS workspaces (as
-engine.budget.analytic). The peak is the largest moment the ledger sees, and
-with gradient accumulation the larger of the first and a later micro-batch.
+engine.budget.analytic adds the static terms around this ledger: fp32
+weights (base, adapters, norm copies), AdamW state only for what trains
+(``trainable_tensors``), the int64 batch, the loss scalars, and on CUDA the
+allocator's rounding and the cuBLAS workspaces; the peak is the largest
+moment the ledger sees, with gradient accumulation the larger of the first
+and a later micro-batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.budget.analytic import CUDA_BLOCK, CUDA_WORKSPACE, SCALARS, micro_batches
-from engine.budget.estimate import Estimate
-from engine.budget.ledger import Peak, Stage, peak
+from engine.budget.ledger import Stage, TaskLedger
 from engine.tasks.lm.spec import LMConfig
 
 F32 = 4
@@ -191,59 +190,39 @@ def _hf_config(lm: LMConfig) -> dict | None:
     import json
     from pathlib import Path
 
-    return json.loads((Path(lm.model.path) / "config.json").read_text("utf-8"))
+    try:
+        return json.loads((Path(lm.model.path) / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None  # planned from the lm.model shape; the run itself refuses the directory in one line
 
 
-def detail(config, batch_size: int | None = None, grad_accum: int | None = None, seq_len: int | None = None,
-           precision: str | None = None, checkpointing: bool | None = None,
-           device: str | None = None) -> tuple[Peak, dict]:
-    """The ledger's peak and the resolved settings; see ``estimate``."""
+def shape_of(config) -> Shape:
+    """The run's model shape and trainable set (from config.json when lm.model.path is set)."""
     lm: LMConfig = config.task_config
-    t = config.train
-    B = batch_size if batch_size is not None else t.batch_size
-    accum = grad_accum if grad_accum is not None else t.grad_accum
-    T = seq_len if seq_len is not None else lm.seq_len
-    prec = precision or t.precision
-    ckpt = lm.model.activation_checkpointing if checkpointing is None else checkpointing
-    dev = "cpu" if (device or t.device) == "cpu" else "cuda"
-    if B < 1 or T < 1:
-        raise ValueError(f"batch_size={B}, seq_len={T}: must be >= 1")
-    s = Shape.of(lm, _hf_config(lm))
-    lp = 2 if prec in ("bf16", "fp16") else F32
+    return Shape.of(lm, _hf_config(lm))
+
+
+def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
+    """The task's analytic memory model (``SPEC.analytic_memory``): the step's ledger for micro-batch ``B``.
+
+    ``config`` already carries the settings being priced (seq_len among them).
+    """
+    lm: LMConfig = config.task_config
+    s = shape_of(config)
+    T = lm.seq_len
+    lp = 2 if precision in ("bf16", "fp16") else F32
     every, train = layer_tensors(s)
     o_every, o_train = outer_tensors(s)
     all_every = every * s.L + o_every
-    all_train = train * s.L + o_train
-    weights, trained = F32 * sum(all_every), F32 * sum(all_train)
-    best: Peak | None = None
-    first, later = micro_batches(B, accum)
-    for micro, pre in ((first, False), (later, True)):
-        if micro is None:
-            continue
-        static = {"weights": weights, "optimizer": 2 * trained + F32 * len(all_train), "input": 8 * micro * (T + 1),
-                  "scalars": SCALARS * (CUDA_BLOCK if dev == "cuda" else F32)}
-        if lp < F32:  # autocast keeps one lp copy of every matmul weight per forward
-            static["autocast weight copies"] = lp * sum(n for n in all_every if n >= s.d * s.r)
-        if dev == "cuda":
-            static["allocator rounding"] = CUDA_BLOCK * (4 * len(all_every) + 30 * s.L + 20)
-            static["cuBLAS/cuDNN workspaces"] = CUDA_WORKSPACE
-            opt_extra = trained
-        else:
-            opt_extra = 2 * F32 * max(all_train or [0])
-        result = peak(stages(s, micro, T, lp, ckpt, dev == "cpu"), static, [], opt_extra, pre_grads=pre)
-        if best is None or result.total > best.total:
-            best = result
-    assert best is not None
-    settings = {"batch_size": B, "grad_accum": accum, "micro_batch": first, "seq_len": T, "precision": prec,
-                "checkpointing": ckpt, "device": dev, "phase": best.phase,
-                "params": sum(all_every) - s.Q // 2, "trainable": sum(all_train)}
-    return best, settings
+    return TaskLedger(stages=stages(s, B, T, lp, lm.model.activation_checkpointing, device == "cpu"), pending=[],
+                      param_tensors=all_every, input_bytes=8 * B * (T + 1),
+                      cast_elements=sum(n for n in all_every if n >= s.d * s.r) if lp < F32 else 0,
+                      activation_tensors=30 * s.L + 20, trainable_tensors=train * s.L + o_train)
 
 
-def estimate(config, batch_size: int | None = None, grad_accum: int | None = None, seq_len: int | None = None,
-             precision: str | None = None, checkpointing: bool | None = None,
-             device: str | None = None) -> Estimate:
-    """Upper bound on the peak bytes of an lm training step with the given settings overridden."""
-    best, settings = detail(config, batch_size, grad_accum, seq_len, precision, checkpointing, device)
-    return Estimate(total=best.total, breakdown=dict(best.parts), upper_bound=True, source="analytic",
-                    settings=settings)
+def parameter_counts(config) -> tuple[int, int]:
+    """(parameters, trainable parameters) of the run's model, by arithmetic (no torch)."""
+    s = shape_of(config)
+    every, train = layer_tensors(s)
+    o_every, o_train = outer_tensors(s)
+    return sum(every) * s.L + sum(o_every) - s.Q // 2, sum(train) * s.L + sum(o_train)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from engine.sections import Section
 from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
 
 #: Target shorthands → the Llama-family projection names they stand for (peft matches by name suffix).
@@ -25,13 +26,7 @@ TARGET_SHORTHANDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors; values re-validated on assignment (as the engine's own sections)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class LMModelConfig(_Strict):
+class LMModelConfig(Section):
     """Where the model comes from: a local Hugging Face directory, or a Llama shape with random weights."""
 
     path: Optional[str] = Field(None, description="Local Hugging Face causal-LM directory (config.json + weights); "
@@ -57,7 +52,7 @@ class LMModelConfig(_Strict):
         return self
 
 
-class LoraConfigSection(_Strict):
+class LoraConfigSection(Section):
     """LoRA adapters (peft); LoRA+ when plus_ratio > 1."""
 
     r: int = Field(8, ge=1, le=4096, description="LoRA rank (>= 1).")
@@ -82,7 +77,7 @@ class LoraConfigSection(_Strict):
         return out
 
 
-class LMConfig(_Strict):
+class LMConfig(Section):
     """The `[lm]` section: model, fine-tuning mode, sequence length, corpus reading."""
 
     model: LMModelConfig = Field(default_factory=LMModelConfig)
@@ -151,6 +146,6 @@ SPEC = TaskSpec(
     task="engine.tasks.lm.task:LMTask",
     presets=PRESETS,
     default_preset="demo",
-    analytic_memory="engine.tasks.lm.memory:estimate",
+    analytic_memory="engine.tasks.lm.memory:ledger",
     summary="causal LM: full fine-tune or LoRA / LoRA+ (peft), PEFT adapter export",
 )

@@ -7,7 +7,6 @@ module-scoped fixtures and use the `tiny` preset (hidden 32, 2 layers, vocab 256
 from __future__ import annotations
 
 import random
-import types
 from pathlib import Path
 
 import pytest
@@ -35,17 +34,9 @@ def corpus_file(tmp_path_factory) -> Path:
     return path
 
 
-def make_config(data_path=None, train: dict | None = None, **lm_overrides):
-    """A run config in the target shape (``task_config`` = the [lm] section) from the `tiny` preset."""
-    from engine.config import TrainConfig
-    from engine.tasks.lm.spec import PRESETS, LMConfig
+def make_config(data_path=None, train: dict | None = None, **lm):
+    """A resolved run config of the `lm` task: the `tiny` preset with ``lm`` / ``train`` overrides."""
+    from engine.config import load
 
-    preset = PRESETS["tiny"]
-    lm = dict(preset["lm"])
-    for key, value in lm_overrides.items():
-        lm[key] = {**lm.get(key, {}), **value} if isinstance(value, dict) else value
-    return types.SimpleNamespace(
-        task_config=LMConfig.model_validate(lm),
-        train=TrainConfig(**{**preset["train"], **(train or {})}),
-        data=types.SimpleNamespace(path=None if data_path is None else str(data_path)),
-        task=types.SimpleNamespace(name="lm", preset="tiny"))
+    overrides = {"lm": lm, "train": train or {}, "data": {"path": None if data_path is None else str(data_path)}}
+    return load(task="lm", preset="tiny", overrides=overrides)

@@ -1,0 +1,109 @@
+"""The lm task through the engine: LoRA+ learning rates, an applied clip, exact resume after SIGKILL, export.
+
+Each engine process imports transformers (seconds on 2 cores), so one killed
+and resumed run is compared with one uninterrupted run, and the export
+command reads the latter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, cli_env, read_events, run_cli
+from tests.engine.lm.conftest import make_config
+
+STEPS = 6
+
+
+def _flags(corpus: Path) -> list[str]:
+    return ["train", "--task", "lm", "--preset", "tiny", "--threads", "1", "--headless", "--data", str(corpus),
+            "--max-steps", str(STEPS), "--eval-every", "3", "--checkpoint-every", "3",
+            "--set", "lm.lora.plus_ratio=16", "--set", "lm.lora.train_norms=true"]
+
+
+@pytest.fixture(scope="module")
+def whole(corpus_file, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("lm") / "whole"
+    result = run_cli(*_flags(corpus_file), "--run-dir", str(run), timeout=300)
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+def _steps(events: list[dict]) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in events if e["type"] == "step"}
+
+
+def test_run_reports_perplexity_and_exports_an_adapter_at_the_end(whole) -> None:
+    events = read_events(whole)
+    started = next(e for e in events if e["type"] == "run_started")
+    assert started["capabilities"]["primary"]["name"] == "perplexity"
+    evals = [e for e in events if e["type"] == "eval"]
+    assert [e["step"] for e in evals] == [0, 3, 6]
+    for e in evals:
+        assert e["metrics"]["perplexity"] == pytest.approx(2.718281828 ** e["metrics"]["val_loss"], rel=1e-9)
+    config = json.loads((whole / "exports" / "final" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8.0 and len(config["target_modules"]) == 7
+
+
+def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, corpus_file, tmp_path) -> None:
+    run = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *_flags(corpus_file), "--run-dir", str(run),
+                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    for line in proc.stdout:  # kill the moment the step-3 checkpoint is reported
+        if line.startswith("ckpt  step 3 last"):
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    resumed = run_cli("train", "--resume", str(run), "--headless", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    events, reference = read_events(run), read_events(whole)
+    restarted = [x for x in events if x["type"] == "run_started"][-1]["t"]
+    after = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["t"] > restarted}
+    assert after == {s: _steps(reference)[s] for s in range(4, STEPS + 1)}
+    digests = [[e["digest"] for e in ev if e["type"] == "checkpoint" and e["step"] == STEPS] for ev in (events, reference)]
+    assert digests[0] and digests[0][-1] == digests[1][-1]
+
+
+def test_export_command_writes_from_any_checkpoint(whole, tmp_path) -> None:
+    result = run_cli("export", str(whole), "--checkpoint", str(whole / "checkpoints" / "best.safetensors"),
+                     "--out", str(tmp_path / "adapter"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    bad = run_cli("export", str(whole), "--kind", "onnx", timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "--kind 'onnx'; task 'lm' exports: peft_adapter, pretrained" in bad.stderr
+    assert not (whole / "exports" / "onnx-step-6").exists()
+
+
+def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
+    from engine.loop import Trainer
+    from engine.sinks import EventBus
+
+    config = make_config(corpus_file, train={"max_steps": 2, "eval_every": 0, "clip_grad_norm": 1e-3,
+                                             "schedule": "constant", "warmup_frac": 0.0, "lr": 1e-2},
+                         lora={"plus_ratio": 16.0})
+    seen = []
+    bus = EventBus([seen.append])
+    trainer = Trainer(config, bus)
+    trainer.run()
+    model = trainer.model
+    lrs = {id(p): g["lr"] for g in trainer.optimizer.param_groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    assert all(lrs[id(named[n])] == pytest.approx(0.16) for n in named if "lora_B" in n)
+    assert all(lrs[id(named[n])] == pytest.approx(0.01) for n in named if "lora_A" in n)
+    # The last step's gradients are still there, clipped: their norm is the clip, the logged pre-clip norm above it.
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+    logged = [e.grad_norm for e in seen if type(e).__name__ == "StepLogged"][-1]
+    assert logged > 10 * 1e-3 and norm == pytest.approx(1e-3, rel=1e-4)
