@@ -22,6 +22,7 @@ MODULES = [
     "bench.engine_overhead",
     "bench.engine_overhead_fast",
     "bench.sensorlm_throughput",
+    "bench.lm_throughput",
     "bench.demo_learning",
     "bench.dashboard_overhead",
     "bench.plot_render",
