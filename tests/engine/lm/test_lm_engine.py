@@ -107,3 +107,19 @@ def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
     logged = [e.grad_norm for e in seen if type(e).__name__ == "StepLogged"][-1]
     assert logged > 10 * 1e-3 and norm == pytest.approx(1e-3, rel=1e-4)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--data", "BINARY"], "data.path: {tmp}/bin.dat: binary file"),
+    (["--set", 'lm.lora.targets=["qkv"]'], "lm.lora.targets: qkv not in this model"),
+    (["--set", "lm.lora.r=0"], "--set lm.lora.r=0: Input should be greater than or equal to 1"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_run_directory(corpus_file, tmp_path, flags, expected) -> None:
+    (tmp_path / "bin.dat").write_bytes(b"\x7fELF\x00\x01" * 500)
+    flags = [str(tmp_path / "bin.dat") if f == "BINARY" else f for f in flags]
+    run = tmp_path / "run"
+    result = run_cli("train", "--task", "lm", "--preset", "tiny", "--headless", "--data", str(corpus_file),
+                     *flags, "--run-dir", str(run), timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and expected.format(tmp=tmp_path) in result.stderr
+    assert not run.exists()
