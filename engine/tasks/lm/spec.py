@@ -147,5 +147,5 @@ SPEC = TaskSpec(
     presets=PRESETS,
     default_preset="demo",
     analytic_memory="engine.tasks.lm.memory:ledger",
-    summary="causal LM: full fine-tune or LoRA / LoRA+ (peft), PEFT adapter export",
+    summary="Causal LM (transformers): full fine-tune or LoRA / LoRA+ (peft), exported as PEFT adapters (docs/LM.md).",
 )
