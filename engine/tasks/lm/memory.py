@@ -144,7 +144,7 @@ def layer_saved(s: Shape, B: int, T: int, lp: int) -> int:
         attn += lp * u if s.trains("o_proj") else 0
     # sdpa's output is laid out (B, T, H, Q) already: o_proj reads it without a copy
     mlp = 3 * lp * uf + (lp * uf if s.trains("down_proj") else 0)
-    adapters = sum(lp * B * T * s.r for name in s.targets)
+    adapters = lp * B * T * s.r * len(s.targets)
     norms = _norm_saved(s, B, T, lp, any(s.trains(n) for n in ATTN[:3])) + \
         _norm_saved(s, B, T, lp, any(s.trains(n) for n in MLP[:2]))
     return attn + mlp + adapters + norms
@@ -153,8 +153,7 @@ def layer_saved(s: Shape, B: int, T: int, lp: int) -> int:
 def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool) -> list[Stage]:
     """The step's stages in forward order: embedding, L layers, final norm + head, loss."""
     u, uf, BTV = B * T * s.d, B * T * s.f, B * T * s.V
-    every, train = layer_tensors(s)
-    o_every, o_train = outer_tensors(s)
+    train = layer_tensors(s)[1]
     full = not s.lora
     out = [Stage("embedding", grads=F32 * s.V * s.d if full else 0, fwd_extra=F32 * u)]
     per_layer = layer_saved(s, B, T, lp)
