@@ -228,7 +228,10 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
 
     config, run_dir = prepared.config, prepared.run_dir
     phases.append(ev.PhaseStarted(phase="predicting memory"))
-    config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
+    try:  # the guard's trace builds the task first, so a task's bad input (a damaged data file) can surface here
+        config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
+    except TaskError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
     if parallel is not None and parallel.world > 1:
         parallel.broadcast(config)  # the other ranks train exactly what the guard let through
     if prepared.resume is not None:

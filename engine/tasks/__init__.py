@@ -23,6 +23,7 @@ BUILTIN_SPECS: dict[str, str] = {
     "sensorlm": "engine.tasks.sensorlm.spec:SPEC",
     "toy": "engine.tasks.toy.spec:SPEC",
     "lm": "engine.tasks.lm.spec:SPEC",
+    "gapfill": "engine.tasks.gapfill.spec:SPEC",
 }
 #: The task a config without ``task.name`` trains.
 DEFAULT_TASK = "sensorlm"
