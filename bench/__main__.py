@@ -24,6 +24,7 @@ MODULES = [
     "bench.sensorlm_throughput",
     "bench.lm_throughput",
     "bench.demo_learning",
+    "bench.gapfill_learning",
     "bench.dashboard_overhead",
     "bench.plot_render",
     "bench.dashboard_bytes",
