@@ -13,19 +13,14 @@ validation set is exactly half of each (see GapfillTask.eval_batch).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from engine.sections import Section
 from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
 
 #: Band names in shard order (the same tuple as engine.tasks.gapfill.physics.BANDS, kept literal here so the
 #: spec stays import-light; a test checks they agree).
 BANDS = ("094", "131", "171", "195", "284", "304")
-
-
-class Section(BaseModel):
-    """Unknown keys are errors; values re-validated on assignment (as every config section)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class SyntheticConfig(Section):
