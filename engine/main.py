@@ -233,7 +233,7 @@ def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool
     except TaskError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     if parallel is not None and parallel.world > 1:
-        parallel.broadcast(config)  # the other ranks train exactly what the guard let through
+        parallel.broadcast(config.model_dump(mode="json"))  # the others train what the guard let through
     if prepared.resume is not None:
         _run_resumed_with(prepared.resume, config)
     controls = controls or Controls()

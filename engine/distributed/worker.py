@@ -23,7 +23,10 @@ def follow(prepared, parallel) -> int:
     from engine.loop import Trainer
     from engine.sinks import EventBus
 
-    config = parallel.broadcast(None)
+    from engine import config as cfg
+
+    # As JSON: a task's config class is built at run time and does not pickle.
+    config = cfg.validate(parallel.broadcast(None), "rank 0's config")
     if prepared.resume is not None:
         engine_main._run_resumed_with(prepared.resume, config)
     controls = AgreedControls(parallel)
