@@ -7,11 +7,13 @@ create the run directory. Rank 0 runs the engine exactly as one process does
 agreed controls; the others train the same steps with no sinks and no
 checkpoint directory, their output only in their torchrun log
 (``RUN_DIR/ranks/``). Rank 0 broadcasts the config it settled on (after the
-memory guard), so every rank trains the same batch.
+memory guard), so every rank trains the same batch. A restart by torchrun (``--max-restarts``) resumes the run
+from its newest complete checkpoint instead of starting it again.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -47,6 +49,11 @@ def main(argv: list[str]) -> int:
     from engine.main import UsageError, build_parser, prepare, run_prepared
 
     args, _ = build_parser().parse_known_args(argv[1:] if argv[:1] == ["train"] else argv)  # view flags are not ours
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restarted and args.run_dir and not args.resume:
+        # --max-restarts: torchrun starts every rank again with the same flags; the run directory already
+        # holds this run, so the restart continues it from its newest complete checkpoint.
+        args.resume, args.run_dir, args.config = args.run_dir, None, None
     rank, _, local_rank = env_world()
     error = None
     try:
@@ -64,6 +71,7 @@ def main(argv: list[str]) -> int:
     if parallel.agree(error is not None):  # also the barrier before rank 0 creates the run directory
         if rank == 0:
             sys.stderr.write(f"sensorlm-tui: error: {error or 'another rank refused the flags'}\n")
+        parallel.close()  # left open, gloo's threads abort the interpreter at exit (SIGABRT, not 2)
         return 2
     try:
         if rank == 0:

@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.conftest import ROOT, cli_env, read_events, run_cli
 
 #: The toy task without dropout (its masks are per sample index and step, so both layouts read the same data).
-TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "model.dropout=0", "--eval-every", "3")
+TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "toy.dropout=0", "--eval-every", "3")
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
@@ -131,3 +131,50 @@ def test_rank_telemetry_names_a_slowed_rank_and_a_pause_lands_on_every_rank_at_o
     paused = next(e for e in events if e.get("type") == "state" and e["state"] == "paused")
     landed = [e for e in events if e.get("type") == "ranks" and e["reason"] == "control"]
     assert any([r["step"] for r in e["ranks"]] == [paused["step"]] * 2 for e in landed), (paused, landed)
+
+
+def test_max_restarts_resumes_from_the_last_checkpoint_after_a_rank_dies(tmp_path):
+    run = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "150", "--checkpoint-every", "10",
+                            "--run-dir", str(run), "--nproc-per-node", "2", "--max-restarts", "1"], cwd=ROOT,
+                           env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _stepped(run):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.2)
+        os.kill(_rank_pid(run, 1), signal.SIGKILL)
+        _, err = job.communicate(timeout=150)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, err[-3000:]
+    events = read_events(run)
+    started = [e for e in events if e.get("type") == "run_started"]
+    assert len(started) == 2 and started[1]["resumed_from"] and started[1]["start_step"] > 0
+    assert [(e["status"], e["steps"]) for e in events if e.get("type") == "run_finished"][-1] == ("finished", 150)
+
+
+def test_two_nodes_on_one_machine_train_and_checkpoint(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    nodes = [subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "6", "--run-dir", str(run),
+                               "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(rank),
+                               "--rdzv-endpoint", f"127.0.0.1:{port}"], cwd=ROOT, env=cli_env(),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    try:
+        errs = [node.communicate(timeout=150)[1] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], [e[-2000:] for e in errs]
+    events = read_events(run)
+    assert [(e["status"], e["steps"]) for e in events if e.get("type") == "run_finished"] == [("finished", 6)]
+    assert (run / "checkpoints" / "last.safetensors").is_file()
