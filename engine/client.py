@@ -144,8 +144,11 @@ class RunClient(Session):
         return reply
 
     def send(self, request: Request, timeout: float = 5.0) -> ev.Event:
-        """Deliver a control and return its ack (SettingChanged or Refused); SessionError otherwise."""
-        if self.read_only:
+        """Deliver a control and return its ack (SettingChanged, Refused or Prediction); SessionError otherwise.
+
+        A read-only viewer may send a dry run: it changes nothing, and the engine answers it with a Prediction.
+        """
+        if self.read_only and not request.dry_run:
             raise SessionError("read-only viewer: controls are disabled (attach without --read-only to steer)")
         reply = self._call(json.dumps(request.to_dict()), timeout, request.action)
         if reply.get("type") == "error":

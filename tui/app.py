@@ -40,7 +40,7 @@ from tui.screens.confirm import AbortScreen, QuitScreen
 from tui.screens.dashboard import CONTROL_ACTIONS, DashboardScreen
 from tui.screens.help import HelpScreen
 from tui.screens.metric import MetricScreen
-from tui.screens.tune import EDITS, TuneScreen
+from tui.screens.tune import TuneScreen, tune_settings
 
 #: Seconds a control may wait for its ack before it is reported as failed.
 SEND_TIMEOUT = 10.0
@@ -78,10 +78,10 @@ class DashboardApp(App[int]):
     BINDINGS = [Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
                 Binding("ctrl+c", "request_quit", "quit", show=False, priority=True)]
 
-    def __init__(self, session_factory: Callable[[], Session], estimator: Callable | None = None,
+    def __init__(self, session_factory: Callable[[], Session],
                  theme: str | None = None, refresh: float | None = None, read_only: bool = False,
                  ansi: bool = False, capacity: int = 1 << 20, batch_s: float = BATCH_S,
-                 in_process: bool = False, config=None, compare: str | None = None) -> None:
+                 in_process: bool = False, compare: str | None = None) -> None:
         theme_name = themes.resolve("ansi" if ansi else theme)
         plot_hz = check_refresh(refresh)
         super().__init__(ansi_color=True if ansi else None)
@@ -89,7 +89,6 @@ class DashboardApp(App[int]):
         self.theme = theme_name
         #: Everything the panels show.
         self.model = RunModel(capacity)
-        self.estimator = estimator
         #: Seconds between plot / text redraws.
         self.plot_period = 1.0 / plot_hz
         # Text at the plot rate (1 Hz by default): a step counter needs no more, and bytes matter over SSH.
@@ -97,8 +96,6 @@ class DashboardApp(App[int]):
         self.read_only = read_only
         #: The Trainer runs inside this process: quitting stops it, so there is no detach.
         self.in_process = in_process
-        #: The resolved RunConfig the estimator plans with (else rebuilt from RunStarted.config).
-        self.run_config = config
         #: True when quitting may leave the engine running (process mode); set when the session opens.
         self.detachable = False
         self.run_dir: str | None = None
@@ -299,6 +296,10 @@ class DashboardApp(App[int]):
     def on_control_done(self, message: ControlDone) -> None:
         label = _describe_request(message.request)
         ack = message.ack
+        if message.request.dry_run:  # a tune-modal prediction: only the modal shows it
+            if isinstance(self.screen, TuneScreen):
+                self._safe(self.screen, self.screen.show_prediction, message.request, ack, message.error)
+            return
         if ack is not None:
             self.model.ingest_ack(ack)
         if isinstance(ack, SettingChanged):
@@ -362,7 +363,13 @@ class DashboardApp(App[int]):
             self.post_message(ControlDone(request, ack))
 
     def action_explain(self, what: str) -> None:
-        """A control key while no control may be sent (hidden from the footer): say why it does nothing."""
+        """A control key while no control may be sent (hidden from the footer): say why it does nothing.
+
+        Tune still opens: a read-only viewer may ask for predictions, and an ended run's modal says why none come.
+        """
+        if what == "tune" and self._pump.session is not None:
+            self.action_tune()
+            return
         self.control_allowed(what)
 
     def action_pause(self) -> None:
@@ -487,35 +494,22 @@ class DashboardApp(App[int]):
         self._exit_after_hangup(130, self._pump.session)
 
     def action_tune(self) -> None:
-        """t: the tune modal."""
-        if not self.control_allowed("tune"):
+        """t: the tune modal. A read-only viewer gets it too: it may ask for predictions, not apply."""
+        if self._pump.session is None:
+            self.say("tune: not connected to the engine yet", "warning")
             return
-        started = self.model.started
-        declared = [st.get("name") for st in ((started.capabilities or {}).get("settings", ()) if started else ())]
-        current = {name: self.model.setting(name) for name in dict.fromkeys((*control.SETTABLE, *EDITS, *declared))}
-        self.push_screen(TuneScreen(current, self.estimate_config(), self.model.budget_bytes(), self.estimator,
-                                    self.send_controls))
+        settings = tune_settings(self.model.capabilities.settings)
+        current = {s.name: self.model.setting(s.name) for s in settings}
+        unavailable = "the run has ended: the engine cannot predict a change" if self.model.ended else ""
+        self.push_screen(TuneScreen(current, settings, self.model.budget_bytes(),
+                                    None if unavailable else self.ask_prediction,
+                                    None if self.read_only or self.model.ended else self.send_controls,
+                                    unavailable=unavailable))
 
-    def estimate_config(self):
-        """What the estimator gets as ``config``: the RunConfig given, else RunStarted.config validated.
-
-        The device is pinned to the one the engine reported: with ``train.device = auto`` the estimate
-        would otherwise assume CUDA (context and workspaces) for a run that is training on the CPU.
-        """
-        config = self.run_config
-        if config is None:
-            raw = self.model.started.config if self.model.started else {}
-            try:
-                from engine.config import ConfigError, validate  # torch-free (pydantic)
-
-                config = validate(raw, "RunStarted.config")
-            except (ImportError, ConfigError, TypeError, ValueError):
-                return raw  # an estimator that takes the dict still works
-        device = self.model.started.device if self.model.started else None
-        if device in ("cpu", "cuda") and getattr(config, "train", None) is not None \
-                and config.train.device != device:
-            config = config.model_copy(update={"train": config.train.model_copy(update={"device": device})})
-        return config
+    def ask_prediction(self, request: control.Request) -> None:
+        """Send one dry-run request from a thread worker; the answer comes back as a ControlDone message."""
+        self.run_worker(partial(self._send_blocking, [request]), thread=True, exit_on_error=False,
+                        group="predict", name="predict")
 
     # -------------------------------------------------------------- toggles
     def _charts(self) -> list:

@@ -20,7 +20,7 @@ class DashboardCommands(Provider):
             ("run: abort gracefully", partial(app.abort_with, "graceful"), "checkpoint, then stop the run"),
             ("run: abort now", partial(app.abort_with, "now"), "stop at once, no new checkpoint"),
             ("tune: batch size, learning rate, the task's settings…", app.action_tune,
-             "change settings with a live memory estimate"),
+             "change settings with the engine's memory prediction"),
             ("view: toggle log-y", app.action_toggle_log_y, "log-scaled loss axis"),
             ("view: cycle smoothing", app.action_cycle_smoothing, "EMA weight of the loss curve"),
             ("view: recent / full history", app.action_toggle_window, "last 1000 steps or the whole run"),

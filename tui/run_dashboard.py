@@ -24,15 +24,13 @@ CLOSE_WAIT_S = 30.0
 
 
 def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None = None,
-                  refresh: float | None = None, read_only: bool = False, estimator: Callable | None = None,
-                  ansi: bool = False, in_process: bool = False, config=None, app_class=None) -> int:
+                  refresh: float | None = None, read_only: bool = False,
+                  ansi: bool = False, in_process: bool = False, app_class=None) -> int:
     """Show the dashboard until the user quits or an abort finished; returns the exit code to use.
 
-    ``estimator`` None means the analytic memory model when it is importable
-    (tests pass a fake). ``refresh`` is plot redraws per second (0 < Hz ≤ 2,
-    default 1). ``ansi`` switches to the terminal's 16 colours. ``in_process``
-    (the Trainer runs in this process) rules out detaching. ``config`` is the
-    resolved RunConfig the estimator plans with (default: RunStarted.config).
+    ``refresh`` is plot redraws per second (0 < Hz ≤ 2, default 1). ``ansi``
+    switches to the terminal's 16 colours. ``in_process`` (the Trainer runs in
+    this process) rules out detaching.
     ``app_class`` builds the app instead of DashboardApp, with the same arguments (attach: AttachApp).
     """
     from tui.app import DashboardApp, check_refresh  # textual only once we know a dashboard is wanted
@@ -43,12 +41,8 @@ def run_dashboard(session_factory: Callable[[], Session], *, theme: str | None =
     except ValueError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
         return ExitCode.BAD_INPUT
-    if estimator is None:
-        from tui.estimate import default_estimator
-
-        estimator = default_estimator()
-    app = (app_class or DashboardApp)(session_factory, estimator=estimator, theme=theme, refresh=refresh,
-                                      read_only=read_only, ansi=ansi, in_process=in_process, config=config)
+    app = (app_class or DashboardApp)(session_factory, theme=theme, refresh=refresh,
+                                      read_only=read_only, ansi=ansi, in_process=in_process)
     app.run()
     app.wait_closed(CLOSE_WAIT_S)  # an in-process engine's close joins its trainer thread
     # return_code, not the result: Textual sets 1 when the app crashed, and exits 0 with stdin closed.

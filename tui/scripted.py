@@ -2,8 +2,9 @@
 
 Used by the Pilot and snapshot tests and for demoing the dashboard. It behaves
 like the real engine where a viewer can tell: every control is answered with a
-SettingChanged or Refused carrying the request id, the ack also appears in the
-event stream, and pause / checkpoint / abort produce the StateChanged,
+SettingChanged or Refused carrying the request id (a dry-run ``set``: a
+Prediction from ``memory``, judged exactly like the real request), the ack
+also appears in the event stream, and pause / checkpoint / abort produce the StateChanged,
 CheckpointSaved and RunFinished events the Trainer emits (engine/loop.py).
 """
 
@@ -31,13 +32,16 @@ class ScriptedSession(Session):
 
     ``sent`` records every Request; ``push`` injects events from a test;
     ``closed`` is set by ``close``. ``refuse`` maps a setting name or an action
-    to the reason the default policy refuses it with.
+    to the reason the default policy refuses it with. ``memory`` predicts the
+    peak bytes of a settings dict; the default policy judges memory-moving
+    changes by it against RunStarted's budget (None: nothing is predicted).
     """
 
     def __init__(self, events: Iterable[ev.Event] = (), *, history: Iterable[ev.Event] = (),
                  interval: float = 0.0, policy: Policy | None = None, refuse: dict[str, str] | None = None,
                  read_only: bool = False, detachable: bool | None = None, run_dir: str | Path | None = None,
-                 liveness: str = "live", ack_delay: float = 0.0) -> None:
+                 liveness: str = "live", ack_delay: float = 0.0,
+                 memory: Callable[[dict], int] | None = None) -> None:
         self._history = list(history)
         self._script: deque[ev.Event] = deque(events)
         self.interval = interval
@@ -48,6 +52,9 @@ class ScriptedSession(Session):
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self._liveness = liveness
         self.ack_delay = ack_delay
+        self.memory = memory
+        #: The budget RunStarted reported (bytes), what ``memory`` predictions are judged against.
+        self.budget: int | None = None
         #: Every request sent, in order.
         self.sent: list[Request] = []
         #: Set once close() was called.
@@ -100,7 +107,7 @@ class ScriptedSession(Session):
 
     def send(self, request: Request, timeout: float = 5.0) -> ev.Event:
         """Record the request and answer per the policy; the ack and follow-ups also enter the stream."""
-        if self.read_only:
+        if self.read_only and not request.dry_run:
             raise SessionError("read-only session: controls are disabled")
         if self.closed.is_set():
             raise SessionError("session closed")
@@ -147,8 +154,10 @@ class ScriptedSession(Session):
             self.step = event.step
         elif isinstance(event, ev.RunStarted):
             self.step, self.state = event.start_step, "running"
-            for section in ("train", "model"):
-                self.settings.update(event.config.get(section) or {})
+            for key, section in event.config.items():
+                if key != "task" and isinstance(section, dict):
+                    self.settings.update(section)
+            self.budget = (event.budget or {}).get("budget")
         elif isinstance(event, ev.SettingChanged):
             self.settings[event.name] = event.new
         elif isinstance(event, ev.StateChanged):
@@ -160,8 +169,19 @@ class ScriptedSession(Session):
 
 
 def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[ev.Event]]:
-    """Apply every control the way the Trainer does, except what ``s.refuse`` names."""
+    """Apply every control the way the Trainer does, except what ``s.refuse`` names or the budget refuses."""
     why = s.refuse.get(request.name or "") or s.refuse.get(request.action)
+    if request.action == "set":
+        predicted, over = _judge(request, s)
+        why = why or over
+        if request.dry_run:
+            return ev.Prediction(name=request.name, value=request.value, predicted=predicted, budget=s.budget,
+                                 fits=not why, refused=why or "", step=s.step, request_id=request.id, t=s.now()), []
+        if over and request.force and not s.refuse.get(request.name or ""):
+            why = None
+        elif why:
+            return ev.Refused(request=request.to_dict(), why=why, step=s.step, request_id=request.id, t=s.now(),
+                              predicted=predicted if over else None, budget=s.budget if over else None), []
     if why:
         return ev.Refused(request=request.to_dict(), why=why, step=s.step, request_id=request.id, t=s.now()), []
     step, rid, t = s.step, request.id, s.now()
@@ -201,6 +221,16 @@ def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[
     return ack("reserved_bytes", 0, 0, "nothing to free"), []
 
 
+def _judge(request: Request, s: ScriptedSession) -> tuple[int | None, str | None]:
+    """(predicted bytes, the budget's refusal or None) for a set, by ``s.memory``; (None, None) without one."""
+    if s.memory is None or request.name == "lr":
+        return None, None
+    predicted = s.memory({**s.settings, request.name: request.value})
+    if s.budget is None or predicted <= s.budget:
+        return predicted, None
+    return predicted, f"predicted peak {predicted} B is over the budget of {s.budget} B"
+
+
 # ---------------------------------------------------------------- demo data
 #: What the demo run's task declares (RunStarted.capabilities): a primary metric with a unit, two loss
 #: components and a second validation metric. Generic on purpose: the dashboard must chart any task.
@@ -209,8 +239,18 @@ DEMO_CAPABILITIES = {
     "curves": [{"name": "recon", "label": "recon loss", "higher_is_better": False, "kind": "train"},
                {"name": "align", "label": "align loss", "higher_is_better": False, "kind": "train"},
                {"name": "recall_at_1", "label": "recall@1", "higher_is_better": True, "kind": "val"}],
-    "settings": [], "memory": "traced", "exports": [], "eval_reduction": "per_batch",
+    "settings": [{"name": "kernel", "path": "demo.kernel", "kind": "choice", "choices": ["fast", "lean"],
+                  "label": "kernel", "help": "fast · lean (half the activations, slower)"},
+                 {"name": "window", "path": "demo.window", "kind": "int", "minimum": 1, "maximum": 4096,
+                  "label": "window", "help": "samples per window", "affects_memory": False}],
+    "memory": "traced", "exports": [], "eval_reduction": "per_batch",
 }
+
+
+def demo_memory(settings: dict) -> int:
+    """The demo task's peak bytes for a settings dict: 1 GiB plus 96 MiB a sample (half with the lean kernel)."""
+    per_sample = (96 << 20) // (2 if settings.get("kernel") == "lean" else 1)
+    return (1 << 30) + int(settings.get("batch_size") or 1) * per_sample
 
 
 def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50, seed: int = 0,
@@ -226,7 +266,7 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
     rng = np.random.default_rng(seed)
     config = {"train": {"batch_size": 16, "lr": 2e-3, "max_steps": total_steps, "eval_every": eval_every,
                         "abort_drop_db": 1.5, "abort_patience": 2},
-              "model": {"attn_backend": "sdpa", "attn_chunk": 256, "dim": 64, "depth": 2},
+              "demo": {"kernel": "fast", "window": 256, "dim": 64, "depth": 2},
               "task": {"name": task, "preset": "demo"}}
     out: list[ev.Event] = [ev.RunStarted(
         name=name, task=task, preset="demo", config=config, params=1_234_567, device="cpu",

@@ -55,19 +55,11 @@ def make_session_factory(args: argparse.Namespace, argv: list[str], prepared):
     return process
 
 
-def default_estimator():
-    """The analytic memory estimate for the tune screen (engine.budget.analytic, torch-free)."""
-    from engine.budget.analytic import estimate
-
-    return estimate
-
-
 def run_train_dashboard(args: argparse.Namespace, argv: list[str], prepared) -> int:
     """Open the dashboard on a new or resumed run; returns the process exit code."""
     from tui.run_dashboard import run_dashboard
 
     code = run_dashboard(make_session_factory(args, argv, prepared), theme=args.theme, refresh=args.refresh,
-                         read_only=False, estimator=default_estimator(), ansi=args.ansi,
-                         in_process=bool(args.in_process), config=prepared.config)
+                         read_only=False, ansi=args.ansi, in_process=bool(args.in_process))
     sys.stdout.flush()
     return code

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from engine.control import Request
 from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
-from tui.scripted import ScriptedSession, demo_run
+from tui.app import DashboardApp
+from tui.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
 
 
 @pilot_test
@@ -113,44 +115,123 @@ async def test_quit_in_process_has_no_detach_and_g_aborts():
     assert [(r.action, r.mode) for r in session.sent] == [("abort", "graceful")]
 
 
+def _estimate(tune) -> str:
+    return str(tune.query_one("#tune-estimate").render())
+
+
 @pilot_test
-async def test_tune_apply_sends_the_changed_settings_and_shows_applied():
+async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
     app, session = make()
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
         await pilot.press("t")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
         tune = app.screen
-        assert "of budget 8 GiB" in str(tune.query_one("#tune-estimate").render())
-        tune.query_one("#tune-batch").value = "64"
-        await wait_for(pilot, lambda: "4.75 GiB" in str(tune.query_one("#tune-estimate").render()),
-                       "estimate for batch 64")
+        assert "budget 8 GiB" in _estimate(tune)
+        tune.query_one("#tune-batch_size").focus()
+        await pilot.press("end", "backspace", "backspace", "6", "4")  # typed key by key: one dry run, after the last key
+        await wait_for(pilot, lambda: "fits" in _estimate(tune), "the engine's prediction for batch 64")
+        assert "predicted peak 7 GiB" in _estimate(tune) and f"({7 << 30} B) of budget 8 GiB" in _estimate(tune)
+        assert [(r.name, r.value, r.dry_run) for r in session.sent] == [("batch_size", 64, True)]
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: tune.results, "ack in the tune modal")
         assert "batch_size 32 → 64: applied" in tune.results[0]
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.model.setting("batch_size") == 64, "setting on the model")
-    assert [(r.action, r.name, r.value) for r in session.sent] == [("set", "batch_size", 64)]
+    assert [(r.name, r.value, r.dry_run) for r in session.sent][-1] == ("batch_size", 64, False)
     assert app.model.markers[-1].name == "batch_size" and app.model.markers[-1].new == 64
 
 
 @pilot_test
-async def test_tune_refused_shows_the_engines_reason():
-    why = "predicted peak 9.75 GiB over budget 8 GiB"
-    app, session = make(ScriptedSession(history=demo_run(300), refuse={"batch_size": why}))
+async def test_tune_lists_the_tasks_declared_settings_and_sends_only_what_was_edited():
+    app, session = make()
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
         await pilot.press("t")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
         tune = app.screen
-        tune.query_one("#tune-batch").value = "128"
-        await wait_for(pilot, lambda: "won't fit" in str(tune.query_one("#tune-estimate").render()), "won't fit")
+        assert [s.name for s in tune.settings] == ["batch_size", "grad_accum", "lr", "kernel", "window"]
+        assert tune.query_one("#tune-kernel").value == "fast" and tune.query_one("#tune-window").value == "256"
+        tune.query_one("#tune-kernel").value = "lean"
+        await wait_for(pilot, lambda: "fits" in _estimate(tune), "prediction for the lean kernel")
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: tune.results, "refusal in the tune modal")
-        assert tune.results == [f"[$error]batch_size → 128: refused — {why}[/]"]
-        assert app.status_text == f"set batch_size=128: refused — {why}"
-    assert [(r.name, r.value) for r in session.sent] == [("batch_size", 128)]
-    assert app.model.setting("batch_size") == 32
+        await wait_for(pilot, lambda: tune.results, "ack")
+        assert tune.results == ["[$success]kernel fast → lean: applied[/]"]
+    assert [(r.name, r.value, r.dry_run) for r in session.sent] == [("kernel", "lean", True),
+                                                                    ("kernel", "lean", False)], "no rounded LR re-sent"
+
+
+@pilot_test
+async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
+    def old_engine(request, s):  # an engine from before dry runs: it answers as if the request were real
+        return accept_policy(Request("set", name=request.name, value=request.value, id=request.id), s)
+
+    app, _ = make(ScriptedSession(history=demo_run(300), policy=old_engine))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        app.screen.query_one("#tune-batch_size").value = "64"
+        await wait_for(pilot, lambda: "no prediction" in _estimate(app.screen), "no prediction")
+        assert "does not answer dry runs" in _estimate(app.screen) and "fits" not in _estimate(app.screen)
+    app, session = make(ScriptedSession(history=demo_run(300, finished=True), memory=demo_memory))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.model.ended and app.session is not None, "ended run loaded")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        app.screen.query_one("#tune-batch_size").value = "64"
+        await wait_for(pilot, lambda: "run has ended" in _estimate(app.screen), "ended: cannot predict")
+        await pilot.pause(0.5)
+    assert session.sent == []
+
+
+@pilot_test
+async def test_a_read_only_viewer_sees_predictions_but_cannot_apply():
+    app, session = make(ScriptedSession(history=demo_run(300), memory=demo_memory, read_only=True), read_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        tune = app.screen
+        assert not tune.query("#tune-force")
+        tune.query_one("#tune-batch_size").value = "128"
+        await wait_for(pilot, lambda: "won't fit" in _estimate(tune), "prediction for a read-only viewer")
+        await pilot.press("ctrl+s")
+        assert "read-only viewer: nothing can be applied" in str(tune.query_one("#tune-results").render())
+    assert [(r.name, r.value, r.dry_run) for r in session.sent] == [("batch_size", 128, True)]
+
+
+@pilot_test
+async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(tmp_path):
+    from engine.cli_args import OneLineParser, add_train_arguments
+    from engine.inprocess import InProcessSession
+    from engine.main import prepare
+
+    parser = OneLineParser(prog="t")
+    add_train_arguments(parser)
+    prepared = prepare(parser.parse_args(["--task", "toy", "--threads", "1", "--run-dir", str(tmp_path / "r"),
+                                          "--device", "cpu", "--vram-gb", "0.03", "--max-steps", "100000",
+                                          "--eval-every", "0", "--set", "train.data_workers=0"]))
+    session = InProcessSession(prepared)
+    app = DashboardApp(lambda: session, in_process=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.model.step > 0 and app.session is not None, "the engine training",
+                       timeout=60)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        tune = app.screen
+        tune.query_one("#tune-batch_size").value = "100000"
+        await wait_for(pilot, lambda: ("batch_size", 100000) in tune.answers, "the engine's prediction", timeout=30)
+        predicted = tune.answers[("batch_size", 100000)]
+        assert not predicted.fits and predicted.predicted > predicted.budget
+        assert "won't fit" in _estimate(tune) and f"({predicted.predicted} B)" in _estimate(tune)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: tune.results, "the engine's refusal", timeout=30)
+        assert "refused" in tune.results[0] and predicted.refused in tune.results[0]
+        assert f"(predicted peak {predicted.predicted} B of budget {predicted.budget} B)" in tune.results[0]
+        assert app.model.setting("batch_size") != 100000
+        app.exit()
+    session.close()
 
 
 @pilot_test
@@ -161,7 +242,7 @@ async def test_enter_on_the_force_checkbox_applies_it_ticked_and_the_change_says
         await pilot.press("t")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
         tune = app.screen
-        tune.query_one("#tune-batch").value = "64"
+        tune.query_one("#tune-batch_size").value = "64"
         force = tune.query_one("#tune-force")
         force.focus()
         await pilot.press("space")
@@ -197,7 +278,7 @@ async def test_read_only_keys_do_nothing_and_say_why():
     app, session = make(read_only=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot, app)
-        for key in ("space", "c", "a", "t"):
+        for key in ("space", "c", "a"):
             await pilot.press(key)
             await pilot.pause(0.05)
             assert "read-only viewer — controls are disabled" in app.status_text, key
@@ -236,38 +317,3 @@ async def test_command_palette_runs_a_control_and_switches_theme():
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.theme == "sensorlm-high-contrast", "theme switched")
     assert [r.action for r in session.sent] == ["checkpoint_now"]
-
-
-@pilot_test
-async def test_tune_sends_only_what_was_edited():
-    app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
-        await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
-        app.screen.query_one("#tune-backend").value = "math"
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: app.screen.results, "ack")
-        assert app.screen.results == ["[$success]attn_backend sdpa → math: applied[/]"]
-    assert [(r.name, r.value) for r in session.sent] == [("attn_backend", "math")], "no rounded LR re-sent"
-
-
-@pilot_test
-async def test_tune_with_the_real_analytic_estimator_predicts_from_the_run_config():
-    from tui.estimate import default_estimator
-
-    estimator = default_estimator()
-    if estimator is None:
-        import pytest
-
-        pytest.skip("engine.budget.analytic not installed")
-    # The analytic model validates RunStarted.config: the demo run must name a real task here.
-    app, _ = make(ScriptedSession(history=demo_run(300, task="sensorlm")), estimator=estimator)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
-        await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
-        estimate = str(app.screen.query_one("#tune-estimate").render())
-        assert estimate.startswith("predicted peak ") and "of budget 8 GiB" in estimate and "fits" in estimate
-        grid = str(app.screen.query_one("#tune-grid").render())
-        assert "?" not in grid and "▶" in grid

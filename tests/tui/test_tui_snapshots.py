@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from tests.tui.tui_helpers import fake_estimator, loaded, wait_for
+from tests.tui.tui_helpers import loaded, wait_for
 from tui.app import DashboardApp
 from tui.scripted import ScriptedSession, demo_run
 
@@ -20,7 +20,7 @@ SIZES = pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "8
 
 def _app() -> DashboardApp:
     session = ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run")
-    return DashboardApp(lambda: session, estimator=fake_estimator)
+    return DashboardApp(lambda: session)
 
 
 async def _log_at_end(pilot) -> None:

@@ -1,4 +1,4 @@
-"""Helpers for the dashboard tests: a scripted session, a fake estimator, and polling instead of sleeping.
+"""Helpers for the dashboard tests: a scripted session (the demo memory model), and polling instead of sleeping.
 
 No pytest-asyncio here: ``pilot_test`` runs an async test body with asyncio.run.
 """
@@ -8,25 +8,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from dataclasses import dataclass, field
 
 from tui.app import DashboardApp
-from tui.scripted import ScriptedSession, demo_run
-
-
-@dataclass
-class FakeEstimate:
-    """What an estimator returns: total bytes and a breakdown."""
-
-    total: int
-    breakdown: dict = field(default_factory=dict)
-
-
-def fake_estimator(config, batch_size=None, attn_backend=None, attn_chunk=None):
-    """1 GiB fixed + a per-sample cost by backend: batch 32 sdpa ≈ 2.9 GiB, batch 128 math ≈ 18.5 GiB."""
-    per = {"sdpa": 60, "math": 140, "chunked": 90}[attn_backend] << 20
-    activations = batch_size * per
-    return FakeEstimate((1 << 30) + activations, {"weights": 5 << 20, "activations": activations})
+from tui.scripted import ScriptedSession, demo_memory, demo_run
 
 
 async def wait_for(pilot, predicate, what: str, timeout: float = 8.0) -> None:
@@ -44,9 +28,8 @@ async def loaded(pilot, app: DashboardApp, steps: int = 300) -> None:
 
 
 def make(session: ScriptedSession | None = None, **kwargs) -> tuple[DashboardApp, ScriptedSession]:
-    """A dashboard on a scripted 300-step run (fake estimator unless given)."""
-    session = session or ScriptedSession(history=demo_run(300))
-    kwargs.setdefault("estimator", fake_estimator)
+    """A dashboard on a scripted 300-step run whose engine predicts memory with ``demo_memory``."""
+    session = session or ScriptedSession(history=demo_run(300), memory=demo_memory)
     return DashboardApp(lambda: session, **kwargs), session
 
 

@@ -1,12 +1,19 @@
-"""The tune modal: change batch size, attention backend/chunk and LR of the running job.
+"""The tune modal: change the running job's live settings, judged by the engine's own memory prediction.
 
-As values change it shows the estimator's predicted peak against the budget,
-and a grid of batch sizes × attention choices coloured fits / tight / won't
-fit, so a user sees what will be refused before sending it. Apply sends one
-``set`` request per changed value, in order, and shows each ack: applied, or
-refused with the engine's reason (the engine re-checks the budget itself;
-the grid is advice). Estimates are cached per setting, so typing costs one
-estimator call per new value.
+The fields are the engine's ``batch_size``, ``grad_accum`` and ``lr`` plus
+whatever the task declares (``RunStarted.capabilities['settings']``: numbers
+as inputs bounded by min/max, choices as selects), so this screen names no
+task's settings. As values change it asks the engine a dry-run ``set`` per
+changed value and shows the answer: fits / won't fit, predicted bytes against
+the budget, and the refusal the real request would get. The real request is
+judged by the same budget call, so the advice cannot disagree with the
+refusal. Asking waits ``DEBOUNCE_S`` after the last keystroke (typing "256"
+asks once, not three times) and answers are cached per (setting, value).
+
+When the engine cannot answer (the run ended, an engine that predates dry
+runs, a broken channel) the modal says so; it never guesses. A read-only
+viewer may ask (a dry run changes nothing) but cannot apply. Apply sends one
+real ``set`` per change, in order, and shows each ack.
 """
 
 from __future__ import annotations
@@ -20,19 +27,20 @@ from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from engine.control import Request, RequestError, set_value
-from engine.events import Refused, SettingChanged
-from tui.estimate import EstimateError, predict
+from engine.events import Prediction, Refused, SettingChanged
+from engine.tasks.spec import Setting
 from tui.format import human_bytes, short_float
-from tui.widgets.memory import FIT_COLOR, fit_class
 
-#: Attention backends the config accepts (engine.config.ModelConfig.attn_backend).
-BACKENDS = ("sdpa", "math", "chunked")
-#: Text fields: setting → widget id.
-_INPUTS = {"batch_size": "#tune-batch", "attn_chunk": "#tune-chunk", "lr": "#tune-lr"}
-#: Every setting this modal edits (the app gives it their current values).
-EDITS = ("batch_size", "attn_backend", "attn_chunk", "lr")
-#: Batch multipliers shown in the grid around the current batch size.
-GRID_FACTORS = (0.25, 0.5, 1, 2, 4)
+#: The engine's own live settings (engine.live_settings); the task's declared ones follow them.
+ENGINE_SETTINGS = (
+    Setting("batch_size", "train.batch_size", "int", minimum=1, label="batch size", help="samples per micro-batch"),
+    Setting("grad_accum", "train.grad_accum", "int", minimum=1, label="grad accumulation",
+            help="micro-batches per optimizer step"),
+    Setting("lr", "train.lr", "float", minimum=0, label="learning rate", help="peak learning rate",
+            affects_memory=False),
+)
+#: Seconds of quiet after an edit before the engine is asked (one request per settled value, not per key).
+DEBOUNCE_S = 0.3
 
 
 class ForceBox(Checkbox, inherit_bindings=False):
@@ -42,147 +50,186 @@ class ForceBox(Checkbox, inherit_bindings=False):
     BINDINGS = [Binding("space", "toggle_button", "toggle", show=False)]
 
 
+def tune_settings(declared: tuple[Setting, ...]) -> tuple[Setting, ...]:
+    """The engine's settings, then the task's declared ones (a task re-declaring an engine name is ignored)."""
+    names = {s.name for s in ENGINE_SETTINGS}
+    return ENGINE_SETTINGS + tuple(s for s in declared if s.name not in names)
+
+
 class TuneScreen(ModalScreen[None]):
-    """Edit settings with a live memory estimate; enter applies, escape closes."""
+    """Edit live settings with the engine's prediction of each change; enter applies, escape closes.
+
+    ``ask(request)`` sends a dry run and its answer comes back through ``show_prediction``; None means
+    the engine cannot be asked, and ``unavailable`` says why. ``send`` applies (None: read-only).
+    """
 
     BINDINGS = [Binding("escape", "close", "close"), Binding("ctrl+s", "apply", "apply"),
                 Binding("enter", "apply", "apply", show=False)]
 
-    def __init__(self, current: dict[str, Any], config: dict, budget: int | None,
-                 estimator: Callable | None, send: Callable[[list[Request], str], None]) -> None:
+    def __init__(self, current: dict[str, Any], settings: tuple[Setting, ...], budget: int | None,
+                 ask: Callable[[Request], None] | None, send: Callable[[list[Request], str], None] | None,
+                 unavailable: str = "") -> None:
         super().__init__()
         self.current = dict(current)
-        self.config = config
+        self.settings = tuple(settings)
         self.budget = budget
-        self.estimator = estimator
+        self.ask = ask
         self.send = send
-        self._cache: dict[tuple, tuple[int, dict] | str] = {}
-        #: Request id → (setting, value) for requests sent from this screen.
+        self.unavailable = unavailable
+        #: (name, value) → the engine's answer: a Prediction, or the one line saying why there is none.
+        self.answers: dict[tuple[str, Any], Prediction | str] = {}
+        #: Dry-run request id → (name, value) awaiting an answer.
+        self.asked: dict[str, tuple[str, Any]] = {}
+        #: Request id → (setting, value) for real requests sent from this screen.
         self.pending: dict[str, tuple[str, Any]] = {}
         #: One line per answered request (tests assert on it).
         self.results: list[str] = []
         self._shown: dict[str, str] = {}
+        self._timer = None
 
     def compose(self):
-        c = self.current
-        backend = c.get("attn_backend") if c.get("attn_backend") in BACKENDS else "sdpa"
         with Vertical(classes="dialog wide", id="tune-dialog"):
             yield Static("[b]Tune the running job[/b]", classes="dialog-title")
             with Grid(id="tune-fields"):
-                yield Label("batch size")
-                yield Input(str(c.get("batch_size") or ""), id="tune-batch", type="integer", compact=True)
-                yield Label("attention")
-                yield Select([(b, b) for b in BACKENDS], value=backend, allow_blank=False, id="tune-backend",
-                             compact=True)
-                yield Label("chunk")
-                yield Input(str(c.get("attn_chunk") or ""), id="tune-chunk", type="integer", compact=True)
-                yield Label("learning rate")
-                yield Input(short_float(c.get("lr"), 6) if c.get("lr") else "", id="tune-lr", type="number",
-                            compact=True)
-            yield ForceBox("force: skip the engine's budget check", id="tune-force")
+                for setting in self.settings:
+                    yield Label(setting.label or setting.name)
+                    yield self._field(setting)
+            if self.send is not None:
+                yield ForceBox("force: skip the engine's budget check", id="tune-force")
             yield Static("", id="tune-estimate")
-            yield Static("", id="tune-grid")
             yield Static("", id="tune-results")
-            yield Static("[$text-muted]enter apply · esc close · tab next field[/]", classes="dialog-hint")
+            hint = "enter apply · esc close · tab next field" if self.send is not None else \
+                "read-only viewer: predictions only, nothing can be applied · esc close"
+            yield Static(f"[$text-muted]{hint}[/]", classes="dialog-hint")
+
+    def _field(self, setting: Setting):
+        value = self.current.get(setting.name)
+        if setting.kind == "choice":
+            options = [(str(c), c) for c in setting.choices]
+            start = value if value in setting.choices else (setting.choices[0] if setting.choices else Select.BLANK)
+            return Select(options, value=start, allow_blank=not setting.choices, id=f"tune-{setting.name}",
+                          compact=True, tooltip=setting.help or None)
+        text = "" if value is None else (short_float(value, 6) if setting.kind == "float" else str(value))
+        return Input(text, id=f"tune-{setting.name}", type="integer" if setting.kind == "int" else "number",
+                     compact=True, tooltip=setting.help or None)
 
     def on_mount(self) -> None:
-        self._shown = {key: self.query_one(widget_id, Input).value.strip() for key, widget_id in _INPUTS.items()}
+        self._shown = {s.name: self._raw(s) for s in self.settings if s.kind != "choice"}
         self.refresh_estimate()
 
     # ------------------------------------------------------------ values
+    def _raw(self, setting: Setting) -> str:
+        return self.query_one(f"#tune-{setting.name}", Input).value.strip()
+
     def values(self) -> tuple[dict[str, Any], list[str]]:
-        """The form's values (parsed) and one error line per field that does not parse."""
+        """The form's values (parsed and checked against each setting's bounds) and one error line per bad field."""
         out: dict[str, Any] = {}
         errors: list[str] = []
-        for key, widget_id, kind in (("batch_size", "#tune-batch", int), ("attn_chunk", "#tune-chunk", int),
-                                     ("lr", "#tune-lr", float)):
-            raw = self.query_one(widget_id, Input).value.strip()
+        for setting in self.settings:
+            if setting.kind == "choice":
+                value = self.query_one(f"#tune-{setting.name}", Select).value
+                if value is not Select.BLANK:
+                    out[setting.name] = value
+                continue
+            raw = self._raw(setting)
             if not raw:
                 continue
             try:
-                value = kind(raw)
+                value = int(raw) if setting.kind == "int" else float(raw)
             except ValueError:
-                errors.append(f"{key}: {raw!r} is not a {'whole number' if kind is int else 'number'}")
+                errors.append(f"{setting.name}: {raw!r} is not a {'whole number' if setting.kind == 'int' else 'number'}")
                 continue
-            if value <= 0:
-                errors.append(f"{key}: must be > 0, got {raw}")
+            why = setting.check(value) or (f"{setting.name}: must be > 0, got {raw}"
+                                           if value <= 0 and setting.name in ("batch_size", "lr") else None)
+            if why:
+                errors.append(why)
                 continue
-            out[key] = value
-        out["attn_backend"] = self.query_one("#tune-backend", Select).value
+            out[setting.name] = value
         return out, errors
 
     def changes(self) -> dict[str, Any]:
         """Settings the user edited to a value different from the running job's.
 
-        A field whose text is still what the screen first showed is not a
+        A text field still showing what the screen first showed is not a
         change: the LR is shown rounded, and re-sending it would reset it.
         """
         values, _ = self.values()
-        edited = {key for key, widget_id in _INPUTS.items()
-                  if self.query_one(widget_id, Input).value.strip() != self._shown.get(key)}
-        edited.add("attn_backend")
-        return {k: v for k, v in values.items() if k in edited and v != self.current.get(k)}
+        return {k: v for k, v in values.items()
+                if (k not in self._shown or self._raw_named(k) != self._shown[k]) and v != self.current.get(k)}
 
-    # ---------------------------------------------------------- estimate
-    def _estimate(self, batch_size: int, backend: str, chunk: int | None) -> tuple[int, dict] | str:
-        key = (batch_size, backend, chunk)
-        if key not in self._cache:
-            try:
-                self._cache[key] = predict(self.estimator, self.config, batch_size=batch_size,
-                                           attn_backend=backend, attn_chunk=chunk)
-            except EstimateError as exc:
-                self._cache[key] = str(exc)
-        return self._cache[key]
+    def _raw_named(self, name: str) -> str:
+        return self.query_one(f"#tune-{name}", Input).value.strip()
 
+    # ---------------------------------------------------------- prediction
     def refresh_estimate(self) -> None:
-        """Recompute the predicted peak line and the grid for the form's values."""
-        values, errors = self.values()
-        estimate = self.query_one("#tune-estimate", Static)
+        """Show the engine's answer for each change; ask (debounced) for the ones not yet answered."""
+        if not self.is_attached:  # an answer or a timer that outlived the modal
+            return
+        _, errors = self.values()
+        line = self.query_one("#tune-estimate", Static)
         if errors:
-            estimate.update("[$error]" + escape("; ".join(errors)) + "[/]")
-        batch = values.get("batch_size") or self.current.get("batch_size") or 1
-        chunk = values.get("attn_chunk") or self.current.get("attn_chunk")
-        backend = values["attn_backend"]
-        if not errors:
-            result = self._estimate(batch, backend, chunk)
-            if isinstance(result, str):
-                estimate.update(f"[$text-muted]predicted peak: {escape(result)}[/]")
-            else:
-                total, breakdown = result
-                cls = fit_class(total, self.budget)
-                verdict = {"fits": "fits", "tight": "tight", "over": "won't fit", "unknown": "no budget known"}[cls]
-                share = f" ({100 * total / self.budget:.0f} %)" if self.budget else ""
-                top = " · ".join(f"{k} {human_bytes(v)}" for k, v in
-                                 sorted(breakdown.items(), key=lambda kv: -(kv[1] or 0))[:3])
-                estimate.update(f"predicted peak [{FIT_COLOR[cls]}][b]{human_bytes(total)}[/b][/] of budget "
-                                f"{human_bytes(self.budget)}{share}: [{FIT_COLOR[cls]}]{verdict}[/]"
-                                + (f"\n[$text-muted]{escape(top)}[/]" if top else ""))
-        self.query_one("#tune-grid", Static).update(self.grid_markup(batch, backend, chunk))
+            line.update("[$error]" + escape("; ".join(errors)) + "[/]")
+            return
+        changes = self.changes()
+        if not changes:
+            line.update(f"[$text-muted]no change yet · budget {human_bytes(self.budget)}"
+                        + (f" · {escape(self.unavailable)}" if self.unavailable else "") + "[/]")
+            return
+        line.update("\n".join(self._verdict(name, value) for name, value in changes.items()))
+        if self.ask is not None and any((n, v) not in self.answers for n, v in changes.items()):
+            if self._timer is not None:
+                self._timer.stop()
+            self._timer = self.set_timer(DEBOUNCE_S, self._ask_engine)
 
-    def grid_markup(self, batch: int, backend: str, chunk: int | None) -> str:
-        """Batch sizes × attention choices, each cell the predicted peak coloured by fit."""
-        if self.estimator is None:
-            return "[$text-muted]no memory estimator available: the grid needs engine.budget.analytic[/]"
-        base = self.current.get("batch_size") or batch
-        sizes = sorted({max(1, int(base * f)) for f in GRID_FACTORS} | {batch})
-        columns = [("sdpa", None), ("math", None), ("chunked", chunk)]
-        head = f"{'batch':>7} " + "".join(f"{(b if c is None else f'{b} {c}'):>14}" for b, c in columns)
-        lines = [f"[b]{head}[/b]"]
-        for size in sizes:
-            cells = []
-            for col_backend, col_chunk in columns:
-                result = self._estimate(size, col_backend, col_chunk if col_chunk is not None else chunk)
-                if isinstance(result, str):
-                    cells.append(f"{'?':>14}")
-                    continue
-                text = human_bytes(result[0])
-                if size == batch and col_backend == backend:
-                    text = f"▶{text}"
-                cells.append(f"[{FIT_COLOR[fit_class(result[0], self.budget)]}]{text:>14}[/]")
-            lines.append(f"{size:>7} " + "".join(cells))
-        lines.append("[$success]fits[/] ≤ 85 % · [$warning]tight[/] ≤ 100 % · [$error]won't fit[/] of budget "
-                     f"{human_bytes(self.budget)}")
-        return "\n".join(lines)
+    def _ask_engine(self) -> None:
+        self._timer = None
+        if not self.is_attached:
+            return
+        waiting = set(self.asked.values())
+        for name, value in self.changes().items():
+            key = (name, value)
+            if key in self.answers or key in waiting or self.ask is None:
+                continue
+            try:
+                request = set_value(name, value, dry_run=True)
+            except RequestError as exc:
+                self.answers[key] = str(exc)
+                continue
+            self.asked[request.id] = key
+            self.ask(request)
+        self.refresh_estimate()
+
+    def _verdict(self, name: str, value: Any) -> str:
+        head = f"{escape(name)} → {escape(str(value))}: "
+        answer = self.answers.get((name, value))
+        if answer is None:
+            why = self.unavailable if self.ask is None else "asking the engine…"
+            return f"[$text-muted]{head}{escape(why or 'the engine cannot be asked')}[/]"
+        if isinstance(answer, str):
+            return f"[$text-muted]{head}no prediction — {escape(answer)}[/]"
+        if answer.predicted is None:
+            verdict = "fits" if answer.fits else "won't fit"
+            text = f"{verdict} (no memory prediction for this change)"
+            return f"[{'$success' if answer.fits else '$error'}]{head}{escape(text)}[/]" + \
+                (f"\n  [$text-muted]{escape(answer.refused)}[/]" if answer.refused else "")
+        share = f" ({100 * answer.predicted / answer.budget:.0f} %)" if answer.budget else ""
+        color, verdict = ("$success", "fits") if answer.fits else ("$error", "won't fit")
+        text = (f"{head}[{color}][b]{verdict}[/b][/] — predicted peak {human_bytes(answer.predicted)} "
+                f"({answer.predicted} B) of budget {human_bytes(answer.budget)}{share}")
+        return text + (f"\n  [$text-muted]{escape(answer.refused)}[/]" if answer.refused else "")
+
+    def show_prediction(self, request: Request, answer, error: str | None) -> None:
+        """The engine's answer to a dry run sent from here (a Prediction), or why there is none."""
+        key = self.asked.pop(request.id, None)
+        if key is None:
+            return
+        if isinstance(answer, Prediction):
+            self.answers[key] = answer
+        elif answer is not None:  # an engine that ignores dry_run answered as if it were real
+            self.answers[key] = f"this engine does not answer dry runs (it sent {answer.type})"
+        else:
+            self.answers[key] = error or "no answer"
+        self.refresh_estimate()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.refresh_estimate()
@@ -195,9 +242,12 @@ class TuneScreen(ModalScreen[None]):
 
     # ------------------------------------------------------------- apply
     def action_apply(self) -> None:
-        """Send one set request per changed, valid value (in order); acks arrive via ``show_result``."""
-        values, errors = self.values()
+        """Send one set request per changed, valid value (in field order); acks arrive via ``show_result``."""
         results = self.query_one("#tune-results", Static)
+        if self.send is None:
+            results.update("[$warning]read-only viewer: nothing can be applied (attach without --read-only)[/]")
+            return
+        _, errors = self.values()
         if errors:
             results.update("[$error]fix first: " + escape("; ".join(errors)) + "[/]")
             return
@@ -207,16 +257,16 @@ class TuneScreen(ModalScreen[None]):
             return
         force = self.query_one("#tune-force", Checkbox).value
         requests = []
-        for name in ("batch_size", "attn_backend", "attn_chunk", "lr"):
-            if name in changes:
-                try:
-                    request = set_value(name, changes[name], force=force)
-                except RequestError as exc:
-                    results.update(f"[$error]{escape(str(exc))}[/]")
-                    return
-                self.pending[request.id] = (name, changes[name])
-                requests.append(request)
-        results.update("[$accent]sent: " + escape(", ".join(f"{n}={v}" for n, v in changes.items())) + "…[/]")
+        for name, value in changes.items():
+            try:
+                request = set_value(name, value, force=force)
+            except RequestError as exc:
+                results.update(f"[$error]{escape(str(exc))}[/]")
+                return
+            self.pending[request.id] = (name, value)
+            requests.append(request)
+        results.update("[$accent]sent: " + escape(", ".join(f"{n}={v}" for n, v in changes.items()))
+                       + (" (forced)" if force else "") + "…[/]")
         self.send(requests, "tune")
 
     def show_result(self, request: Request, ack, error: str | None) -> None:
@@ -226,9 +276,12 @@ class TuneScreen(ModalScreen[None]):
         name, value = self.pending.pop(request.id)
         if isinstance(ack, SettingChanged):
             self.current[name] = ack.new
-            line = f"[$success]{name} {ack.old} → {ack.new}: applied[/]"
+            forced = " (forced)" if (ack.reason or "").startswith("forced") else ""
+            line = f"[$success]{name} {ack.old} → {ack.new}: applied{forced}[/]"
+            self.answers.clear()  # every other prediction was made against the old value
         elif isinstance(ack, Refused):
-            line = f"[$error]{name} → {value}: refused — {escape(ack.why)}[/]"
+            judged = f" (predicted peak {ack.predicted} B of budget {ack.budget} B)" if ack.predicted else ""
+            line = f"[$error]{name} → {value}: refused — {escape(ack.why)}{judged}[/]"
         else:
             line = f"[$error]{name} → {value}: failed — {escape(error or 'no answer')}[/]"
         self.results.append(line)

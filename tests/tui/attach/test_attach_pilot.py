@@ -58,14 +58,15 @@ def test_attach_shows_history_then_live_and_controls_round_trip(tmp_path: Path, 
                         what="the manual checkpoint in the log panel")
             assert (run / "checkpoints" / "last.safetensors").is_file()
 
-            # A tune the toy task cannot take: the engine's refusal comes back and is shown.
+            # Tune through the channel: the engine predicts the change (a dry run), then applies it.
             await pilot.press("t")
-            await until(pilot, lambda: app.screen.query("#tune-backend"), what="tune modal")
-            app.screen.query_one("#tune-backend").value = "math"
+            await until(pilot, lambda: app.screen.query("#tune-grad_accum"), what="tune modal")
+            app.screen.query_one("#tune-grad_accum").value = "2"
+            await until(pilot, lambda: ("grad_accum", 2) in app.screen.answers, what="the engine's prediction")
+            assert type(app.screen.answers[("grad_accum", 2)]).__name__ == "Prediction"
             await pilot.press("enter")
-            await until(pilot, lambda: "refused" in screen_text(app) and "attn_backend" in screen_text(app),
-                        what="refused tune on screen")
-            assert "toy" in app.status_text and "attn_backend" in app.status_text
+            await until(pilot, lambda: "grad_accum" in screen_text(app) and "applied" in screen_text(app),
+                        what="applied tune on screen")
             await pilot.press("escape")
 
             # Quitting a live process-mode run offers detach; detaching leaves the engine training.
@@ -96,13 +97,13 @@ def test_two_viewers_one_read_only(tmp_path: Path, engines) -> None:
             assert "read-only" in _header(watch) and "read-only" not in _header(steer)
 
             # Every control key: nothing is sent, and the status line says which control and why.
-            for key, what in (("space", "pause/resume"), ("c", "checkpoint"), ("a", "abort"), ("t", "tune")):
+            for key, what in (("space", "pause/resume"), ("c", "checkpoint"), ("a", "abort")):
                 watch.say("")
                 await pw.press(key)
                 await until(pw, lambda: watch.status_text.startswith(f"{what}: read-only viewer"),
                             what=f"read-only notice for {key}")
                 assert "controls are disabled" in watch.status_text
-                assert len(watch.screen_stack) == 1  # no abort / tune modal opened
+                assert len(watch.screen_stack) == 1  # no abort modal opened
             assert RunDir(run).read_status()["state"] == "running"
 
             await ps.press("space")
