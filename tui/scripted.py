@@ -157,7 +157,7 @@ class ScriptedSession(Session):
             for key, section in event.config.items():
                 if key != "task" and isinstance(section, dict):
                     self.settings.update(section)
-            self.budget = (event.budget or {}).get("budget")
+            self.budget = getattr(event.budget, "budget", None)
         elif isinstance(event, ev.SettingChanged):
             self.settings[event.name] = event.new
         elif isinstance(event, ev.StateChanged):
@@ -264,8 +264,8 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
     ETA are the same on every machine; that is what keeps snapshots stable.
     """
     rng = np.random.default_rng(seed)
-    config = {"train": {"batch_size": 16, "lr": 2e-3, "max_steps": total_steps, "eval_every": eval_every,
-                        "abort_drop_db": 1.5, "abort_patience": 2},
+    config = {"train": {"batch_size": 16, "grad_accum": 1, "lr": 2e-3, "max_steps": total_steps,
+                        "eval_every": eval_every, "abort_drop_db": 1.5, "abort_patience": 2},
               "demo": {"kernel": "fast", "window": 256, "dim": 64, "depth": 2},
               "task": {"name": task, "preset": "demo"}}
     out: list[ev.Event] = [ev.RunStarted(

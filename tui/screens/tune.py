@@ -34,7 +34,7 @@ from tui.format import human_bytes, short_float
 #: The engine's own live settings (engine.live_settings); the task's declared ones follow them.
 ENGINE_SETTINGS = (
     Setting("batch_size", "train.batch_size", "int", minimum=1, label="batch size", help="samples per micro-batch"),
-    Setting("grad_accum", "train.grad_accum", "int", minimum=1, label="grad accumulation",
+    Setting("grad_accum", "train.grad_accum", "int", minimum=1, label="grad accum",
             help="micro-batches per optimizer step"),
     Setting("lr", "train.lr", "float", minimum=0, label="learning rate", help="peak learning rate",
             affects_memory=False),
