@@ -109,7 +109,8 @@ def test_current_settings_follow_changes_then_steps_then_config():
     m = RunModel()
     m.ingest(demo_run(300))
     assert m.setting("batch_size") == 32  # changed at step 150
-    assert m.setting("attn_backend") == "sdpa"  # undeclared: the first config section that has it
+    assert m.setting("kernel") == "fast"  # declared by the task: read at its path (demo.kernel)
+    assert m.setting("depth") == 2  # undeclared: the first config section that has it
     assert m.budget_bytes() == 8 << 30 and m.capacity_bytes() == 16 << 30
 
 
