@@ -104,6 +104,15 @@ def test_two_viewers_one_read_only(tmp_path: Path, engines) -> None:
                             what=f"read-only notice for {key}")
                 assert "controls are disabled" in watch.status_text
                 assert len(watch.screen_stack) == 1  # no abort modal opened
+            # Tune opens read-only: the engine answers its dry run, and nothing can be applied.
+            await pw.press("t")
+            await until(pw, lambda: watch.screen.query("#tune-batch_size"), what="read-only tune modal")
+            watch.screen.query_one("#tune-batch_size").value = "3"
+            await until(pw, lambda: ("batch_size", 3) in watch.screen.answers, what="a prediction for a viewer")
+            assert type(watch.screen.answers[("batch_size", 3)]).__name__ == "Prediction"
+            await pw.press("ctrl+s")
+            assert "nothing can be applied" in str(watch.screen.query_one("#tune-results").render())
+            await pw.press("escape")
             assert RunDir(run).read_status()["state"] == "running"
 
             await ps.press("space")
