@@ -260,7 +260,7 @@ class PlannedPrefetcher:
         self._inner = None
         self._plan: Plan | None = None
         self._said: tuple | None = None
-        self._no_workers = ""
+        self._no_workers = spawn_blocker()
         self._pending_line: str | None = None
         self.hits = 0
         self.misses = 0
@@ -314,7 +314,7 @@ class PlannedPrefetcher:
         """Start building the next batches (nothing while data is built inline)."""
         try:
             self._inner.ahead(keys)
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, ValueError) as exc:  # ValueError: spawn's "bad value(s) in fds_to_keep"
             # Worker processes that cannot start (a script without `if __name__ == "__main__":` under spawn,
             # no fds or memory left) must not end the run: plan without them and build here or on a thread.
             if self._plan.data != "workers" or not self._auto():
@@ -372,6 +372,26 @@ class PlannedPrefetcher:
         if say and choice != self._said:
             self._said = choice
             self._pending_line = new.line()  # said at the end of a take: the training thread, sinks attached
+
+
+def spawn_blocker() -> str:
+    """Why worker processes cannot be spawned from this process, or "" when they can.
+
+    spawn hands the child this process's stdio file descriptors; inside the in-process dashboard
+    Textual has replaced ``sys.stdout``/``sys.stderr`` with objects that have none, and every spawn
+    fails ("bad value(s) in fds_to_keep") — measured: the in-process run crashed at its first
+    planned worker. Checked once, so the plan never proposes workers that cannot start.
+    """
+    import sys
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        try:
+            if stream is None or stream.fileno() < 0:
+                raise ValueError
+        except (AttributeError, ValueError, OSError):
+            return f"sys.{name} has no file descriptor (an in-process dashboard): no worker processes"
+    return ""
 
 
 def prefetcher_for(trainer) -> PlannedPrefetcher:

@@ -205,3 +205,39 @@ def test_workers_that_cannot_start_fall_back_without_ending_the_run(monkeypatch)
         assert any("could not start" in line for line in lines)
     finally:
         source.close()
+
+
+def test_no_worker_processes_where_stdio_has_no_descriptor(monkeypatch):
+    """Inside the in-process dashboard Textual replaces sys.stderr with an object without a file descriptor;
+    spawn then fails with ValueError ("bad value(s) in fds_to_keep"), which crashed the run at step 5."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # fileno() raises io.UnsupportedOperation (an OSError)
+    source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
+    try:
+        for step in range(threads.MEASURE_TAKES):
+            source.take(((1, 2, 3), step))
+            clock.now += 0.040
+        assert source.plan.data == "thread" and "no file descriptor" in source.plan.reason
+    finally:
+        source.close()
+
+
+def test_a_spawn_value_error_falls_back_to_a_thread(monkeypatch):
+    from concurrent.futures import ProcessPoolExecutor
+
+    def refuse(self, *args, **kwargs):
+        raise ValueError("bad value(s) in fds_to_keep")
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", refuse)
+    source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
+    try:
+        for step in range(threads.MEASURE_TAKES):
+            source.take(((1, 2, 3), step))
+            clock.now += 0.040
+        assert source.plan.data == "workers"
+        source.ahead([((1, 2, 3), 7)])
+        assert source.plan.data == "thread" and "could not start: ValueError" in source.plan.reason
+    finally:
+        source.close()
