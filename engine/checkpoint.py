@@ -307,6 +307,13 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
         raise CheckpointError(f"optimizer state does not match this model ({exc})") from None
 
 
+def seed_all(seed: int) -> None:
+    """Seed every RNG stream ``rng_capture`` records: python's, numpy's global and torch's."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def rng_capture() -> tuple[dict[str, torch.Tensor], dict]:
     """All RNG states: torch (CPU and every CUDA device), numpy's global, python's."""
     tensors = {"rng.torch": torch.get_rng_state()}

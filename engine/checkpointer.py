@@ -46,6 +46,13 @@ class Checkpointer:
         #: True when ``last`` on disk is known good, so a save may rotate it to ``last.prev``.
         self.last_trusted = False
 
+    def final_failed(self, reason: str) -> str:
+        """``reason`` for a run whose final save failed: the end state is not on disk, so say where the newest
+        good checkpoint is (the caller must not exit 0 for it)."""
+        kept = self.last_checkpoint
+        return (f"{reason}; final checkpoint FAILED ({self.error}); "
+                + (f"newest good checkpoint {kept}" if kept else "no checkpoint on disk"))
+
     # -- cadence -----------------------------------------------------------------------
     def due(self, step: int) -> bool:
         """True when ``step`` should write ``last`` (and, with keep_last, a ``step-N``)."""

@@ -17,12 +17,10 @@ validates all of it against the live model first, so a checkpoint loads whole or
 from __future__ import annotations
 
 import os
-import random
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from engine import checkpoint as ckpt
@@ -38,7 +36,7 @@ from engine.evaluator import Evaluator
 from engine.exit_codes import ExitCode, Outcome
 from engine.live_settings import LiveSettings
 from engine.optimization import Optimization, accumulate
-from engine.policies import MAX_ROLLBACKS_TO_ONE_STEP, Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
+from engine.policies import Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
 from engine.prefetch import lookahead, step_keys
 from engine.distributed.parallel import Single
 from engine.sample_order import SampleOrder
@@ -69,9 +67,7 @@ class Trainer:
     def setup(self) -> None:
         """Seed, build task/model/optimizer on the device, restore the checkpoint when resuming."""
         t = self.config.train
-        random.seed(t.seed)
-        np.random.seed(t.seed % 2**32)
-        torch.manual_seed(t.seed)
+        ckpt.seed_all(t.seed)
         self.device = dev.resolve(t.device)
         self.task = make_task(self.config)  # also attaches the test fault hook (engine.tasks.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
@@ -128,7 +124,7 @@ class Trainer:
     def train_step(self) -> None:
         """One optimizer step over batch_size samples in grad_accum micro-batches; an OOM retries smaller."""
         before = self.order.state_dict()
-        indices = self.order.take(self._per_rank(self.settings.batch_size))
+        indices = self.order.take(self.order.per_rank(self.settings.batch_size))
         while True:
             try:
                 with self.budget.measure_step(self.step + 1):  # CPU: now and then, the step's true peak
@@ -152,12 +148,8 @@ class Trainer:
     def _later(self, steps: int) -> list[list[tuple]]:
         """The batch keys of up to ``steps`` steps after this one (not past the end of the run)."""
         steps = max(0, min(steps, self.total_steps - self.step - 1))
-        upcoming = self.order.peek([self._per_rank(self.settings.batch_size)] * steps)
+        upcoming = self.order.peek([self.order.per_rank(self.settings.batch_size)] * steps)
         return [self._keys(indices, self.step + s) for s, indices in enumerate(upcoming, start=1)]
-
-    def _per_rank(self, batch_size: int) -> int:
-        """Samples this rank reads a step: the batch size is the job's, split evenly over the ranks."""
-        return max(1, batch_size // self.parallel.world)
 
     def _step_on(self, indices: list[int], started: float) -> None:
         self.optim.zero_grad()
@@ -177,21 +169,24 @@ class Trainer:
             total = accumulate(total, loss.detach().float(), weight)
             for name, value in components.items():
                 parts[name] = accumulate(parts.get(name), value.detach().float(), weight)
-        if self.parallel.world > 1:  # the job's loss, not this rank's share: one small all-reduce a step
-            names = list(parts)
-            total, *values = self.parallel.mean(torch.stack([total, *(parts[k] for k in names)]))
-            parts = dict(zip(names, values))
+        total, parts = self.parallel.mean_losses(total, parts)  # the job's loss, not this rank's share
         (total, grad_norm, parts), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
         self.step += 1
         elapsed = max(time.perf_counter() - started, 1e-9)
         self._pending = (self.step, total, parts, grad_norm, lr, elapsed, len(indices) * self.parallel.world, skipped)
         self._ranks = self.parallel.observe(self.step, started, elapsed)  # on every rank; rank 0 gets an event
         decision = self.nan.record(skipped)
-        if decision in ("stop", "skip", "rollback"):
-            self._nan_patience_reached(decision)
-        elif decision == "warn":
-            self.bus.emit(ev.Warning(text=f"step {self.step}: non-finite loss or gradient; optimizer step skipped "
-                                     f"({self.nan.guard.consecutive} in a row)", step=self.step))
+        if decision in ("stop", "rollback"):
+            self.log_step()  # the failing step's event comes before the rollback's, in step order
+        event, stop = self.nan.respond(decision, self.step, self._rollback, self.optim)
+        if stop:
+            raise GracefulStop(stop, ExitCode.POLICY, checkpoint=False, status="failed")
+        if event is not None:
+            self.bus.emit(event)
+
+    def _rollback(self) -> int | None:
+        """Reload the newest good checkpoint (NanPolicy's rollback); the step it holds, None without one."""
+        return None if self.checkpoints.rollback(self.load) is None else self.step
 
     def log_step(self) -> None:
         """Emit the last step's event (its values came back in the step's one device sync)."""
@@ -212,25 +207,6 @@ class Trainer:
         sample = self.budget.sample(step)
         if sample is not None:
             self.bus.emit(sample)
-
-    def _nan_patience_reached(self, decision: str) -> None:
-        reason = f"{self.nan.guard.consecutive} consecutive non-finite steps"
-        if decision == "skip":
-            return self.bus.emit(ev.Warning(text=f"{reason}; still skipping (nan_policy=skip)", step=self.step))
-        self.log_step()  # the failing step's event comes before the rollback's, in step order
-        lr_scale, total = self.optim.lr_scale, self.nan.guard.total
-        if decision == "stop" or self.checkpoints.rollback(self.load) is None:
-            raise GracefulStop(f"stopped: {reason}" + (" and no good checkpoint to roll back to" if decision !=
-                               "stop" else ""), ExitCode.POLICY, checkpoint=False, status="failed")
-        self.nan.guard.total = total  # the run's count of skipped steps survives the rollback
-        if not self.nan.rolled_back(self.step):
-            raise GracefulStop(f"stopped: {reason} again after {MAX_ROLLBACKS_TO_ONE_STEP} rollbacks to step "
-                               f"{self.step} (LR x{lr_scale:g}); the same steps keep giving non-finite values",
-                               ExitCode.POLICY, checkpoint=False, status="failed")
-        self.optim.lr_scale = lr_scale * self.nan.lr_factor
-        self.bus.emit(ev.SettingChanged(name="lr", old=None, new=self.optim.peak_lr * self.optim.lr_scale,
-                                        step=self.step, reason=f"{reason}: rolled back to step {self.step} from its "
-                                        f"checkpoint, LR x{self.nan.lr_factor}"))
 
     # ------------------------------------------------------------------ evaluation and checkpoints
     def evaluate(self) -> ev.EvalDone:
@@ -306,11 +282,7 @@ class Trainer:
         if (checkpoint or status == "finished") and self.checkpoints.saved_last_at != self.step:
             path = self.checkpoint(kind="final")
             if path is None and self.checkpoints.directory is not None:
-                # The end state is not on disk: say where the newest good one is, and do not exit 0 for it.
-                kept = self.checkpoints.last_checkpoint
-                reason += (f"; final checkpoint FAILED ({self.checkpoints.error}); "
-                           + (f"newest good checkpoint {kept}" if kept else "no checkpoint on disk"))
-                exit_code = exit_code or ExitCode.POLICY
+                reason, exit_code = self.checkpoints.final_failed(reason), exit_code or ExitCode.POLICY
         self.control.set_state({"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}
                                .get(status, "failed"), reason)
         outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)

@@ -17,6 +17,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from engine import events as ev
+
 #: How ranks agree on a decision: ``agree(flag)`` is True on every rank if it is True on any.
 Agree = Callable[[bool], bool]
 
@@ -128,6 +130,35 @@ class NanPolicy:
         if self.policy == "skip":
             self.guard.consecutive = 0
         return self.policy
+
+    def respond(self, decision: str, step: int, rollback: Callable[[], int | None], optim) -> tuple:
+        """Carry out ``record``'s decision: (the event to emit or None, the reason the run must stop or "").
+
+        "rollback" calls ``rollback()`` (the step it reloaded, None without a good checkpoint) and scales
+        ``optim.lr_scale`` by ``lr_factor``; the run's count of skipped steps survives the reload.
+        """
+        consecutive = self.guard.consecutive
+        if decision == "warn":
+            return ev.Warning(text=f"step {step}: non-finite loss or gradient; optimizer step skipped "
+                              f"({consecutive} in a row)", step=step), ""
+        reason = f"{consecutive} consecutive non-finite steps"
+        if decision == "skip":
+            return ev.Warning(text=f"{reason}; still skipping (nan_policy=skip)", step=step), ""
+        if decision not in ("stop", "rollback"):
+            return None, ""
+        lr_scale, total = optim.lr_scale, self.guard.total
+        step = None if decision == "stop" else rollback()
+        if step is None:
+            return None, f"stopped: {reason}" + (" and no good checkpoint to roll back to" if decision != "stop"
+                                                 else "")
+        self.guard.total = total  # ``rollback`` loaded the checkpoint's guard
+        if not self.rolled_back(step):
+            return None, (f"stopped: {reason} again after {MAX_ROLLBACKS_TO_ONE_STEP} rollbacks to step {step} "
+                          f"(LR x{lr_scale:g}); the same steps keep giving non-finite values")
+        optim.lr_scale = lr_scale * self.lr_factor
+        return ev.SettingChanged(name="lr", old=None, new=optim.peak_lr * optim.lr_scale, step=step,
+                                 reason=f"{reason}: rolled back to step {step} from its checkpoint, "
+                                 f"LR x{self.lr_factor}"), ""
 
     def rolled_back(self, step: int) -> bool:
         """Note a rollback to ``step``; False when that is one too many in a row (the run should stop)."""

@@ -54,6 +54,10 @@ class SampleOrder:
             self._cache = (epoch, order)
         return self._cache[1]
 
+    def per_rank(self, batch_size: int) -> int:
+        """Samples this rank reads a step: the job's batch size, split evenly over the ranks."""
+        return max(1, batch_size // self.world)
+
     def take(self, count: int) -> list[int]:
         """The next ``count`` indices, crossing into the next epoch as needed (advances the position)."""
         out: list[int] = []

@@ -47,6 +47,16 @@ class Single:
         """``tensor`` averaged over ranks."""
         return tensor
 
+    def mean_losses(self, total, parts: dict) -> tuple:
+        """(the job's loss, its parts): this rank's averaged over ranks in one stacked all-reduce (here: as is)."""
+        if self.world == 1:
+            return total, parts
+        import torch
+
+        names = list(parts)
+        total, *values = self.mean(torch.stack([total, *(parts[k] for k in names)]))
+        return total, dict(zip(names, values))
+
     def agree(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is True on any."""
         return bool(flag)
