@@ -12,7 +12,7 @@ HELP = [
     ("space", "pause / resume training (the engine finishes the step in flight)"),
     ("c", "checkpoint now (atomic; shown in the log with path, size and seconds)"),
     ("a", "abort: g graceful (checkpoint, then stop) · n now · esc cancel"),
-    ("t", "tune the run's live settings (batch size, LR, the task's own) with a memory estimate"),
+    ("t", "tune the run's live settings (batch size, LR, the task's own) with the engine's memory prediction"),
     ("m", "metric chooser: any logged scalar in any chart (the task's primary metric is the default)"),
     ("v", "below 100 columns: switch between the two charts"),
     ("o", "compare: overlay another run's curves, aligned by step (x in the picker clears it)"),
