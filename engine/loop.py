@@ -236,7 +236,8 @@ class Trainer:
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         optim_tensors, optim_meta = self.optim.state_dict()
         rng_tensors, rng_meta = ckpt.rng_capture()
-        meta = {"step": self.step, **self.order.state_dict(), **self.settings.state_dict(), **optim_meta,
+        meta = {"step": self.step, **self.order.state_dict(), "world": self.parallel.world,
+                **self.settings.state_dict(), **optim_meta,
                 "total_steps": self.total_steps, "config": self.settings.config.model_dump(mode="json"),
                 "rng": rng_meta, "task_state": self.task.state_dict(), **self.evaluator.state_dict(),
                 "nan": self.nan.state_dict(), "params": self.params}
@@ -249,7 +250,8 @@ class Trainer:
         ckpt.validate_meta(loaded)
         model_state = ckpt.model_state(loaded, self.model.state_dict())
         try:
-            self.order.check(meta)
+            order = _order_for_world(meta, self.parallel.world)
+            self.order.check(order)
             self.optim.check(tensors, meta)
             ckpt.check_rng(tensors)
         except ValueError as exc:
@@ -258,7 +260,7 @@ class Trainer:
         self.model.load_state_dict(model_state, strict=True)
         self.optim.load_state_dict(tensors, meta)
         ckpt.rng_restore(tensors, meta["rng"])
-        self.order.load_state_dict(meta)
+        self.order.load_state_dict(order)
         self.settings.load_state_dict(meta)
         self.evaluator.load_state_dict(meta)
         self.step, self.nan.guard = meta["step"], NanGuard(**meta["nan"])
@@ -290,3 +292,19 @@ class Trainer:
         self.bus.emit(ev.RunFinished(status=status, best=self.evaluator.abort.best, steps=self.step, reason=reason,
                                      checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code)))
         return outcome
+
+
+def _order_for_world(meta: dict, world: int) -> dict:
+    """The checkpoint's sample position for ``world`` ranks (it counts samples of one rank's shard).
+
+    Rank r of w reads ``order[r::w]``, so after p samples each the ranks together have read exactly
+    ``order[:p*w]``: the job's position is p × w whatever the world size, and a run saved by 2 ranks
+    continues in 1 process (or 4) on the very next sample (up to world - 1 replayed when it does not divide).
+    """
+    saved = meta.get("world", 1)
+    if not isinstance(saved, int) or isinstance(saved, bool) or saved < 1:
+        raise ValueError(f"world={saved!r}: must be an integer >= 1")
+    position = meta.get("position")
+    if saved == world or not isinstance(position, int) or isinstance(position, bool):
+        return {"epoch": meta.get("epoch"), "position": position}
+    return {"epoch": meta.get("epoch"), "position": position * saved // world}

@@ -33,14 +33,14 @@ def describe(rank: int, exitcode: int) -> str:
     return f"rank {rank} exited with code {exitcode}"
 
 
-def record_failure(run_dir: Path, rank: int, exitcode: int) -> str:
-    """Append the dead rank to the run's events and status; the reason line."""
+def record_failure(run_dir: Path, rank: int, exitcode: int, launch: str = "") -> str:
+    """Append the dead rank to the run's events and status; the reason line. ``launch`` ends the resume command."""
     from engine import events as ev
     from engine.rundir import RunDir, atomic_write_text, resume_command
 
     rd = RunDir(run_dir)
     reason = f"{describe(rank, exitcode)}; the job stopped"
-    resume = resume_command(rd)
+    resume = resume_command(rd) + launch
     status = rd.read_status() or {}
     step = status.get("step", 0)
     if rd.events.exists():
@@ -71,8 +71,10 @@ def main(argv: list[str]) -> int:
         rank, failure = failed.get_first_failure()
         if rank == 0 and failure.exitcode in (1, 2, 130):
             return failure.exitcode  # rank 0 stopped first (bad input, a policy stop): its own lines said why
-        reason = record_failure(run_dir, rank, failure.exitcode)
-        sys.stderr.write(f"sensorlm-tui: {reason}; continue with: sensorlm-tui train --resume {run_dir}\n")
+        nproc = next((a.split("=", 1)[1] for a in torchrun if a.startswith("--nproc-per-node=")), "1")
+        launch = f" --nproc-per-node {nproc}" if nproc != "1" else ""
+        reason = record_failure(run_dir, rank, failure.exitcode, launch)
+        sys.stderr.write(f"sensorlm-tui: {reason}; continue with: sensorlm-tui train --resume {run_dir}{launch}\n")
         return 1
 
 
