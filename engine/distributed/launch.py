@@ -37,7 +37,7 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
 
 def wanted(args: argparse.Namespace) -> bool:
     """True when the flags ask for a torchrun launch and this process is not already a rank of one."""
-    return bool(getattr(args, "nproc_per_node", None)) and "TORCHELASTIC_RUN_ID" not in os.environ
+    return getattr(args, "nproc_per_node", None) is not None and "TORCHELASTIC_RUN_ID" not in os.environ
 
 
 def check(args: argparse.Namespace) -> str | None:
