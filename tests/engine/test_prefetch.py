@@ -114,3 +114,38 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_worker_still_starting_exits_when_its_trainer_is_killed() -> None:
+    """The trainer dies while its worker is still spawning (importing torch): the worker must not take init
+    (pid 1) for its trainer and watch it forever — the orphans the suite used to leave behind."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    script = """
+import json, os, time, psutil
+from engine import config as cfg
+from engine.prefetch import Prefetcher
+c = cfg.load(task="toy")
+p = Prefetcher(lambda key: key, workers=1, worker_args=(c.model_dump(mode="json"), None))
+p.ahead([((1, 2), 0)])  # starts the worker; do not wait for it
+time.sleep(0.3)
+print(json.dumps([child.pid for child in psutil.Process().children()]), flush=True)
+os._exit(9)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    children = json.loads(out.stdout.strip().splitlines()[-1])
+    assert children, out.stderr
+    deadline = time.monotonic() + 40  # the worker finishes importing torch, then sees it has no trainer
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in children if _alive(pid)]
+    for pid in alive:
+        os.kill(pid, 9)
+    assert not alive, f"orphaned worker processes {alive}"
