@@ -75,6 +75,20 @@ def test_worker_processes_give_the_same_run() -> None:
 
 
 def test_a_worker_exits_when_its_trainer_is_killed() -> None:
+    _assert_no_worker_outlives_its_killed_trainer(
+        "p.take(((1, 2), 0))  # a worker's result: it is up", settle_s=20)
+
+
+def test_a_worker_still_starting_exits_when_its_trainer_is_killed() -> None:
+    """The trainer dies while its worker is still spawning (importing torch): the worker must not take init
+    (pid 1) for its trainer and watch it forever — the orphans the suite used to leave behind."""
+    # The worker finishes importing torch, then sees that it has no trainer.
+    _assert_no_worker_outlives_its_killed_trainer("time.sleep(0.3)  # the worker is still starting", settle_s=40)
+
+
+def _assert_no_worker_outlives_its_killed_trainer(before_kill: str, settle_s: float) -> None:
+    """Start a trainer-like process with one data worker, run ``before_kill``, SIGKILL-like exit (no close(),
+    no atexit), then require every worker gone within ``settle_s``."""
     import json
     import os
     import subprocess
@@ -83,21 +97,21 @@ def test_a_worker_exits_when_its_trainer_is_killed() -> None:
 
     from tests.conftest import ROOT
 
-    script = """
-import json, os, psutil
+    script = f"""
+import json, os, time, psutil
 from engine import config as cfg
 from engine.prefetch import Prefetcher
 c = cfg.load(task="toy")
 p = Prefetcher(lambda key: key, workers=1, worker_args=(c.model_dump(mode="json"), None))
 p.ahead([((1, 2), 0)])
-p.take(((1, 2), 0))  # a worker's result: it is up
+{before_kill}
 print(json.dumps([child.pid for child in psutil.Process().children()]), flush=True)
-os._exit(9)  # no close(), no atexit: what SIGKILL leaves behind
+os._exit(9)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT)
     children = json.loads(out.stdout.strip().splitlines()[-1])
     assert children, out.stderr
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + settle_s
     alive = children
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -114,38 +128,3 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def test_a_worker_still_starting_exits_when_its_trainer_is_killed() -> None:
-    """The trainer dies while its worker is still spawning (importing torch): the worker must not take init
-    (pid 1) for its trainer and watch it forever — the orphans the suite used to leave behind."""
-    import json
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import ROOT
-
-    script = """
-import json, os, time, psutil
-from engine import config as cfg
-from engine.prefetch import Prefetcher
-c = cfg.load(task="toy")
-p = Prefetcher(lambda key: key, workers=1, worker_args=(c.model_dump(mode="json"), None))
-p.ahead([((1, 2), 0)])  # starts the worker; do not wait for it
-time.sleep(0.3)
-print(json.dumps([child.pid for child in psutil.Process().children()]), flush=True)
-os._exit(9)
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT)
-    children = json.loads(out.stdout.strip().splitlines()[-1])
-    assert children, out.stderr
-    deadline = time.monotonic() + 40  # the worker finishes importing torch, then sees it has no trainer
-    alive = children
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.2)
-        alive = [pid for pid in children if _alive(pid)]
-    for pid in alive:
-        os.kill(pid, 9)
-    assert not alive, f"orphaned worker processes {alive}"

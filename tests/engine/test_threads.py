@@ -194,9 +194,7 @@ def test_workers_that_cannot_start_fall_back_without_ending_the_run(monkeypatch)
     monkeypatch.setattr(ProcessPoolExecutor, "submit", refuse)
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
     try:
-        for step in range(threads.MEASURE_TAKES):
-            source.take(((1, 2, 3), step))
-            clock.now += 0.040
+        _measure(source, clock)
         assert source.plan.data == "workers"
         source.ahead([((1, 2, 3), 7)])  # the pool cannot spawn: re-planned, not raised
         assert source.plan.data == "thread" and "could not start: RuntimeError" in source.plan.reason
@@ -216,9 +214,7 @@ def test_no_worker_processes_where_stdio_has_no_descriptor(monkeypatch):
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # fileno() raises io.UnsupportedOperation (an OSError)
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
     try:
-        for step in range(threads.MEASURE_TAKES):
-            source.take(((1, 2, 3), step))
-            clock.now += 0.040
+        _measure(source, clock)
         assert source.plan.data == "thread" and "no file descriptor" in source.plan.reason
     finally:
         source.close()
@@ -233,11 +229,16 @@ def test_a_spawn_value_error_falls_back_to_a_thread(monkeypatch):
     monkeypatch.setattr(ProcessPoolExecutor, "submit", refuse)
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
     try:
-        for step in range(threads.MEASURE_TAKES):
-            source.take(((1, 2, 3), step))
-            clock.now += 0.040
+        _measure(source, clock)
         assert source.plan.data == "workers"
         source.ahead([((1, 2, 3), 7)])
         assert source.plan.data == "thread" and "could not start: ValueError" in source.plan.reason
     finally:
         source.close()
+
+
+def _measure(source, clock) -> None:
+    """Feed the source the batches it measures on: 10 ms builds between 40 ms steps."""
+    for step in range(threads.MEASURE_TAKES):
+        source.take(((1, 2, 3), step))
+        clock.now += 0.040
