@@ -127,9 +127,7 @@ class NanPolicy:
         """Count a step; "ok", "warn" (skipped, patience not reached), or the policy once patience is reached."""
         if not self.guard.record(not skipped):
             return "warn" if skipped else "ok"
-        if self.policy == "skip":
-            self.guard.consecutive = 0
-        return self.policy
+        return self.policy  # under "skip", ``respond`` restarts the count once it has said how many
 
     def respond(self, decision: str, step: int, rollback: Callable[[], int | None], optim) -> tuple:
         """Carry out ``record``'s decision: (the event to emit or None, the reason the run must stop or "").
@@ -143,6 +141,7 @@ class NanPolicy:
                               f"({consecutive} in a row)", step=step), ""
         reason = f"{consecutive} consecutive non-finite steps"
         if decision == "skip":
+            self.guard.consecutive = 0  # the next patience-long run of skips warns again
             return ev.Warning(text=f"{reason}; still skipping (nan_policy=skip)", step=step), ""
         if decision not in ("stop", "rollback"):
             return None, ""

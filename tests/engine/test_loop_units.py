@@ -171,3 +171,16 @@ def test_a_failed_final_checkpoint_is_not_a_clean_exit(tmp_path, monkeypatch) ->
     assert "final checkpoint FAILED (" in finished.reason and "No space left on device" in finished.reason
     assert f"newest good checkpoint {tmp_path / 'last.safetensors'}" in finished.reason
     assert ckpt_module.load_latest(tmp_path).meta["step"] == 3
+
+
+def test_nan_policy_skip_says_how_many_steps_it_skipped_in_a_row() -> None:
+    """Under nan_policy=skip the patience warning said "0 consecutive non-finite steps": the count was reset
+    before the message read it."""
+    from engine.policies import NanGuard, NanPolicy
+
+    policy = NanPolicy("skip", NanGuard(patience=3))
+    decisions = [policy.record(skipped=True) for _ in range(3)]
+    assert decisions == ["warn", "warn", "skip"]
+    event, stop = policy.respond("skip", 7, rollback=lambda: None, optim=None)
+    assert stop == "" and event.text.startswith("3 consecutive non-finite steps; still skipping")
+    assert [policy.record(skipped=True) for _ in range(3)] == ["warn", "warn", "skip"]  # counts afresh
