@@ -7,8 +7,8 @@ lr, grad norm, throughput, and the task's loss components) and eval events
 history's columns (no event objects, so a 1M-step run costs a few array
 copies); eval series from the few eval events. Names are what users type
 after ``--metric``: a field (``loss``, ``grad_norm``), a component (``mse``)
-or a validation metric (``val_loss``, ``psnr_db``). Schema-1 eval events
-(``psnr_db`` and ``extra`` instead of ``metrics``) read the same way.
+or a validation metric (``val_loss`` or any name the task reports). Schema-1
+eval events arrive here already migrated (engine.migrate, through the history).
 
 The run's primary metric comes from ``RunStarted.capabilities`` (the task
 declares it); a run without capabilities falls back to val_loss, then loss.
@@ -37,15 +37,11 @@ class Series:
     values: np.ndarray
 
 
-def _eval_values(event: ev.EvalDone) -> dict[str, float]:
-    """Every numeric validation metric of one eval event, schema-1 fields included."""
-    out: dict[str, float] = {}
-    for source in (getattr(event, "extra", None) or {}, event.metrics or {}):
-        out.update({k: float(v) for k, v in source.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+def eval_values(event: ev.EvalDone) -> dict[str, float]:
+    """Every numeric validation metric of one eval event (val_loss always)."""
+    out = {k: float(v) for k, v in (event.metrics or {}).items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool)}
     out.setdefault("val_loss", float(event.val_loss))
-    psnr = getattr(event, "psnr_db", None)
-    if psnr is not None:
-        out.setdefault("psnr_db", float(psnr))
     return out
 
 
@@ -77,7 +73,7 @@ def series(history) -> dict[str, Series]:
     evals = [e for e in others if isinstance(e, ev.EvalDone)]
     gathered: dict[str, list[tuple[int, float]]] = {}
     for event in evals:
-        for name, value in _eval_values(event).items():
+        for name, value in eval_values(event).items():
             gathered.setdefault(name, []).append((event.step, value))
     for name, points in gathered.items():
         x, y = np.array(points, np.float64).reshape(-1, 2).T

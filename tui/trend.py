@@ -27,7 +27,7 @@ from pathlib import Path
 from engine import events as ev
 from engine.history import parse_line
 from tui.log_tail import first_event
-from tui.run_metrics import _eval_values
+from tui.run_metrics import eval_values
 
 #: Points in a sparkline.
 POINTS = 16
@@ -119,7 +119,7 @@ def trend(run: Path, points: int = POINTS) -> Trend | None:
         with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             evals = [e for e in _lines_at(mapped, _sample(_eval_starts(mapped, points), points))
                      if isinstance(e, ev.EvalDone)]
-            val = [_eval_values(e) for e in evals]
+            val = [eval_values(e) for e in evals]
             for name in (declared, "val_loss"):
                 if name and val and any(name in v for v in val):
                     return Trend(name, tuple(v.get(name, math.nan) for v in val))
