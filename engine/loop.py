@@ -250,7 +250,7 @@ class Trainer:
         ckpt.validate_meta(loaded)
         model_state = ckpt.model_state(loaded, self.model.state_dict())
         try:
-            order = _order_for_world(meta, self.parallel.world)
+            order = SampleOrder.state_for_world(meta, self.parallel.world)
             self.order.check(order)
             self.optim.check(tensors, meta)
             ckpt.check_rng(tensors)
@@ -293,18 +293,3 @@ class Trainer:
                                      checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code)))
         return outcome
 
-
-def _order_for_world(meta: dict, world: int) -> dict:
-    """The checkpoint's sample position for ``world`` ranks (it counts samples of one rank's shard).
-
-    Rank r of w reads ``order[r::w]``, so after p samples each the ranks together have read exactly
-    ``order[:p*w]``: the job's position is p × w whatever the world size, and a run saved by 2 ranks
-    continues in 1 process (or 4) on the very next sample (up to world - 1 replayed when it does not divide).
-    """
-    saved = meta.get("world", 1)
-    if not isinstance(saved, int) or isinstance(saved, bool) or saved < 1:
-        raise ValueError(f"world={saved!r}: must be an integer >= 1")
-    position = meta.get("position")
-    if saved == world or not isinstance(position, int) or isinstance(position, bool):
-        return {"epoch": meta.get("epoch"), "position": position}
-    return {"epoch": meta.get("epoch"), "position": position * saved // world}

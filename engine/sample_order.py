@@ -78,6 +78,22 @@ class SampleOrder:
         finally:
             self.load_state_dict(state)
 
+    @staticmethod
+    def state_for_world(meta: dict, world: int) -> dict:
+        """The checkpoint's sample position for ``world`` ranks (it counts samples of one rank's shard).
+
+        Rank r of w reads ``order[r::w]``, so after p samples each the ranks together have read exactly
+        ``order[:p*w]``: the job's position is p × w whatever the world size, and a run saved by 2 ranks
+        continues in 1 process (or 4) on the very next sample (up to world - 1 replayed when it does not divide).
+        """
+        saved = meta.get("world", 1)
+        if not isinstance(saved, int) or isinstance(saved, bool) or saved < 1:
+            raise ValueError(f"world={saved!r}: must be an integer >= 1")
+        position = meta.get("position")
+        if saved == world or not isinstance(position, int) or isinstance(position, bool):
+            return {"epoch": meta.get("epoch"), "position": position}
+        return {"epoch": meta.get("epoch"), "position": position * saved // world}
+
     def state_dict(self) -> dict:
         """``{"epoch", "position"}``: all it takes to continue exactly here."""
         return {"epoch": self.epoch, "position": self.position}

@@ -184,3 +184,19 @@ def test_nan_policy_skip_says_how_many_steps_it_skipped_in_a_row() -> None:
     event, stop = policy.respond("skip", 7, rollback=lambda: None, optim=None)
     assert stop == "" and event.text.startswith("3 consecutive non-finite steps; still skipping")
     assert [policy.record(skipped=True) for _ in range(3)] == ["warn", "warn", "skip"]  # counts afresh
+
+
+def test_a_two_rank_position_converts_exactly_for_one_rank_and_back() -> None:
+    # Two ranks that each read 6 samples of their shard have read order[:12] together.
+    assert SampleOrder.state_for_world({"epoch": 1, "position": 6, "world": 2}, 1) == {"epoch": 1, "position": 12}
+    assert SampleOrder.state_for_world({"epoch": 1, "position": 12}, 2) == {"epoch": 1, "position": 6}
+    with pytest.raises(ValueError, match="world"):
+        SampleOrder.state_for_world({"epoch": 0, "position": 0, "world": 0}, 1)
+
+
+def test_the_loop_reads_on_one_screen() -> None:
+    """Issue 12's rule: engine/loop.py stays under 300 lines; new behaviour goes into a component."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[2] / "engine" / "loop.py").read_text().count("\n")
+    assert lines < 300, f"engine/loop.py has {lines} lines: move the new code into the component it belongs to"
