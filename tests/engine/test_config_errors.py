@@ -26,7 +26,7 @@ CASES = {
     "task section unknown key": ("[toy]\nwidth = 3\n", [], "bad.toml:2: toy.width=3: unknown key"),
     "other task's section": ("[sensorlm.model]\ndim = 32\n", [], "bad.toml: sensorlm: unknown key"),
     "setting the task lacks": (None, ["--attn-chunk", "64"], "--attn-chunk: task 'toy' has no such setting"),
-    "unknown task lists tasks": (None, ["--task", "nope"], "unknown task; allowed: sensorlm, toy"),
+    "unknown task lists tasks": (None, ["--task", "nope"], "unknown task; allowed: gapfill, lm, sensorlm, toy"),
     "unknown preset": (None, ["--preset", "huge"], "--preset 'huge': unknown preset"),
     "unknown task": (None, ["--task", "nope"], "task.name='nope': unknown task"),
     "bad flag type": (None, ["--batch-size", "many"], "--batch-size: invalid integer 'many'"),
