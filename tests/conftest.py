@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,24 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120, module: s
     """Run `python -m <module> args…` and capture its output (stdin closed, so never a dashboard)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=cli_env(),
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def kill_at_checkpoint_and_resume(flags: list[str], run: Path, step: int, kill_wait: float = 60,
+                                  timeout: float = 120) -> subprocess.CompletedProcess:
+    """Train ``flags`` into ``run``, SIGKILL it the moment the step-``step`` checkpoint is reported (what a
+    crash leaves behind), then ``train --resume`` it headless; returns the finished resume."""
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *flags, "--run-dir", str(run),
+                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    for line in proc.stdout:
+        if line.startswith(f"ckpt  step {step} last"):
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=kill_wait)
+    assert proc.returncode == -signal.SIGKILL
+    resumed = run_cli("train", "--resume", str(run), "--headless", timeout=timeout)
+    assert resumed.returncode == 0, resumed.stderr
+    return resumed
 
 
 def read_events(run_dir: Path) -> list[dict]:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from tests.conftest import ROOT, cli_env, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_cli
 
 TOY = ["train", "--task", "toy", "--threads", "1", "--headless"]
 
@@ -41,17 +36,7 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
     assert whole.returncode == 0, whole.stderr
 
     run = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *flags, "--run-dir", str(run),
-                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    for line in proc.stdout:  # kill the moment the step-20 checkpoint is reported
-        if line.startswith("ckpt  step 20 last"):
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    resumed = run_cli("train", "--resume", str(run), "--headless")
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = kill_at_checkpoint_and_resume(flags, run, 20, kill_wait=30)
     assert "resumed from" in resumed.stdout
 
     reference, events = _steps(read_events(tmp_path / "whole")), read_events(run)

@@ -3,16 +3,12 @@ too-high learning rate, and refuses a damaged data directory in one line with ex
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli_env, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_cli
 
 #: The tiny data set's sample shape and a tiny U-Net (sections as in a TOML file).
 TOML = """
@@ -60,17 +56,7 @@ def test_kill_and_resume_gives_identical_later_losses(tmp_path, tiny_data):
     whole = run_cli(*flags, "--run-dir", str(tmp_path / "whole"), timeout=300)
     assert whole.returncode == 0, whole.stderr
     run = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *flags, "--run-dir", str(run),
-                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    for line in proc.stdout:  # kill the moment the step-4 checkpoint is reported
-        if line.startswith("ckpt  step 4 last"):
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    resumed = run_cli("train", "--resume", str(run), "--headless", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    kill_at_checkpoint_and_resume(flags, run, 4, timeout=300)
     events = read_events(run)
     restart = [e for e in events if e["type"] == "run_started"][-1]["t"]
     after = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["t"] > restart}

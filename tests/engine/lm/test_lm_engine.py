@@ -7,16 +7,12 @@ command reads the latter.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, cli_env, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_cli
 from tests.engine.lm.conftest import make_config
 
 STEPS = 6
@@ -52,17 +48,7 @@ def test_run_reports_perplexity(whole) -> None:
 
 def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, corpus_file, tmp_path) -> None:
     run = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *_flags(corpus_file), "--run-dir", str(run),
-                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    for line in proc.stdout:  # kill the moment the step-3 checkpoint is reported
-        if line.startswith("ckpt  step 3 last"):
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    resumed = run_cli("train", "--resume", str(run), "--headless", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    kill_at_checkpoint_and_resume(_flags(corpus_file), run, 3, timeout=300)
     events, reference = read_events(run), read_events(whole)
     restarted = [x for x in events if x["type"] == "run_started"][-1]["t"]
     after = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["t"] > restarted}
