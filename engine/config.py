@@ -93,9 +93,9 @@ class TrainConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks CUDA when available.")
     prefetch: bool = Field(True, description="Build the next batch on a background thread during the step "
                            "(off: every batch inline, for a task whose make_batch is not thread-safe).")
-    data_workers: int = Field(-1, ge=-1, le=256, description="With prefetch: build batches in this many worker "
-                              "processes, one ahead each (0: one thread; -1: planned from the measured batch ÷ step "
-                              "cost and the cores, engine.threads).")
+    data_workers: int = Field(-1, ge=-1, le=256, description="With prefetch: build batches in this many DataLoader "
+                              "worker processes, two ahead each (0: one thread; -1: planned from the measured batch ÷ "
+                              "step cost and the cores, engine.threads).")
     threads: int = Field(0, ge=0, le=1024, description="torch intra-op threads (0 = planned from the usable cores, "
                          "engine.threads).")
     on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and exit.")

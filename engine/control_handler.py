@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from engine import events as ev
-from engine.control import Controls, Request
+from engine.control import ENGINE_SETTINGS, Controls, Request
 from engine.device import release_cache
 from engine.exit_codes import ExitCode
 
@@ -47,6 +47,8 @@ class Steerable(Protocol):
     settings: Any
     #: The torch device it trains on (free_memory acts only on CUDA).
     device: Any
+    #: The batch source (engine.threads.PlannedPrefetcher): ``task_changed`` after a task setting changes.
+    prefetch: Any
 
     def checkpoint(self, kind: str, request_id: str | None = None) -> str | None:
         """Write ``last`` now; its path, None if the write failed."""
@@ -146,6 +148,8 @@ class ControlHandler:
         if judged["why"] and (not request.force or judged["predicted"] is None):
             return self.refuse(request, judged["why"], judged["predicted"], judged["budget"])
         old, note = settings.change(name, value)
+        if name not in ENGINE_SETTINGS:  # data workers hold a copy of the task: they restart from the new one
+            self.run.prefetch.task_changed()
         if request.force:
             note = "; ".join(x for x in ("forced past the budget check" + (f" ({judged['why']})" if judged["why"]
                                                                             else ""), note) if x)

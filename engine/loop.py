@@ -37,7 +37,7 @@ from engine.exit_codes import ExitCode, Outcome
 from engine.live_settings import LiveSettings
 from engine.optimization import Optimization, accumulate
 from engine.policies import Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
-from engine.prefetch import lookahead, step_keys
+from engine.prefetch import step_keys, upcoming_keys
 from engine.distributed.parallel import Single
 from engine.sample_order import SampleOrder
 from engine.sinks import EventBus
@@ -145,11 +145,10 @@ class Trainer:
     def _keys(self, indices: list[int], step: int) -> list[tuple]:
         return step_keys(indices, self.settings.grad_accum, 0 if self.config.train.overfit else step)
 
-    def _later(self, steps: int) -> list[list[tuple]]:
-        """The batch keys of up to ``steps`` steps after this one (not past the end of the run)."""
-        steps = max(0, min(steps, self.total_steps - self.step - 1))
-        upcoming = self.order.peek([self.order.per_rank(self.settings.batch_size)] * steps)
-        return [self._keys(indices, self.step + s) for s, indices in enumerate(upcoming, start=1)]
+    def _upcoming(self, keys: list[tuple], done: int):
+        """Every batch key after ``keys[:done]`` to the end of the run, at today's settings (lazy; nothing moves)."""
+        return upcoming_keys(keys[done:], self.order.copy(), self.order.per_rank(self.settings.batch_size),
+                             self.settings.grad_accum, self.step + 1, self.total_steps, not self.config.train.overfit)
 
     def _step_on(self, indices: list[int], started: float) -> None:
         self.optim.zero_grad()
@@ -158,8 +157,8 @@ class Trainer:
         parts: dict[str, torch.Tensor] = {}
         for i, key in enumerate(keys):
             host = self.parallel.fetch(self.prefetch, key)
-            if self.prefetch.depth:  # the guess for what comes next, built while this micro-batch trains
-                self.prefetch.ahead(lookahead(keys, i + 1, self.prefetch.depth, self._later))
+            if self.prefetch.depth:  # what comes next, built while this micro-batch trains
+                self.prefetch.ahead(lambda: self._upcoming(keys, i + 1))
             batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             weight = len(key[0]) / len(indices)
             with self.parallel.sync(final=i == len(keys) - 1):  # DDP: gradients all-reduced on the last only

@@ -70,6 +70,12 @@ class SampleOrder:
                 self.epoch, self.position = self.epoch + 1, 0
         return out
 
+    def copy(self) -> "SampleOrder":
+        """An independent position in the same order (the epoch's permutation is shared, not drawn again)."""
+        other = object.__new__(SampleOrder)
+        other.__dict__.update(self.__dict__)  # _cache is replaced on a new epoch, never changed in place
+        return other
+
     def peek(self, counts: list[int]) -> list[list[int]]:
         """The indices ``take`` would return for each of ``counts`` in turn, without moving."""
         state = self.state_dict()

@@ -34,22 +34,30 @@ Decisions (``plan``), in order:
    (``THREAD_STEP_S``) that its kernels leave the GIL free for the builder;
    inline otherwise. ``train.data_workers`` (≥ 0) overrides, as does
    ``train.prefetch = false``.
-3. depth = one batch ahead per worker (one for the thread, none inline).
+3. depth = two batches ahead per worker (DataLoader's ``prefetch_factor``: a
+   worker descheduled for a moment does not stall the step), one for the
+   thread, none inline.
+
+The worker processes are ``torch.utils.data`` DataLoader workers over a
+Sampler of the loop's keys (engine.batches); the thread is engine.prefetch
+(the DataLoader has no thread mode; why it is kept is in its docstring).
 
 Re-planned when a live batch-size change alters the batch ÷ step balance (the
-next batches are measured again) and when a viewer attaches or leaves. Every
+next batches are measured again; running worker processes are kept, the
+sampler re-cut) and when a viewer attaches or leaves. Every
 plan that differs from the last is one log line with its reason.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 #: Batches built inline and timed before the data plan is made.
 MEASURE_TAKES = 6
@@ -61,6 +69,8 @@ WORKER_PAYBACK_S = 3.0
 #: Step compute (seconds) from which a builder thread overlaps instead of contending for the GIL
 #: (Python's switch interval is 5 ms: a shorter step waits for the builder's turn every time).
 THREAD_STEP_S = 0.02
+#: Batches each worker process keeps built ahead (DataLoader's prefetch_factor).
+WORKER_AHEAD = 2
 #: Seconds between checks whether a viewer attached or left.
 VIEWER_POLL_S = 2.0
 
@@ -162,8 +172,8 @@ class Plan:
 
     @property
     def depth(self) -> int:
-        """Batches built ahead: one per worker, one for the thread, none inline."""
-        return {"inline": 0, "thread": 1}.get(self.data, self.workers)
+        """Batches built ahead: two per worker, one for the thread, none inline."""
+        return {"inline": 0, "thread": 1}.get(self.data, self.workers * WORKER_AHEAD)
 
     def line(self) -> str:
         """The one log line: the choice, then the reason."""
@@ -230,8 +240,9 @@ def _data_plan(costs: Costs, usable: int, steps_left: int) -> tuple[str, int, st
 
 
 class PlannedPrefetcher:
-    """The loop's batch source: a ``Prefetcher`` whose mode follows the plan, with the loop's interface
-    (``take``, ``ahead``, ``depth``, ``close``, ``hits``, ``misses``).
+    """The loop's batch source, whose mode follows the plan: inline or one thread (``engine.prefetch``), or
+    DataLoader worker processes (``engine.batches``); the loop's interface (``take``, ``ahead``, ``depth``,
+    ``close``, ``hits``, ``misses``).
 
     It times inline builds against the gaps between ``take`` calls to measure batch ÷ step, then
     re-plans; a batch of a size not seen before (a live batch-size change, an OOM halving the
@@ -240,9 +251,12 @@ class PlannedPrefetcher:
 
     def __init__(self, build: Callable[[Hashable], Any], worker_args: Callable[[], tuple], config,
                  steps_left: Callable[[], int], emit: Callable[[str], None], cores: Cores | None = None,
-                 viewers: Callable[[], int] | None = None) -> None:
+                 viewers: Callable[[], int] | None = None, pin_memory: bool = False) -> None:
+        """``build(key)`` builds a batch here; ``worker_args()`` = (config as JSON, task state) for worker
+        processes; ``pin_memory``: workers' batches into page-locked memory (a CUDA device's copies overlap)."""
         t = config.train
         self._build = build
+        self._pin = pin_memory
         self._worker_args = worker_args
         self._emit = emit
         self._threads, self._workers, self._prefetch = t.threads, t.data_workers, t.prefetch
@@ -286,8 +300,10 @@ class PlannedPrefetcher:
             self._check_viewer()
         size = len(key[0]) if isinstance(key, tuple) and key and hasattr(key[0], "__len__") else 0
         if size not in self._sizes:
-            if self._auto() and not self._measuring():
-                self._remeasure()  # a batch of a new size: the balance is measured again
+            # A batch of a new size: the balance is measured again, except with worker processes, which would have
+            # to stop for it and start again (seconds); build and step costs scale alike with the batch anyway.
+            if self._auto() and not self._measuring() and self._plan.data != "workers":
+                self._remeasure()
             self._sizes.add(size)
         measuring = self._measuring()
         if measuring and self._last_take is not None:
@@ -310,10 +326,15 @@ class PlannedPrefetcher:
             self._pending_line = None
         return batch
 
-    def ahead(self, keys: Sequence[Hashable]) -> None:
-        """Start building the next batches (nothing while data is built inline)."""
+    def ahead(self, upcoming: Callable[[], Iterable[Hashable]] | Sequence[Hashable]) -> None:
+        """Start building the next batches (nothing while data is built inline). ``upcoming``: the keys after the
+        one just taken, in order, or a function returning them (called only when they are needed)."""
+        keys = upcoming if callable(upcoming) else (lambda: upcoming)
         try:
-            self._inner.ahead(keys)
+            if self._plan.data == "workers":
+                self._inner.ahead(keys)
+            elif self._inner.depth:
+                self._inner.ahead(list(itertools.islice(keys(), self._inner.depth)))
         except (RuntimeError, OSError, ValueError) as exc:  # ValueError: spawn's "bad value(s) in fds_to_keep"
             # Worker processes that cannot start (a script without `if __name__ == "__main__":` under spawn,
             # no fds or memory left) must not end the run: plan without them and build here or on a thread.
@@ -322,6 +343,15 @@ class PlannedPrefetcher:
             first = (str(exc).strip().splitlines() or [""])[0][:100]
             self._no_workers = f"worker processes could not start: {type(exc).__name__} {first}".rstrip()
             self._apply(self._make_plan(), say=True)
+
+    def task_changed(self) -> None:
+        """A live task setting changed how batches are built: worker processes (each holding the task as it was
+        when it started) are replaced by fresh ones from the new state; the loop builds inline meanwhile."""
+        if self._plan.data == "workers":
+            self._inner.close()
+            self._inner = None
+            self._plan = None
+            self._apply(self._make_plan(), say=False, restart=True)
 
     def close(self) -> None:
         """Stop the thread or the workers."""
@@ -352,9 +382,10 @@ class PlannedPrefetcher:
         return plan(self.cores, self._viewer, self._costs, self._steps_left(), self._threads, self._workers,
                     self._prefetch, self._no_workers)
 
-    def _apply(self, new: Plan, say: bool) -> None:
+    def _apply(self, new: Plan, say: bool, restart: bool = False) -> None:
         import torch
 
+        from engine.batches import WorkerBatches
         from engine.prefetch import Prefetcher
 
         old, self._plan = self._plan, new
@@ -363,10 +394,13 @@ class PlannedPrefetcher:
         if old is None or (old.data, old.workers) != (new.data, new.workers):
             if self._inner is not None:
                 self._inner.close()
-            workers = new.workers if new.data == "workers" else 0
-            self._inner = Prefetcher(self._build, enabled=new.data != "inline", workers=workers,
-                                     worker_args=self._worker_args() if workers else None,
-                                     wait_for_workers=old is None)  # mid-run: never stall on workers starting
+            # Workers planned mid-run: built inline until every one is up (the loop never waits on a spawn);
+            # asked for from the start (train.data_workers): waited for, so a worker's failure surfaces at once.
+            if new.data == "workers":
+                self._inner = WorkerBatches(self._build, new.workers, self._worker_args(), self._pin, WORKER_AHEAD,
+                                            wait=old is None and not restart)
+            else:
+                self._inner = Prefetcher(self._build, enabled=new.data != "inline")
             self._last_take = None
         choice = (new.threads, new.data, new.workers)
         if say and choice != self._said:
@@ -399,10 +433,11 @@ def prefetcher_for(trainer) -> PlannedPrefetcher:
     from engine import events as ev
 
     def worker_args() -> tuple:
-        return trainer.config.model_dump(mode="json"), trainer.task.state_dict()
+        return trainer.settings.config.model_dump(mode="json"), trainer.task.state_dict()  # live settings included
 
-    from engine.prefetch import build_batch
+    from engine.batches import build_batch
 
     return PlannedPrefetcher(lambda key: build_batch(trainer.task, key), worker_args, trainer.config,
                              steps_left=lambda: trainer.total_steps - trainer.step,
-                             emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")))
+                             emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")),
+                             pin_memory=trainer.device.type == "cuda")

@@ -81,7 +81,7 @@ def test_fast_steps_build_inline_in_a_short_run_and_in_a_worker_in_a_long_one():
     short = plan(Cores(2), viewer=False, costs=FAST, steps_left=1000)  # 0.6 s of building left
     assert short.data == "inline" and "too short" in short.reason
     long = plan(Cores(2), viewer=False, costs=FAST, steps_left=1_000_000)
-    assert (long.data, long.workers, long.depth, long.threads) == ("workers", 1, 1, 1)
+    assert (long.data, long.workers, long.depth, long.threads) == ("workers", 1, 2, 1)
 
 
 def test_slow_steps_in_a_short_run_use_the_builder_thread():
@@ -186,12 +186,12 @@ def test_a_toy_run_logs_its_plan():
 
 
 def test_workers_that_cannot_start_fall_back_without_ending_the_run(monkeypatch):
-    from concurrent.futures import ProcessPoolExecutor
+    from torch.utils.data import DataLoader
 
     def refuse(self, *args, **kwargs):
         raise RuntimeError("An attempt has been made to start a new process before the bootstrapping phase")
 
-    monkeypatch.setattr(ProcessPoolExecutor, "submit", refuse)
+    monkeypatch.setattr(DataLoader, "__iter__", refuse)  # where DataLoader spawns its workers
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
     try:
         _measure(source, clock)
@@ -221,12 +221,12 @@ def test_no_worker_processes_where_stdio_has_no_descriptor(monkeypatch):
 
 
 def test_a_spawn_value_error_falls_back_to_a_thread(monkeypatch):
-    from concurrent.futures import ProcessPoolExecutor
+    from torch.utils.data import DataLoader
 
     def refuse(self, *args, **kwargs):
         raise ValueError("bad value(s) in fds_to_keep")
 
-    monkeypatch.setattr(ProcessPoolExecutor, "submit", refuse)
+    monkeypatch.setattr(DataLoader, "__iter__", refuse)  # where DataLoader spawns its workers
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
     try:
         _measure(source, clock)
