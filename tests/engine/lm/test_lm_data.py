@@ -112,3 +112,28 @@ def test_rank_and_shape_errors_name_the_field() -> None:
         LMConfig.model_validate({"model": {"heads": 3}})
     assert LMConfig.model_validate({"lora": {"targets": ["attention", "q_proj", "down_proj"]}}).lora.target_list() \
         == ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"]
+
+
+def test_a_live_seq_len_change_reaches_batches_built_by_data_workers(corpus_file) -> None:
+    """Data workers hold a copy of the task from when they started: after a live seq_len change they must not
+    serve windows of the old length (they are replaced; the run equals one that builds every batch inline)."""
+    from engine.control import Controls, set_value
+    from engine.loop import Trainer
+    from engine.sinks import EventBus, MemorySink
+
+    def losses(**train) -> dict[int, float]:
+        sink = MemorySink()
+        trainer = Trainer(make_config(corpus_file, train={"max_steps": 6, "eval_every": 0, **train}),
+                          EventBus([sink]), Controls())
+        trainer.setup()
+        try:
+            while trainer.step < 6:
+                if trainer.step == 3:
+                    trainer.control.apply([set_value("seq_len", 16)])
+                trainer.train_step()
+                trainer.log_step()
+        finally:
+            trainer.prefetch.close()
+        return {e.step: e.loss for e in sink.drain() if e.type == "step"}
+
+    assert losses(data_workers=1) == losses(prefetch=False)
