@@ -12,11 +12,16 @@ frame with the history drawn" two ways, each ``--repeat`` times:
   Skipped when tmux is missing.
 - in-process: ``AttachApp`` under ``App.run_test`` (no terminal, no process
   start) until the rendered screen shows the same text: reading + folding +
-  rendering only.
+  rendering only; then on until the session worker's full fold of every step
+  is in the model (tui.history_fold: the first frame is drawn from the newest
+  steps, the rest is folded after it).
 
 Both opens are timed cold (no ``events.index`` beside the log: the first
 viewer of a run, which decodes the whole log with msgspec and leaves the index
-behind) and warm (the index present: every later viewer).
+behind) and warm (the index present: every later viewer). The four variants
+are interleaved round by round (terminal cold, in-process cold, terminal warm,
+in-process warm, then again), so load drift on a shared machine spreads over
+all of them.
 
 Also on the same run: reading ÷ plain ``json.loads`` per line (CPU; the
 reader without its index against ``json.loads`` of the first 200,000 lines,
@@ -90,21 +95,26 @@ def terminal_open(run: Path, steps: int) -> tuple[float, float]:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
-def inprocess_open(run: Path, steps: int) -> tuple[float, float]:
-    """(wall, CPU) seconds from AttachApp start (run_test, no terminal) to the history on the rendered screen."""
+def inprocess_open(run: Path, steps: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(wall, CPU) seconds from AttachApp start (run_test, no terminal) to the history on the rendered screen,
+    and to every step folded into the model (the session worker's fold after the first frame)."""
     from engine.client import RunClient
     from tui.attach_app import AttachApp
 
-    async def body() -> tuple[float, float]:
+    async def body() -> tuple[tuple[float, float], tuple[float, float]]:
         start, cpu0 = time.perf_counter(), time.process_time()
         app = AttachApp(lambda: RunClient(run, read_only=True), run, read_only=True)
+        frame = None
         async with app.run_test(size=(120, 40)) as pilot:
             while time.perf_counter() - start < TIMEOUT_S:
-                text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-                if _done(text, steps):
-                    return time.perf_counter() - start, time.process_time() - cpu0
+                if frame is None:
+                    text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+                    if _done(text, steps):
+                        frame = time.perf_counter() - start, time.process_time() - cpu0
+                if frame is not None and not app.model.history_loading and len(app.model.steps) == steps:
+                    return frame, (time.perf_counter() - start, time.process_time() - cpu0)
                 await pilot.pause(POLL_S)
-        raise RuntimeError(f"in-process attach did not show step {steps} within {TIMEOUT_S:.0f} s")
+        raise RuntimeError(f"in-process attach did not show and fold step {steps} within {TIMEOUT_S:.0f} s")
 
     return asyncio.run(body())
 
@@ -161,13 +171,20 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
                 history_index.save(read_history(path, index=False))
             return fn(run, steps)
 
-        if shutil.which("tmux"):
-            out["terminal cold"] = [cold(terminal_open) for _ in range(repeat)]
-            out["terminal warm"] = [warm(terminal_open) for _ in range(repeat)]
-        else:
+        tmux = shutil.which("tmux") is not None
+        if not tmux:
             out["terminal cold"] = out["terminal warm"] = "tmux not installed"
-        out["in-process cold"] = [cold(inprocess_open) for _ in range(repeat)]
-        out["in-process warm"] = [warm(inprocess_open) for _ in range(repeat)]
+        for state in ("cold", "warm"):
+            out[f"in-process {state}"], out[f"in-process {state} folded"] = [], []
+            if tmux:
+                out[f"terminal {state}"] = []
+        for _ in range(repeat):  # interleaved: every variant once per round
+            for state, prepare in (("cold", cold), ("warm", warm)):
+                if tmux:
+                    out[f"terminal {state}"].append(prepare(terminal_open))
+                frame, folded = prepare(inprocess_open)
+                out[f"in-process {state}"].append(frame)
+                out[f"in-process {state} folded"].append(folded)
     return out
 
 
@@ -176,21 +193,24 @@ def _cell(values, which: int) -> str:
 
 
 def run(quick: bool = False) -> Section:
-    """Suite entry: 1M steps, 3 repeats (--quick: 100k steps, 1 repeat)."""
-    steps, repeat = (2_000, 1) if smoke() else (100_000, 1) if quick else (1_000_000, 3)
+    """Suite entry: 1M steps, 5 interleaved rounds (--quick: 3 rounds; smoke: 2,000 steps, 1 round)."""
+    steps, repeat = (2_000, 1) if smoke() else (1_000_000, 3) if quick else (1_000_000, 5)
     results = measure(steps, repeat)
     reader, plain = results["reading"][0]
     ratio = results["ratio"][0][0]
     rows = []
-    for how, key in (("`sensorlm-tui attach RUN` in tmux (process start → frame)", "terminal"),
-                     ("AttachApp under run_test (read + fold + render)", "in-process")):
-        for state in ("cold", "warm"):
-            values = results[f"{key} {state}"]
+    for state in ("cold", "warm"):
+        for how, key in (("`sensorlm-tui attach RUN` in tmux (process start → frame)", "terminal {}"),
+                         ("AttachApp under run_test (read + fold + render)", "in-process {}"),
+                         ("AttachApp under run_test, until every step is folded", "in-process {} folded")):
+            values = results[key.format(state)]
             rows.append(f"| {how}, {state} | {_cell(values, 0)} | {_cell(values, 1)} |")
     body = "\n".join([
         f"Synthetic finished run with {steps:,} step events; time until the first frame shows the history "
-        f"(`step {steps}/{steps}` on screen), {repeat} repeat(s), 120×40. Cold: no `events.index` (the first "
-        "viewer of a run decodes the log and leaves one); warm: the index present.", "",
+        f"(`step {steps}/{steps}` on screen), {repeat} interleaved round(s), 120×40. Cold: no `events.index` "
+        "(the first viewer of a run decodes the log and leaves one); warm: the index present. The first frame "
+        "draws the newest steps (tui.history_fold); the session worker folds every step after it "
+        "(the \"until every step is folded\" rows).", "",
         "| how | wall | CPU of the viewer |", "|---|---|---|", *rows,
         f"| `sensorlm-tui runs DIR` (subprocess) | {_cell(results['runs'], 0)} | – |",
         f"| `run_index.summarize(run)` | {_cell(results['summarize'], 0)} | – |", "",

@@ -33,7 +33,9 @@ from engine import control
 from engine.events import Refused, SettingChanged
 from engine.session import Session
 from tui.commands import DashboardCommands
-from tui.messages import CompareLoaded, ControlDone, EventBatch, LivenessChanged, SessionFailed, SessionReady
+from tui.history_fold import deferred_fold
+from tui.messages import (CompareLoaded, ControlDone, EventBatch, HistoryFolded, LivenessChanged, SessionFailed,
+                          SessionReady)
 from tui.model import RunModel
 from tui.pump import BATCH_S, SessionPump
 from tui.screens.confirm import AbortScreen, QuitScreen
@@ -103,7 +105,8 @@ class DashboardApp(App[int]):
         self.summary = ""
         #: True when ``summary`` is an error (print it to stderr).
         self.summary_is_error = False
-        self._pump = SessionPump(session_factory, self.post_message, read_only=read_only, batch_s=batch_s)
+        self._pump = SessionPump(session_factory, self.post_message, read_only=read_only, batch_s=batch_s,
+                                 fold=self.history_fold)
         self._exit_when_ended = False
         self._said_ended = False
         self._failed_panels: set[str] = set()
@@ -264,15 +267,29 @@ class DashboardApp(App[int]):
             return ""
 
     # ------------------------------------------------------------- messages
+    def history_fold(self, history):
+        """The session worker's fold of a long history (called on it): the first frame shows the newest steps,
+        the worker folds the rest after that frame. None for a short one (folded here at once)."""
+        return deferred_fold(history, self.model.capacity)
+
     def on_event_batch(self, message: EventBatch) -> None:
         try:
-            self.model.ingest(message.events)
+            if message.fold is not None:
+                self.model.ingest_history(message.events, message.fold)
+            else:
+                self.model.ingest(message.events)
         except Exception as exc:  # noqa: BLE001 - a malformed event is reported, not fatal
             self.model.note("error", f"could not show an event batch ({type(exc).__name__}: {exc})")
         if message.history:
             self.redraw()
+        if message.fold is not None:  # the worker folds the rest once this frame is on screen
+            self.call_after_refresh(message.fold.shown.set)
         self._sync_footer()
         self._check_ended()
+
+    def on_history_folded(self, message: HistoryFolded) -> None:
+        if self.model.adopt(message.fold):
+            self.redraw()
 
     def on_session_ready(self, message: SessionReady) -> None:
         self.read_only = message.read_only

@@ -24,7 +24,7 @@ from engine.client import RunClient
 from engine.rundir import RunDir, liveness, resume_command
 from engine.session import Session
 from tui.app import DashboardApp
-from tui.messages import EventBatch, LivenessChanged, SessionFailed, SessionReady
+from tui.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
 from tui.screens.dashboard import KEYS, DashboardScreen
 from tui.screens.resume import ResumeScreen
 
@@ -96,7 +96,7 @@ class AttachApp(DashboardApp):
         self._said_ended = self._exit_when_ended = False
         self._offered = False
         self._pump = SessionPump(factory, self._post_for(self._generation), read_only=self.read_only,
-                                 batch_s=old.batch_s)
+                                 batch_s=old.batch_s, fold=self.history_fold)
         self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
         log = self.dashboard.query_one("#log")  # the new history brings every line again
         log.clear()
@@ -104,6 +104,9 @@ class AttachApp(DashboardApp):
         self.redraw(force=True)
 
     def on_event_batch(self, message: EventBatch) -> None:
+        self._stale(message)
+
+    def on_history_folded(self, message: HistoryFolded) -> None:
         self._stale(message)
 
     def on_session_ready(self, message: SessionReady) -> None:

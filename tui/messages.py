@@ -9,12 +9,25 @@ from engine.events import Event
 
 
 class EventBatch(Message):
-    """Events gathered over one batching window (~80 ms), or the whole history on connect."""
+    """Events gathered over one batching window (~80 ms), or the whole history on connect.
 
-    def __init__(self, events: list[Event], history: bool = False) -> None:
+    ``fold`` (a long history only): its steps' tui.history_fold.HistoryFold, which the worker finishes after
+    the UI has shown the preview (then HistoryFolded).
+    """
+
+    def __init__(self, events: list[Event], history: bool = False, fold=None) -> None:
         super().__init__()
         self.events = events
         self.history = history
+        self.fold = fold
+
+
+class HistoryFolded(Message):
+    """The worker finished a long history's fold (``fold.result`` is every row; None when folding failed)."""
+
+    def __init__(self, fold) -> None:
+        super().__init__()
+        self.fold = fold
 
 
 class SessionReady(Message):

@@ -9,6 +9,7 @@ its own.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, replace
@@ -22,6 +23,8 @@ from tui import metrics as mx
 from tui.ema import LEVELS, EmaState, ema_extend
 from tui.format import human_bytes, short_float
 from tui.history import Ring
+from tui.history_fold import LOSS as _LOSS, STEP as _STEP  # columns of the step ring
+from tui.history_fold import SCALAR_CAPACITY, STEP_FIELDS, HistoryFold, StepRings, latest_attempts, scalar_ring
 
 #: States in which the engine no longer runs.
 ENDED_STATES = ("finished", "aborted", "failed")
@@ -36,15 +39,8 @@ MARKED_SETTINGS = tuple(SETTABLE) + ("grad_accum",)
 #: RunFinished.status → the state it leaves the run in.
 _FINAL_STATE = {"finished": "finished", "aborted": "aborted", "interrupted": "aborted", "failed": "failed"}
 
-# Columns of the step ring: step, raw loss, then one EMA per non-zero smoothing level.
-_STEP, _LOSS = 0, 1
 #: Seconds after its newest event a run's log counts as history (phase clocks stop at that event).
 STALE_CLOCK_S = 3600.0
-#: Newest steps kept of each per-step scalar besides the loss (grad norm, LR, throughput, components):
-#: 2 × 8 bytes a step, so 4 MiB a scalar; the loss itself keeps ``capacity`` steps.
-SCALAR_CAPACITY = 1 << 18
-#: StepLogged fields stored per step (the loss has its own ring with its EMAs).
-STEP_FIELDS = ("grad_norm", "lr", "samples_per_s", "steps_per_s")
 # Columns of the memory ring.
 MEM_COLUMNS = ("step", "allocated", "reserved", "peak", "nvml_used", "predicted")
 
@@ -96,6 +92,8 @@ class RunModel:
         self._stepped_since_phase = False
         #: Per-step scalars besides the loss, by name: rings of (step, value).
         self.scalars: dict[str, Ring] = {}
+        self._pending_fold: HistoryFold | None = None  # a long history's steps still being folded (preview shown)
+        self._preview_key: tuple | None = None
         self._val_names: list[str] = []
         #: Another run drawn behind this one's curves, aligned by step (a RunModel; None: no overlay).
         self.compare: RunModel | None = None
@@ -116,9 +114,15 @@ class RunModel:
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, batch: Iterable[ev.Event]) -> None:
-        """Fold a batch of events in; consecutive step events are appended to the history in one go."""
+        """Fold a batch of events in; consecutive step events are appended to the history in one go.
+
+        A whole ``engine.history.History`` is folded from its columns, every step at once (``ingest_history``
+        folds the newest steps only and leaves the rest to another thread).
+        """
         if hasattr(batch, "column") and hasattr(batch, "others"):  # a whole engine.history.History
-            self._ingest_history(batch)
+            fold = self.ingest_history(batch)
+            if fold is not None:
+                self.adopt(fold, fold.finish())
             return
         steps: list[ev.StepLogged] = []
         for event in batch:
@@ -136,15 +140,20 @@ class RunModel:
         """An ack returned by ``Session.send``: folded in unless the event stream already brought it."""
         self._ingest_one(ack)
 
-    def _ingest_history(self, history) -> None:
-        """A run's whole history: its steps straight from ``History.column``, only the other events as objects.
+    def ingest_history(self, history, fold: HistoryFold | None = None) -> HistoryFold | None:
+        """A run's whole history, its steps from ``History.column``; returns the fold still to finish, or None.
 
-        Why: building a StepLogged per log line and reading it back costs tens of µs a step on a loaded
-        2-core box — over half a minute for a 1M-step run on attach; the columns cost well under 1 µs a step.
-        Same result as ``ingest(list(history))`` (tested): no handler of the other events reads the step
-        history, so folding them after the steps changes nothing.
+        Why columns: building a StepLogged per log line and reading it back costs tens of µs a step on a
+        loaded 2-core box — over half a minute for a 1M-step run on attach; the columns cost well under 1 µs
+        a step. Why a preview: on a fresh model with more than ``PREVIEW_ROWS`` steps only the newest rows
+        go into the rings now (tui.history_fold; what the first frame draws, exact); ``fold.finish()`` (any
+        thread) and then ``adopt`` put every row in. ``fold`` is the History's fold when the caller made it
+        already (the session worker does, off the UI thread). Same result as ``ingest(list(history))``
+        (tested): no handler of the other events reads the step history, so folding them after the steps
+        changes nothing.
         """
         step = history.column("step", "step")
+        pending = None
         if len(step):
             last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
             t = history.column("step", "t")
@@ -153,13 +162,61 @@ class RunModel:
             components = self._component_names(last) + [c.split(".", 1)[1] for c in listed
                                                         if c.startswith("components.")]
             names = list(STEP_FIELDS) + [f"components.{k}" for k in dict.fromkeys(components)]
-            extra = {name.rpartition(".")[2]: history.column("step", name) for name in names}
-            self._append_steps(step, history.column("step", "loss"), last, (float(t[0]), int(step[0])),
-                               zip(t[recent].tolist(), step[recent].astype(np.int64).tolist()), extra)
-        for event in history.others("step"):
+            first = (float(t[0]), int(step[0]))
+            rates = zip(t[recent].tolist(), step[recent].astype(np.int64).tolist())
+            if len(self.steps) or self.scalars:  # steps already folded: append (and rewind) as a live batch does
+                extra = {name.rpartition(".")[2]: history.column("step", name) for name in names}
+                self._append_steps(step, history.column("step", "loss"), last, first, rates, extra)
+            else:
+                fold = fold or HistoryFold(history, self.capacity)
+                self._install(fold.preview(names))
+                self._stepped(last, first, rates)
+                if fold.deferred:
+                    pending = self._pending_fold = fold
+                    self._preview_key = (id(self.steps), self.steps.total, self.steps.generation)
+        # Samples (a memory and a system sample every ~100 steps: most of the other events) are folded in bulk:
+        # the memory ring gets one append, and only the newest system / rank sample is kept anyway.
+        others = history.others("step")
+        latest = {}
+        for event in others:
+            if type(event) in _LATEST_ONLY:
+                latest[type(event)] = event
+            elif type(event) is not ev.MemorySampled:
+                self._ingest_one(event)
+        for event in latest.values():
             self._ingest_one(event)
+        memory = [e for e in others if type(e) is ev.MemorySampled]
+        if memory:  # no other handler reads the memory ring: folding the samples after the rest changes nothing
+            self.last_memory = memory[-1]
+            self.memory.append_many(_memory_rows(memory))
+            self.versions["memory"] += 1
         if len(history):
             self.last_t = history[len(history) - 1].t
+        return pending
+
+    @property
+    def history_loading(self) -> bool:
+        """True while only the newest steps of a long history are in the rings (the rest is being folded)."""
+        return self._pending_fold is not None
+
+    def adopt(self, fold: HistoryFold, rings: StepRings | None = None) -> bool:
+        """Swap in every row of ``fold`` (``rings``: ``fold.finish()``'s result); False when it is not this
+        model's pending fold or steps arrived since the preview (the preview then stays: it is exact)."""
+        if fold is not self._pending_fold:
+            return False
+        self._pending_fold = None
+        rings = rings or fold.result
+        if rings is None or self._preview_key != (id(self.steps), self.steps.total, self.steps.generation):
+            return False
+        self.steps, self._ema = rings.steps, rings.ema
+        self.scalars = {name: rings.scalars.get(name, ring) for name, ring in self.scalars.items()}
+        self.versions["charts"] += 1
+        return True
+
+    def _install(self, rings: StepRings) -> None:
+        """Rings of a fresh model, from a fold (the preview's or every row)."""
+        self.steps, self._ema = rings.steps, rings.ema
+        self.scalars.update(rings.scalars)
 
     def _ingest_steps(self, steps: list[ev.StepLogged]) -> None:
         loss = np.fromiter((s.loss for s in steps), dtype=np.float64, count=len(steps))
@@ -182,16 +239,16 @@ class RunModel:
 
     def _append_steps(self, step: np.ndarray, loss: np.ndarray, last: ev.StepLogged, first: tuple[float, int],
                       recent: Iterable[tuple[float, int]], extra: dict[str, np.ndarray] | None = None) -> None:
-        keep = _latest_attempts(step)
+        keep = latest_attempts(step)
         if keep is not None:
             step, loss = step[keep], loss[keep]
             extra = {k: v[keep] for k, v in (extra or {}).items()}
         rewound = self._rewind_to(float(step[0])) if len(step) else False
         for name, values in (extra or {}).items():
             if name not in self.scalars:
-                if not np.isfinite(values).any():
-                    continue  # never logged (a NaN grad norm of a run that does not measure it)
-                self.scalars[name] = Ring(min(self.capacity, SCALAR_CAPACITY), 2)
+                if np.isfinite(values).any():  # else never logged (a NaN grad norm of a run that does not measure it)
+                    self.scalars[name] = scalar_ring(self.capacity, step, values)
+                continue
             keep = self.scalars[name].capacity  # only the newest rows survive: copy no more than those
             self.scalars[name].append_many(np.stack([step[-keep:], values[-keep:]], axis=1))
         rows = np.empty((len(step), self.steps.width))
@@ -202,6 +259,10 @@ class RunModel:
         self.steps.append_many(rows)
         if rewound:
             self._resmooth()
+        self._stepped(last, first, recent)
+
+    def _stepped(self, last: ev.StepLogged, first: tuple[float, int], recent: Iterable[tuple[float, int]]) -> None:
+        """After steps went into the rings: the newest step, the rate samples, running, the panels to redraw."""
         self.last_step = last
         self.last_t = last.t
         self._stepped_since_phase = True
@@ -351,14 +412,24 @@ class RunModel:
     @property
     def primary(self):
         """The task's primary metric (engine.tasks.spec.Metric): declared, else named by the evals, else val_loss."""
+        metric, inferred = self._named_primary()
+        if not inferred:
+            return metric
+        return replace(metric, higher_is_better=self._infer_higher(metric.name, metric.higher_is_better))
+
+    def _named_primary(self):
+        """(the primary metric, whether its direction must be inferred): cheap, for labels and names only.
+
+        Inferring the direction reads every eval, so the eval handler (once per eval: quadratic over a long
+        history) asks here instead.
+        """
         caps = self.capabilities
         if self.started is not None and self.started.capabilities:
-            return caps.primary
+            return caps.primary, False
         named = next((getattr(e, "primary", "") for e in reversed(self.evals) if getattr(e, "primary", "")), "")
         if not named:
-            return caps.primary
-        metric = mx.describe(named, caps, "val")
-        return replace(metric, higher_is_better=self._infer_higher(named, metric.higher_is_better))
+            return caps.primary, False
+        return mx.describe(named, caps, "val"), True
 
     def _infer_higher(self, name: str, default: bool) -> bool:
         """An undeclared primary's direction, read off the engine's running ``best`` (the max or the min)."""
@@ -386,7 +457,7 @@ class RunModel:
 
     def describe(self, name: str):
         """Label, unit and direction of the scalar ``name``."""
-        if name == self.primary.name:
+        if name == self._named_primary()[0].name:
             return self.primary
         return mx.describe(name, self.capabilities)
 
@@ -525,20 +596,6 @@ class RunModel:
         return " · ".join(parts)
 
 
-def _latest_attempts(step: np.ndarray) -> np.ndarray | None:
-    """Rows to keep where steps were logged more than once (crash, then resume from an earlier checkpoint):
-    the last attempt of each. None when every step is new (the common case: nothing to copy).
-
-    A row survives when every later row has a larger step: a suffix minimum, O(n) in numpy.
-    """
-    if len(step) < 2 or bool(np.all(np.diff(step) > 0)):
-        return None
-    later_min = np.minimum.accumulate(step[::-1])[::-1]
-    keep = np.ones(len(step), dtype=bool)
-    keep[:-1] = step[:-1] < later_min[1:]
-    return keep
-
-
 def _num(value: Any) -> float:
     """A logged number as a float; NaN for None or anything else."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
@@ -584,13 +641,13 @@ def _on_eval(m: RunModel, e: ev.EvalDone) -> None:
     for name in values:
         if name not in m._val_names:
             m._val_names.append(name)
-    primary = m.primary.name
-    order = [primary] + [k for k in values if k != primary]  # the primary first: the line may be cut
+    primary = m._named_primary()[0]  # its label and unit; the direction (all evals read) is not needed here
+    order = [primary.name] + [k for k in values if k != primary.name]  # the primary first: the line may be cut
     parts = []
     for name in order:
         value = values.get(name)
         if isinstance(value, (int, float)):
-            metric = m.describe(name)
+            metric = primary if name == primary.name else mx.describe(name, m.capabilities)
             parts.append(f"{metric.label or name} {short_float(value)}{' ' + metric.unit if metric.unit else ''}")
     m._log("eval", f"eval{' (best)' if e.is_best else ''}: {', '.join(parts)} in {e.seconds:.1f}s", e.step)
     m.versions["charts"] += 1
@@ -604,6 +661,13 @@ def _on_phase(m: RunModel, e: ev.PhaseStarted) -> None:
     m._log("state", f"phase: {e.phase}" + (f" ({e.detail})" if e.detail else ""))
     for area in ("charts", "progress"):
         m.versions[area] += 1
+
+
+def _memory_rows(samples: list[ev.MemorySampled]) -> np.ndarray:
+    """Memory-ring rows of many samples (NaN where None), as ``_on_memory`` stores them one at a time."""
+    rows = np.array(list(map(operator.attrgetter(*MEM_COLUMNS), samples)), dtype=object).reshape(-1, len(MEM_COLUMNS))
+    rows[np.equal(rows, None)] = np.nan
+    return rows.astype(np.float64)
 
 
 def _on_memory(m: RunModel, e: ev.MemorySampled) -> None:
@@ -687,6 +751,9 @@ def _on_finished(m: RunModel, e: ev.RunFinished) -> None:
     for area in ("header", "progress"):
         m.versions[area] += 1
 
+
+#: Event types whose handler only keeps the newest: a whole history folds just its last one of each.
+_LATEST_ONLY = (ev.SystemSampled, ev.RanksSampled)
 
 _HANDLERS = {
     ev.RunStarted: _on_started,

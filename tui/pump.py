@@ -17,7 +17,7 @@ import time
 from typing import Callable
 
 from engine.session import Session
-from tui.messages import EventBatch, LivenessChanged, SessionFailed, SessionReady
+from tui.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
 
 #: How long events are gathered before one batch is posted (seconds).
 BATCH_S = 0.08
@@ -25,6 +25,8 @@ BATCH_S = 0.08
 LIVENESS_S = 1.0
 #: A batch is posted early when it gets this big, so memory stays bounded in a flood.
 MAX_BATCH = 20_000
+#: Longest wait for the UI to show a long history's preview before its full fold starts anyway (s).
+SHOWN_WAIT_S = 10.0
 
 
 def is_detachable(session: Session) -> bool:
@@ -60,8 +62,10 @@ class SessionPump:
     """Owns one Session on a worker thread; ``stop`` is the flag the loop checks between polls."""
 
     def __init__(self, factory: Callable[[], Session], post: Callable, read_only: bool = False,
-                 batch_s: float = BATCH_S) -> None:
+                 batch_s: float = BATCH_S, fold: Callable | None = None) -> None:
         self.factory = factory
+        #: ``fold(history)``: a long history's HistoryFold to finish here after the preview (None: none).
+        self.fold = fold
         self.post = post
         self.force_read_only = read_only
         self.batch_s = batch_s
@@ -90,12 +94,45 @@ class SessionPump:
                 history = []
             if history:
                 # A History stays columnar: RunModel folds its steps from columns (a 1M-step run in well
-                # under a second instead of building a million event objects).
-                self.post(EventBatch(history if hasattr(history, "others") else list(history), history=True))
+                # under a second instead of building a million event objects). A long one is folded in two:
+                # the UI folds the newest steps for the first frame, this thread every step after it.
+                fold = self._fold_of(history)
+                self.post(EventBatch(history if hasattr(history, "others") else list(history), history=True,
+                                     fold=fold))
+                if fold is not None and not self._finish(fold, cancelled):
+                    return
             self._loop(session, cancelled)
         finally:
             self.ready.set()
             self._close()
+
+    def _fold_of(self, history):
+        if self.fold is None:
+            return None
+        try:
+            return self.fold(history)
+        except Exception:  # noqa: BLE001 - no preview then: the UI folds the whole history itself, as before
+            return None
+
+    def _finish(self, fold, cancelled: Callable[[], bool]) -> bool:
+        """Fold every step of a long history once the UI shows its preview, then post it; False when stopped.
+
+        Live polling starts only after this: no live step can reach the model between the preview and the
+        full fold, so the model swaps rings instead of merging them. The numpy work mostly runs without the
+        GIL, so the UI stays responsive meanwhile.
+        """
+        deadline = time.monotonic() + SHOWN_WAIT_S
+        while not fold.shown.wait(0.05):
+            if self.stop.is_set() or cancelled():
+                return False
+            if time.monotonic() > deadline:
+                break
+        try:
+            fold.finish()
+        except Exception as exc:  # noqa: BLE001 - the preview stays on screen; say why the rest is missing
+            self.post(SessionFailed(f"folding the whole history failed: {_one_line(exc)}", fatal=False))
+        self.post(HistoryFolded(fold))
+        return True
 
     def _loop(self, session: Session, cancelled: Callable[[], bool]) -> None:
         pending: list = []

@@ -154,7 +154,8 @@ class MetricChart(Chart):
         if train is not None:
             smooth = LEVELS[self.smoothing]
             parts.append(f"[$primary]EMA {smooth:g}[/]" if smooth else "raw")
-            parts.append(f"last {RECENT_STEPS}" if self.window == "recent" else "full history")
+            loading = " (loading…)" if getattr(model, "history_loading", False) else ""
+            parts.append(f"last {RECENT_STEPS}" if self.window == "recent" else f"full history{loading}")
         if self.log_y:
             parts.append("log-y")
         if val is not None and train is not None:

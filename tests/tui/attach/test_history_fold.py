@@ -52,3 +52,86 @@ def test_model_from_columns_equals_model_from_every_event(tmp_path: Path) -> Non
     assert [(e.kind, e.text, e.step) for e in columnar.take_log()] == [(e.kind, e.text, e.step) for e in plain.take_log()]
     assert columnar.steps_per_s() == plain.steps_per_s() and columnar.eta_seconds() == plain.eta_seconds()
     assert columnar.summary() == plain.summary()
+
+
+def _long_run(path: Path, steps: int) -> Path:
+    """A run whose steps were logged twice in part (crash, resume from an earlier checkpoint), with NaN losses
+    (skipped steps) and a loss component that appears late: the cases a tail's fold could get wrong."""
+    import math
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [ev.RunStarted(name="long", task="toy", total_steps=steps)]
+    crash, resume = steps * 2 // 3, steps // 2
+
+    def step(s: int, attempt: int) -> ev.StepLogged:
+        loss = float("nan") if s % 997 == 0 else 1.0 + math.sin(s / 50.0) + 0.1 * attempt + 1e-4 * s
+        components = {"mse": loss} if s < steps // 3 else {"mse": loss, "kl": 0.5 * loss}
+        return ev.StepLogged(t=1.7e9 + s + attempt * steps, step=s, loss=loss, lr=1e-3, grad_norm=s % 7,
+                             samples_per_s=100.0, components=components, skipped=loss != loss)
+
+    lines += [step(s, 0) for s in range(1, crash + 1)]
+    lines += [ev.RunStarted(name="long", task="toy", total_steps=steps, start_step=resume, resumed_from="ckpt")]
+    lines += [step(s, 1) for s in range(resume + 1, steps + 1)]
+    lines += [ev.EvalDone(step=steps, val_loss=0.5, metrics={"val_loss": 0.5}, primary="val_loss")]
+    path.write_text("".join(ev.to_json(e) + "\n" for e in lines))
+    return path
+
+
+def test_the_preview_is_the_full_fold_s_tail(tmp_path: Path) -> None:
+    """The newest rows folded alone (EMAs warmed up on the points before them) equal the full fold's rows."""
+    import numpy as np
+
+    from tui.history_fold import PREVIEW_ROWS, HistoryFold, deferred_fold
+
+    history = read_history(_long_run(tmp_path / "r" / "events.jsonl", 12_000))
+    fold = deferred_fold(history, 1 << 20)
+    assert fold is not None and fold.rows == 12_000  # the superseded attempts of 6001..8000 are gone
+    names = ["grad_norm", "lr", "samples_per_s", "steps_per_s", "components.mse", "components.kl"]
+    preview, full = fold.preview(names), fold.finish(names)
+    tail, every = preview.steps.view(), full.steps.view()
+    assert len(tail) == PREVIEW_ROWS and len(every) == 12_000
+    assert np.array_equal(tail[:, :2], every[-PREVIEW_ROWS:, :2], equal_nan=True)
+    assert np.isnan(tail[:, 1]).any(), "the tail holds skipped steps"
+    assert np.allclose(tail[:, 2:], every[-PREVIEW_ROWS:, 2:], rtol=1e-12, atol=0, equal_nan=True)
+    for a, b in zip(preview.ema, full.ema):
+        assert a.count == b.count and np.isclose(a.mean, b.mean, rtol=1e-12, atol=0)
+    assert list(preview.scalars) == list(full.scalars) == ["grad_norm", "lr", "samples_per_s", "steps_per_s", "mse", "kl"]
+    for name, ring in preview.scalars.items():
+        assert np.array_equal(ring.view(), full.scalars[name].view()[-PREVIEW_ROWS:], equal_nan=True), name
+    short = read_history(_long_run(tmp_path / "s" / "events.jsonl", 3000))
+    assert deferred_fold(short, 1 << 20) is None and not HistoryFold(short, 1 << 20).deferred
+
+
+def test_a_model_shown_from_the_preview_then_completed_equals_the_full_fold(tmp_path: Path) -> None:
+    """What the first frame draws from (the preview) and what the model holds once the worker's fold is adopted."""
+    import numpy as np
+
+    from tui.history_fold import PREVIEW_ROWS, deferred_fold
+    from tui.model import RunModel
+
+    path = write_run(tmp_path / "r", 12_000)
+    history = read_history(path)
+    full, shown = RunModel(), RunModel()
+    full.ingest(history)
+    fold = deferred_fold(history, shown.capacity)
+    assert shown.ingest_history(history, fold) is fold and shown.history_loading
+    assert len(shown.steps) == PREVIEW_ROWS and len(full.steps) == 12_000
+    assert np.allclose(shown.steps.view(), full.steps.view()[-PREVIEW_ROWS:], rtol=1e-12, atol=0)
+    # Everything else the panels read is complete already.
+    for name in ("step", "total_steps", "state", "last_t", "evals", "last_memory", "system", "started"):
+        assert getattr(shown, name) == getattr(full, name), name
+    assert np.array_equal(shown.memory.view(), full.memory.view(), equal_nan=True) and len(shown.memory) == 120
+    assert shown.train_names() == full.train_names() and shown.choices() == full.choices()
+    assert shown.steps_per_s() == full.steps_per_s() and shown.summary() == full.summary()
+    assert [(e.kind, e.text) for e in shown.take_log()] == [(e.kind, e.text) for e in full.take_log()]
+    assert not shown.adopt(deferred_fold(history, shown.capacity)), "another fold is not this model's"
+    fold.finish()
+    charts = shown.versions["charts"]
+    assert shown.adopt(fold) and not shown.history_loading and shown.versions["charts"] > charts
+    assert np.array_equal(shown.steps.view(), full.steps.view(), equal_nan=True)
+    for name, ring in full.scalars.items():
+        assert np.array_equal(shown.scalars[name].view(), ring.view(), equal_nan=True), name
+    for model in (shown, full):  # live steps continue the full rings and their EMAs
+        model.ingest([ev.StepLogged(step=12_001, loss=0.1)])
+    assert shown.steps.column(0)[-2:].tolist() == [12_000, 12_001]
+    assert np.array_equal(shown.steps.view(), full.steps.view(), equal_nan=True)
