@@ -135,6 +135,27 @@ def parse_line(line: bytes | str) -> ev.Event | None:
         return None
 
 
+def parse_lines(lines: list[bytes]) -> list[ev.Event | None]:
+    """``parse_line`` of many lines: one msgspec call for all of them when they decode as one JSON array.
+
+    Any line the array decode trips on (a ``NaN`` literal, a torn line) sends them all through
+    ``parse_line`` one by one, so the result is always exactly ``[parse_line(l) for l in lines]``.
+    """
+    try:
+        records = _ANY.decode(b"[" + b",".join(lines) + b"]")
+    except msgspec.DecodeError:
+        records = None
+    if records is None or len(records) != len(lines):  # (a line holding two values would shift every record)
+        return [parse_line(line) for line in lines]
+    out: list[ev.Event | None] = []
+    for record in records:
+        try:
+            out.append(build_event(record))
+        except (TypeError, ValueError):
+            out.append(None)
+    return out
+
+
 # ---------------------------------------------------------------- step lines → columns
 
 _STRUCT_TYPES = {"float": float, "int": int, "bool": bool, "dict": dict[str, float]}

@@ -27,6 +27,7 @@ about a third of the log's size.
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import BinaryIO
 import msgspec
 import numpy as np
 
-from engine.history import History, parse_line
+from engine.history import History, parse_lines
 
 #: First bytes of an index file (the number is the format's version).
 MAGIC = b"sensorlm-tui events index 1\n"
@@ -67,32 +68,39 @@ def _probe(handle: BinaryIO, offset: int) -> tuple[str, str]:
 def load(events: Path, history: History, handle: BinaryIO) -> int:
     """Fill ``history`` from a valid index of ``events`` (open as ``handle``); returns the bytes it covers, or 0."""
     try:
-        data = path_for(events).read_bytes()
+        index = open(path_for(events), "rb")
     except OSError:
         return 0
     try:
-        return _load(data, history, handle)
+        with index:
+            return _load(index, history, handle)
     except (ValueError, KeyError, TypeError, IndexError, OSError, msgspec.DecodeError):
         return 0
 
 
-def _load(data: bytes, history: History, handle: BinaryIO) -> int:
-    if not data.startswith(MAGIC):
+def _load(index: BinaryIO, history: History, handle: BinaryIO) -> int:
+    if index.read(len(MAGIC)) != MAGIC:
         return 0
-    at = len(MAGIC)
-    size = int.from_bytes(data[at:at + 8], "little")
-    header = _HEADER.decode(data[at + 8:at + 8 + size])
-    at += 8 + size
+    left = os.fstat(index.fileno()).st_size - len(MAGIC) - 8  # bytes after the length: no field may claim more
+    size = int.from_bytes(index.read(8), "little")
+    if size > left:
+        return 0
+    header = _HEADER.decode(index.read(size))
+    left -= size
     offset = int(header["offset"])
     if os.fstat(handle.fileno()).st_size < offset or _probe(handle, offset) != (header["head"], header["tail"]):
         return 0
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, count in header["arrays"]:
-        nbytes = np.dtype(dtype).itemsize * int(count)
-        if at + nbytes > len(data):
+        # Read straight into each array (one copy out of the page cache, not a bytes object and then a copy).
+        dtype = np.dtype(dtype)
+        if dtype.kind not in "iuf" or not 0 <= int(count) * dtype.itemsize <= left:
             return 0
-        arrays[name] = np.frombuffer(data, dtype, int(count), at).copy()
-        at += nbytes
+        values = np.empty(int(count), dtype)
+        if index.readinto(memoryview(values).cast("B")) != values.nbytes:
+            return 0
+        left -= values.nbytes
+        arrays[name] = values
     offsets, lengths, rows = arrays.pop("offsets"), arrays.pop("lengths"), arrays.pop("rows")
     columns = {name.removeprefix("col:"): values for name, values in arrays.items()}
     n_rows = int((rows >= 0).sum())
@@ -100,13 +108,18 @@ def _load(data: bytes, history: History, handle: BinaryIO) -> int:
         return 0
     if n_rows and "step" not in columns:
         return 0
-    objects = []
-    for i in np.flatnonzero(rows < 0).tolist():
-        handle.seek(int(offsets[i]))
-        event = parse_line(handle.read(int(lengths[i])))
-        if event is None or rows[i] != -1 - len(objects):
+    where = np.flatnonzero(rows < 0)
+    if not np.array_equal(rows[where], -1 - np.arange(len(where))) or (len(where) and (
+            offsets[where].min() < 0 or (offsets[where] + lengths[where]).max() > offset)):
+        return 0
+    objects: list = []
+    if len(where):
+        # Sliced from a map of the log (no read call per line), then decoded together (engine.history.parse_lines).
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            lines = [mapped[a:a + n] for a, n in zip(offsets[where].tolist(), lengths[where].tolist())]
+        objects = parse_lines(lines)
+        if any(event is None for event in objects):
             return 0
-        objects.append(event)
     history._restore(offsets, lengths, rows, columns, objects, offset, int(header["skipped"]))
     return offset
 

@@ -93,3 +93,22 @@ def test_a_read_only_run_directory_reads_without_an_index(log: Path, monkeypatch
         _same(history.read_history(log), log)
     finally:
         log.parent.chmod(0o755)
+
+
+def test_many_lines_decode_as_each_line_would() -> None:
+    """parse_lines (one msgspec call for the index's other events) equals parse_line line by line, odd lines too."""
+    good = [ev.to_json(e).encode() for e in (ev.Warning(text="w", step=3), ev.EvalDone(step=4, val_loss=0.5),
+                                              ev.SystemSampled(cpu_percent=1.0))]
+    odd = [b'{"type":"eval","t":1.0,"step":5,"val_loss":NaN}', b'{"type":"nope","t":1.0}', b"[1, 2]",
+           b'{"type":"warning"', b""]
+
+    def same(lines: list[bytes]) -> None:
+        def text(events):  # as JSON: NaN == NaN there
+            return [None if e is None else ev.to_json(e) for e in events]
+        assert text(history.parse_lines(lines)) == text(history.parse_line(line) for line in lines)
+
+    same(good)
+    for line in odd:  # each odd line sends the whole batch down the per-line path
+        same([*good, line, good[0]])
+    nan = history.parse_lines([odd[0]])[0]
+    assert nan is not None and nan.val_loss != nan.val_loss
