@@ -151,8 +151,15 @@ def remove_stale_temps(directory: Path) -> int:
 
 
 def read(path: Path) -> Loaded:
-    """Load and verify one checkpoint; CheckpointError if it is truncated, tampered or not ours."""
+    """Load and verify one checkpoint; CheckpointError if it is truncated, tampered or not ours.
+
+    A directory is an FSDP2 (DCP) checkpoint: its sidecar is read here, the weights only when it is
+    applied (engine.distributed.dcp)."""
     path = Path(path)
+    if path.is_dir():
+        from engine.distributed import dcp
+
+        return dcp.read_sidecar(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
@@ -183,12 +190,19 @@ def read(path: Path) -> Loaded:
 
 
 def candidates(directory: Path) -> list[Path]:
-    """Checkpoint files in the order a resume should try them: last, last.prev, step-N newest first, best."""
+    """Checkpoints in the order a resume should try them: last, last.prev, step-N newest first, best; then an
+    FSDP2 run's committed DCP directories (``step-N/`` with DCP's ``.metadata``), newest first."""
+    from engine.distributed.dcp import complete
+
     directory = Path(directory)
     steps = sorted(directory.glob("step-*.safetensors"), reverse=True)
     ordered = [directory / "last.safetensors", directory / "last.prev.safetensors", *steps,
                directory / "best.safetensors"]
-    return [p for p in ordered if p.is_file()]
+    # `last` and `best` of a DCP run are links to step directories: the step directories themselves are the
+    # candidates, newest first, so a save cut off before its pointer moved is still found.
+    sharded = sorted((p for p in directory.glob("step-*") if not p.is_symlink() and p.is_dir() and complete(p)),
+                     reverse=True)
+    return [p for p in ordered if p.is_file()] + sharded
 
 
 def load_latest(directory: Path, check: Callable[[Loaded], None] | None = None,

@@ -118,15 +118,70 @@ class Checkpointer:
         where = self.directory or first.path.parent
         raise ckpt.CheckpointError(f"{where}: no usable checkpoint ({len(skipped)} damaged: {skipped[0]})")
 
-    def rollback(self, apply: Apply) -> ckpt.Loaded | None:
-        """Load the newest good checkpoint (a NaN rollback); None when there is none."""
+    def rollback(self, apply: Apply, group=None) -> ckpt.Loaded | None:
+        """Load the newest good checkpoint (a NaN rollback); None when there is none.
+
+        Across ranks (``group``: the distributed strategy, world > 1) rank 0 alone picks and verifies the
+        candidate, since it alone has the directory's files, and broadcasts it: under DDP the whole
+        checkpoint (a pickle over the group; rare, and the price of every replica loading the very same
+        state), under FSDP2 the sidecar (each rank then reads its shards from the directory in DCP's
+        collective load). Every rank applies that one candidate; one that fails on any rank is passed
+        over on all, and the next is tried, so the ranks never hold different states or stop apart.
+        """
+        if group is None or group.world == 1:
+            if self.directory is None:
+                return None
+            try:
+                return self.restore(ckpt.load_latest(self.directory), apply)
+            except ckpt.CheckpointError:
+                return None
+        after = None
+        while True:
+            pick = self._newest(after) if group.owner else None
+            pick = group.broadcast(pick)
+            if pick is None:
+                return None
+            try:
+                apply(pick)
+                failed = False
+            except ckpt.CheckpointError:
+                failed = True
+            if not group.agree(failed):
+                self._restored(pick)
+                return pick
+            after = pick.path
+
+    def _newest(self, after: Path | None) -> ckpt.Loaded | None:
+        """The newest verified checkpoint (older than ``after`` when given); None when there is none."""
         if self.directory is None:
             return None
         try:
-            first = ckpt.load_latest(self.directory)
-            return self.restore(first, apply)
+            return ckpt.load_latest(self.directory, after=after)
         except ckpt.CheckpointError:
             return None
+
+    def bind(self, model, optimizer) -> None:
+        """The live model and optimizer (a file's state comes with each save; FSDP2's manager reads them)."""
+
+    @staticmethod
+    def weights(loaded: ckpt.Loaded, model, optim) -> Callable[[], None]:
+        """Check ``loaded``'s model and optimizer state against the live ones now (CheckpointError naming the
+        first misfit) and return what loads them. A DCP directory is checked by DCP as it loads, resharded."""
+        if Path(loaded.path).is_dir():
+            from engine.distributed import dcp
+
+            return lambda: dcp.load(loaded, model, optim.optimizer)
+        state = ckpt.model_state(loaded, model.state_dict())
+        try:
+            optim.check(loaded.tensors, loaded.meta)
+        except ValueError as exc:
+            raise ckpt.CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid ({exc})") \
+                from None
+
+        def load() -> None:
+            model.load_state_dict(state, strict=True)
+            ckpt.restore_optimizer(optim.optimizer, loaded.tensors, loaded.meta["optimizer"])
+        return load
 
     def _older_than(self, path: Path, skipped: list[str]) -> ckpt.Loaded | None:
         directory = self.directory or Path(path).parent

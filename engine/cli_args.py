@@ -32,6 +32,7 @@ FLAG_FIELDS: dict[str, str] = {
     "device": "train.device",
     "threads": "train.threads",
     "on_hangup": "train.on_hangup",
+    "strategy": "train.strategy",
     "checkpoint_every": "checkpoint.every_steps",
     "vram_gb": "budget.vram_gb",
     "name": "name",

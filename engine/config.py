@@ -100,6 +100,9 @@ class TrainConfig(_Section):
                          "engine.threads).")
     on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and exit.")
     oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective batch.")
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
+        "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
 
 
 class CheckpointConfig(_Section):

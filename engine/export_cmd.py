@@ -7,7 +7,9 @@ hook to write ``kind`` (default: the task's own choice, e.g. an adapter for
 a LoRA run) into ``RUN/exports/step-N`` (``<kind>-step-N`` with ``--kind``) or ``--out``. The task writes
 atomically; a failure leaves nothing under the final name. Works on a live
 run too: checkpoints are only ever replaced by rename, so the file read is
-complete. Torch and the task are imported only here, never by ``--help``.
+complete. An FSDP2 run's checkpoint is a DCP directory: its shards are gathered into full tensors in
+this one process, with no process group (engine.distributed.dcp.load_full). Torch and the task are
+imported only here, never by ``--help``.
 
 Bad input (no such run, no usable checkpoint, a task with nothing to
 export, an unknown kind) is one line on stderr and exit 2.
@@ -71,12 +73,15 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
             raise TaskError(f"task {config.task.name!r} has nothing to export besides checkpoints")
         task.setup(meta.get("task_state"))
         model = task.build_model()
-        state = {k[len("model."):]: v for k, v in loaded.tensors.items() if k.startswith("model.")}
-        try:
-            model.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise TaskError(f"{loaded.path}: weights do not fit the model its config builds "
-                            f"({str(exc).splitlines()[-1].strip()[:160]})") from None
+        if Path(loaded.path).is_dir():  # an FSDP2 run's DCP directory: every rank's shard gathered, no group
+            from engine.distributed import dcp
+
+            try:
+                dcp.load_full(loaded.path, model)
+            except ckpt.CheckpointError as exc:
+                raise TaskError(str(exc)) from None
+        else:
+            _load_file_weights(loaded, model)
         exports = get_spec(config.task.name).capabilities.exports
         if kind is not None and kind not in exports:
             raise TaskError(f"--kind {kind!r}; task {config.task.name!r} exports: {', '.join(exports) or 'nothing'}")
@@ -88,6 +93,18 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
     if written is None:
         raise ExportError(f"export: task {config.task.name!r} has nothing to export besides checkpoints")
     return Path(written)
+
+
+def _load_file_weights(loaded, model) -> None:
+    """A single-file checkpoint's ``model.*`` tensors into ``model``, strictly (TaskError when they do not fit)."""
+    from engine.tasks.base import TaskError
+
+    state = {k[len("model."):]: v for k, v in loaded.tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise TaskError(f"{loaded.path}: weights do not fit the model its config builds "
+                        f"({str(exc).splitlines()[-1].strip()[:160]})") from None
 
 
 def main(args: argparse.Namespace) -> int:

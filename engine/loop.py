@@ -5,7 +5,8 @@
 - ``NanPolicy`` / ``OomPolicy`` (engine.policies): non-finite steps, OOM back-off; each decision goes
   through ``agree`` (identity in one process, an all-reduce when distributed).
 - ``Evaluator`` (engine.evaluator): validation passes, the best and abort rule, the overfit gate.
-- ``Checkpointer`` (engine.checkpointer): cadence, save, prune, restore with validation, rollback.
+- ``Checkpointer`` (engine.checkpointer; FSDP2's DCP directories: engine.distributed.sharded_checkpointer):
+  cadence, save, prune, restore with validation, rollback (agreed across ranks).
 - ``ControlHandler`` (engine.control_handler): viewers' requests at step boundaries, pause, stops.
 - ``LiveSettings`` (engine.live_settings) and ``BudgetHook`` (engine.budget.hook): the live knobs and the
   memory prediction every change to them is judged by.
@@ -28,7 +29,6 @@ from engine import device as dev
 from engine import events as ev
 from engine import threads
 from engine.budget.hook import BudgetHook
-from engine.checkpointer import Checkpointer
 from engine.config import RunConfig
 from engine.control import Controls
 from engine.control_handler import ControlHandler, GracefulStop, Stop
@@ -60,7 +60,7 @@ class Trainer:
         self.name, self.step = name or config.name, 0
         self.on_step = on_step or (lambda step: None)
         self.control = ControlHandler(controls or Controls(), bus.emit, self)
-        self.checkpoints = Checkpointer(checkpoint_dir, config.checkpoint, bus.emit)
+        self.checkpoints = self.parallel.checkpointer(checkpoint_dir, config.checkpoint, bus.emit)
         self._pending: tuple | None = None  # the last step's values, emitted after its checks
         self._ranks = None  # the distributed strategy's per-rank telemetry event, emitted with the step's
 
@@ -76,8 +76,11 @@ class Trainer:
                                  source="train.overfit" if t.overfit else "data.train_samples")
         self.model = self.task.build_model().to(self.device)
         self.params = sum(p.numel() for p in self.model.parameters())
+        # DDP: the same parameters, gradients synchronised; FSDP2 shards them in place, so before the optimizer.
+        self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self.order.size // t.batch_size))
         self.optim = Optimization(t, self.model, self.task.param_groups(self.model), self.device, self.total_steps)
+        self.checkpoints.bind(self.model, self.optim.optimizer)
         self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
         self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
         self.oom = OomPolicy(t.oom_recovery, self.agree)
@@ -86,7 +89,6 @@ class Trainer:
         self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         if self.resume:
             self.resume = self.checkpoints.restore(self.resume, self.load)
-        self.train_model = self.parallel.wrap(self.model)  # DDP: the same parameters, gradients synchronised
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Outcome:
@@ -185,7 +187,7 @@ class Trainer:
 
     def _rollback(self) -> int | None:
         """Reload the newest good checkpoint (NanPolicy's rollback); the step it holds, None without one."""
-        return None if self.checkpoints.rollback(self.load) is None else self.step
+        return None if self.checkpoints.rollback(self.load, self.parallel) is None else self.step
 
     def log_step(self) -> None:
         """Emit the last step's event (its values came back in the step's one device sync)."""
@@ -247,17 +249,16 @@ class Trainer:
         does not fit, with nothing changed."""
         meta, tensors = loaded.meta, loaded.tensors
         ckpt.validate_meta(loaded)
-        model_state = ckpt.model_state(loaded, self.model.state_dict())
+        weights = self.checkpoints.weights(loaded, self.model, self.optim)  # a file's shapes checked here
         try:
             order = SampleOrder.state_for_world(meta, self.parallel.world)
             self.order.check(order)
-            self.optim.check(tensors, meta)
             ckpt.check_rng(tensors)
         except ValueError as exc:
             raise ckpt.CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid ({exc})") \
                 from None
-        self.model.load_state_dict(model_state, strict=True)
-        self.optim.load_state_dict(tensors, meta)
+        weights()
+        self.optim.load_scalars(meta)
         ckpt.rng_restore(tensors, meta["rng"])
         self.order.load_state_dict(order)
         self.settings.load_state_dict(meta)

@@ -161,7 +161,14 @@ def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) ->
         config = cfg.validate(base, f"{loaded.path}")
     except cfg.ConfigError as exc:
         raise UsageError(str(explain_flag_error(exc))) from None
-    return Prepared(_with_flags(config, overrides), run_dir, loaded)
+    config = _with_flags(config, overrides)
+    sharded = Path(loaded.path).is_dir()  # an FSDP2 run's DCP directory, else one file (DDP, one process)
+    if sharded != (config.train.strategy == "fsdp2"):
+        was = "fsdp2" if sharded else "ddp"
+        raise UsageError(f"--strategy {config.train.strategy} (train.strategy): {root} was trained with {was} "
+                         f"(its checkpoints are {'DCP directories' if sharded else 'single files'}) and keeps it; "
+                         f"resume it with --strategy {was}")
+    return Prepared(config, run_dir, loaded)
 
 
 def _same_dir(a: str, b: Path) -> bool:
@@ -202,9 +209,28 @@ def _with_flags(config: cfg.RunConfig, overrides: dict) -> cfg.RunConfig:
         raise UsageError(str(explain_flag_error(exc))) from None
 
 
-def run_prepared(prepared: Prepared, console: bool = True, install_signals: bool = True,
-                 serve_controls: bool = True, controls=None, extra_sinks=(), ui_shares_machine: bool = False,
-                 parallel=None) -> int:
+def run_prepared(prepared: Prepared, parallel=None, **options) -> int:
+    """``_run_prepared`` (below); an fsdp2 run outside torchrun gets a process group of one for its
+    strategy (engine.distributed.fsdp), left whatever happens (a group left open aborts the exit)."""
+    if parallel is not None or prepared.config.train.strategy != "fsdp2":
+        return _run_prepared(prepared, parallel=parallel, **options)
+    from engine import device as dev
+    from engine.distributed.fsdp import Fsdp2
+
+    try:
+        device = dev.resolve(prepared.config.train.device).type
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    parallel = Fsdp2(device, prepared.config.train.precision)
+    try:
+        return _run_prepared(prepared, parallel=parallel, **options)
+    finally:
+        parallel.close()
+
+
+def _run_prepared(prepared: Prepared, console: bool = True, install_signals: bool = True,
+                  serve_controls: bool = True, controls=None, extra_sinks=(), ui_shares_machine: bool = False,
+                  parallel=None) -> int:
     """Create/open the run directory and train; returns the exit code.
 
     The in-process dashboard passes its own ``controls`` and an in-memory sink in ``extra_sinks``

@@ -87,6 +87,8 @@ class Optimization:
         self.scaler.unscale_(self.optimizer)
         max_norm = self.train.clip_grad_norm if self.train.clip_grad_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (a norm over shards); its value on every rank
+            grad_norm = grad_norm.full_tensor()
         names = list(parts)
         host = torch.stack([loss, grad_norm.float(), *(parts[k] for k in names)]).tolist()
         values = (host[0], host[1], dict(zip(names, host[2:])))
@@ -132,6 +134,10 @@ class Optimization:
     def load_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict) -> None:
         """Restore what ``state_dict`` saved (``check`` it first)."""
         ckpt.restore_optimizer(self.optimizer, tensors, meta["optimizer"])
+        self.load_scalars(meta)
+
+    def load_scalars(self, meta: dict) -> None:
+        """Restore the scaler and the two LR numbers (the optimizer's tensors come from the checkpoint's format)."""
         if meta.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(meta["scaler"])
         self.peak_lr, self.lr_scale = meta["peak_lr"], meta["lr_scale"]

@@ -31,7 +31,9 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--nnodes", type=int, metavar="N", help="machines in the job (default 1)")
     d.add_argument("--node-rank", type=int, metavar="R", help="this machine's rank among --nnodes")
     d.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous address (multi-node)")
-    d.add_argument("--strategy", choices=["ddp"], help="how the model is replicated across ranks (default ddp)")
+    d.add_argument("--strategy", choices=["ddp", "fsdp2"],
+                   help="ddp replicates the model on every rank (default); fsdp2 shards it (fully_shard, DCP "
+                   "checkpoints; without --nproc-per-node: one process, a world of 1)")
     d.add_argument("--max-restarts", type=int, metavar="K", help="restart all ranks up to K times after a failure")
 
 
@@ -57,9 +59,9 @@ def check(args: argparse.Namespace) -> str | None:
 
 
 def engine_argv(argv: list[str], run_dir: str | None) -> list[str]:
-    """``argv`` without the distributed flags (the workers must not launch again), with ``--run-dir`` fixed."""
+    """``argv`` without torchrun's flags (the workers must not launch again), with ``--run-dir`` fixed."""
     out, skip = [], False
-    names = {"--" + d.replace("_", "-") for d in (*TORCHRUN_FLAGS, "strategy")}
+    names = {"--" + d.replace("_", "-") for d in TORCHRUN_FLAGS}  # --strategy is the engine's (train.strategy)
     for item in argv:
         if skip:
             skip = False

@@ -1,4 +1,4 @@
-"""How the Trainer trains across processes: one process (``Single``) or DDP over a process group (``Ddp``).
+"""How the Trainer trains across processes: one process (``Single``), DDP (``Ddp``) or FSDP2 (engine.distributed.fsdp).
 
 The Trainer asks the strategy five things and knows nothing else about ranks:
 ``rank``/``world`` (its ``SampleOrder`` shard), ``wrap(model)`` (the module the
@@ -29,15 +29,23 @@ class Single:
 
     rank: int = 0
     world: int = 1
+    #: True when every rank writes its own part of each checkpoint (FSDP2), not rank 0 alone.
+    writes_shards = False
 
     @property
     def owner(self) -> bool:
         """True on the rank that owns the run directory (events, status, control socket, checkpoints)."""
         return self.rank == 0
 
-    def wrap(self, model):
-        """The module the training forward runs through."""
+    def wrap(self, model, units=()):
+        """The module the training forward runs through (``units``: the task's shard units, for FSDP2)."""
         return model
+
+    def checkpointer(self, directory, config, emit):
+        """The run's checkpoint manager: one file per save, written by the rank that owns the directory."""
+        from engine.checkpointer import Checkpointer
+
+        return Checkpointer(directory, config, emit)
 
     def sync(self, final: bool):
         """Context for one micro-batch's forward and backward (gradient sync only when ``final``)."""
@@ -103,7 +111,7 @@ class Ddp(Single):
         self._data_s = 0.0
         self._ready: float | None = None  # when this step's first gradient bucket was ready to sync
 
-    def wrap(self, model):
+    def wrap(self, model, units=()):
         """``model`` inside DDP (the raw module stays the Trainer's for state dicts and evaluation)."""
         from torch.nn.parallel import DistributedDataParallel
 

@@ -3,9 +3,10 @@
 Every rank validates the flags and opens the same checkpoint (nothing is
 written yet), then all agree that every rank could; only then does rank 0
 create the run directory. Rank 0 runs the engine exactly as one process does
-(events, status, control socket, checkpoints) with the DDP strategy and
-agreed controls; the others train the same steps with no sinks and no
-checkpoint directory, their output only in their torchrun log
+(events, status, control socket, checkpoints) with the run's strategy (DDP,
+or FSDP2 for ``train.strategy = "fsdp2"``) and agreed controls; the others
+train the same steps with no sinks and, under DDP, no checkpoint directory
+(under FSDP2 they write their checkpoint shards there), their output only in their torchrun log
 (``RUN_DIR/ranks/``). Rank 0 broadcasts the config it settled on (after the
 memory guard), so every rank trains the same batch. A restart by torchrun (``--max-restarts``) resumes the run
 from its newest complete checkpoint instead of starting it again.
@@ -32,7 +33,9 @@ def follow(prepared, parallel) -> int:
     if prepared.resume is not None:
         engine_main._run_resumed_with(prepared.resume, config)
     controls = AgreedControls(parallel)
-    trainer = Trainer(config, EventBus(), controls, checkpoint_dir=None, resume=prepared.resume,
+    # FSDP2: every rank writes its shard of each checkpoint into the (shared) run directory; DDP: none.
+    checkpoint_dir = prepared.run_dir.checkpoints if parallel.writes_shards else None
+    trainer = Trainer(config, EventBus(), controls, checkpoint_dir=checkpoint_dir, resume=prepared.resume,
                       name=prepared.run_dir.name, run_dir=prepared.run_dir.root, parallel=parallel)
     trainer.setup()
     controls.bind(lambda: trainer.step, lambda event: None)  # its telemetry goes to rank 0 in the gather
@@ -45,6 +48,7 @@ def main(argv: list[str]) -> int:
     """Run this rank; its exit code."""
     from engine import device as dev
     from engine.distributed.controls import AgreedControls
+    from engine.distributed.fsdp import Fsdp2
     from engine.distributed.parallel import Ddp, env_world
     from engine.main import UsageError, build_parser, prepare, run_prepared
 
@@ -67,7 +71,10 @@ def main(argv: list[str]) -> int:
             import torch
 
             torch.cuda.set_device(local_rank)  # one GPU per rank on this node
-    parallel = Ddp(device)
+    if error is None and prepared.config.train.strategy == "fsdp2":
+        parallel = Fsdp2(device, prepared.config.train.precision)
+    else:  # also when the flags were refused: the group only agrees on that, then closes
+        parallel = Ddp(device)
     if parallel.agree(error is not None):  # also the barrier before rank 0 creates the run directory
         if rank == 0:
             sys.stderr.write(f"sensorlm-tui: error: {error or 'another rank refused the flags'}\n")

@@ -101,6 +101,13 @@ class Task(ABC):
         return [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": decay},
                 {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
 
+    def shard_units(self, model: "nn.Module") -> list:
+        """The submodules FSDP2 shards one by one before the root (``--strategy fsdp2``): by default every
+        element of every ``nn.ModuleList`` (transformer blocks); the root keeps the rest."""
+        from torch import nn
+
+        return [unit for module in model.modules() if isinstance(module, nn.ModuleList) for unit in module]
+
     def finalize_metrics(self, means: dict[str, float]) -> dict[str, float]:
         """Validation metrics derived from the reduced means (e.g. perplexity = exp(val_loss)); default as is."""
         return means

@@ -72,6 +72,11 @@ class ToyTask(Task):
         m = self.cfg
         return ToyMLP(self.channels, self.length, m.dim, m.depth, m.dropout)
 
+    def shard_units(self, model: nn.Module) -> list:
+        """FSDP2 units: the hidden layers, each its own (the root keeps the input and output layers, as a
+        transformer's root keeps its embeddings and head), so the self-test task shards per block too."""
+        return [m for m in model.net if isinstance(m, nn.Linear)][1:-1]
+
     def train_size(self) -> int:
         return self.cfg.train_samples
 

@@ -21,11 +21,15 @@ TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "toy.
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
-    return {e["step"]: e["loss"] for e in read_events(run_dir) if e.get("type") == "step"}
+    """Step → loss, the last time each step was logged unskipped (a rollback redoes steps)."""
+    return {e["step"]: e["loss"] for e in read_events(run_dir) if e.get("type") == "step" and not e["skipped"]}
 
 
-def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path):
-    common = (*TOY, "--set", "train.log_every=1", "--set", "train.schedule='constant'")
+def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path, monkeypatch):
+    # A NaN at step 5 (patience 1) rolls every run back to its step-3 checkpoint at LR x0.5: under DDP rank 0
+    # alone has the checkpoints, so the losses only keep matching if every rank loads the state it chose.
+    monkeypatch.setenv("SENSORLM_TUI_FAULTS", "nan@5")
+    common = (*TOY, "--set", "train.log_every=1", "--set", "train.schedule='constant'", "--set", "train.nan_patience=1")
     one = run_cli(*common, "--max-steps", "12", "--run-dir", str(tmp_path / "one"), module="engine")
     assert one.returncode == 0, one.stderr[-2000:]
     two = run_cli(*common, "--max-steps", "6", "--run-dir", str(tmp_path / "two"), "--nproc-per-node", "2",
@@ -33,6 +37,8 @@ def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path):
     assert two.returncode == 0, (two.stdout[-2000:], two.stderr[-2000:])
     a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert sorted(b) == list(range(1, 7))
+    rolled = [e for e in read_events(tmp_path / "two") if e.get("type") == "setting" and e["name"] == "lr"]
+    assert len(rolled) == 1 and "rolled back to step 3" in rolled[0]["reason"], rolled
     # Not bit-identical: DDP adds the two ranks' gradients, one process sums all 8 samples in one reduction
     # (float summation order); measured differences are ~1e-7 relative.
     for step in b:

@@ -13,6 +13,7 @@ from tests.conftest import run_cli
     (["--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"],
      "--node-rank=2: must be < --nnodes (2)"),
     (["--nproc-per-node", "2", "--rdzv-endpoint", "nohostport"], "expected HOST:PORT"),
+    (["--nproc-per-node", "2", "--strategy", "zero3"], "--strategy: invalid choice: 'zero3'"),
 ])
 def test_bad_distributed_flags_are_one_line_and_exit_2(tmp_path, flags, says):
     result = run_cli("train", "--task", "toy", "--run-dir", str(tmp_path / "run"), *flags, cwd=tmp_path)
