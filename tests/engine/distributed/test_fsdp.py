@@ -110,7 +110,9 @@ def _check_full_weights(sharded: Path, plain_dir: Path, tmp_path: Path) -> None:
     model = build()
     dcp.load_full(sharded, model)
     for name, value in model.state_dict().items():
-        assert torch.allclose(value, plain.tensors[f"model.{name}"], rtol=1e-4, atol=1e-6), name
+        # AdamW turns the ~1e-7 gradient differences of near-zero entries into up to ~1e-5 absolute after 20
+        # steps (measured 1.0e-5 on weights of mean size 0.04); a misplaced or missing shard is off by ~0.04.
+        assert torch.allclose(value, plain.tensors[f"model.{name}"], rtol=1e-3, atol=5e-5), name
 
     # DCP's .metadata is a pickle: one that would run code is refused, never executed.
     class Evil:
