@@ -57,8 +57,14 @@ class RunClient(Session):
     # ------------------------------------------------------------------ reading
     def history(self) -> History:
         """Every event so far, in order (a list-like History; see engine.history)."""
+        return self.history_tail(None)
+
+    def history_tail(self, steps: int | None) -> History:
+        """``history()``, but a long log without an index decodes only its newest ``steps`` step events (and
+        every other event): ``History.steps_left_out`` counts the rest, ``engine.history.read_rest`` reads
+        them. ``poll`` continues after what this read either way."""
         with self._lock:
-            history = read_history(self._run_dir.events)
+            history = read_history(self._run_dir.events, tail_steps=steps)
             self._close_handle()
             self._offset = history.offset
             self._pending = b""

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import numpy as np
 
@@ -77,6 +79,10 @@ def warm_up(a: float) -> int:
     return 0 if a <= 0.0 else math.ceil(math.log(FORGET) / math.log(a))
 
 
+#: Step events a first open decodes of a long log without an index: the preview's rows and its EMAs' warm-up.
+TAIL_STEPS = PREVIEW_ROWS + warm_up(max(LEVELS))
+
+
 def scalar_ring(capacity: int, step: np.ndarray, values: np.ndarray) -> Ring:
     """A (step, value) ring of a scalar holding the newest rows that fit."""
     ring = Ring(min(capacity, SCALAR_CAPACITY), 2)
@@ -91,8 +97,11 @@ class HistoryFold:
     ``shown`` is set by the UI once the preview is on screen; ``finish`` (any thread) then builds every row.
     """
 
-    def __init__(self, history, capacity: int) -> None:
+    def __init__(self, history, capacity: int, complete: Callable[[], object] | None = None) -> None:
         self.capacity = capacity
+        # A tail read (History.steps_left_out): ``complete()`` reads the whole history for ``finish``.
+        self._complete = complete
+        self._left_out = int(getattr(history, "steps_left_out", 0))
         step = history.column("step", "step")
         names = list(STEP_FIELDS) + [c for c in history.step_columns() if c.startswith("components.")]
         columns = {"step": step, "loss": history.column("step", "loss"), "t": history.column("step", "t")}
@@ -110,8 +119,9 @@ class HistoryFold:
 
     @property
     def deferred(self) -> bool:
-        """True when the preview leaves rows out (more than ``PREVIEW_ROWS``): ``finish`` has work to do."""
-        return self.rows > PREVIEW_ROWS
+        """True when the preview leaves rows out (more than ``PREVIEW_ROWS``, or a tail read): ``finish`` has
+        work to do."""
+        return self.rows > PREVIEW_ROWS or self._left_out > 0
 
     def column(self, name: str) -> np.ndarray:
         """Every kept row of a column: "step", "loss", "t", a StepLogged field or ``components.<name>``."""
@@ -120,12 +130,16 @@ class HistoryFold:
 
     def preview(self, names: list[str]) -> StepRings:
         """The newest ``PREVIEW_ROWS`` rows (every row when that is all), EMAs exact to float rounding."""
-        if not self.deferred:
-            return self._fold(names, 0)
-        return self._fold(names, self.rows - PREVIEW_ROWS)
+        return self._fold(names, max(0, self.rows - PREVIEW_ROWS))
 
     def finish(self, names: list[str] | None = None) -> StepRings:
-        """Every row (``names``: the scalars to keep, default every column); kept as ``result`` too."""
+        """Every row (``names``: the scalars to keep, default every column); kept as ``result`` too.
+
+        For a tail read the whole history is read first (``complete``): the slow part of a first open.
+        """
+        if self._complete is not None:
+            self.result = HistoryFold(self._complete(), self.capacity).finish(names)
+            return self.result
         if names is None:
             names = [n for n in self._columns if n not in ("step", "loss", "t")]
         self.result = self._fold(names, 0)
@@ -136,9 +150,10 @@ class HistoryFold:
         rows = np.empty((self.rows - start, 2 + len(LEVELS) - 1))
         rows[:, STEP], rows[:, LOSS] = step[start:], loss[start:]
         states = []
-        finite = np.isfinite(loss) if start else None
+        finite = np.isfinite(loss) if start or self._left_out else None
         for column, level in enumerate(LEVELS[1:], start=2):
             begin, state = self._warm_start(finite, start, level)
+            state.count += self._left_out  # steps a tail read left out (debiasing only: a**count is 0 by then)
             rows[:, column] = ema_extend(loss[begin:], level, state)[start - begin:]
             states.append(state)
         steps = Ring(self.capacity, rows.shape[1])
@@ -164,9 +179,14 @@ class HistoryFold:
 
 
 def deferred_fold(history, capacity: int) -> HistoryFold | None:
-    """The fold of a History too long to fold before the first frame (None otherwise: a list, a short run)."""
+    """The fold of a History too long to fold before the first frame (None otherwise: a list, a short run);
+    for a tail read (``History.steps_left_out``) its ``finish`` reads the whole history first."""
     if not (hasattr(history, "column") and hasattr(history, "step_columns")):
         return None
+    if getattr(history, "steps_left_out", 0):
+        from engine.history import read_rest
+
+        return HistoryFold(history, capacity, complete=partial(read_rest, history))
     if len(history.column("step", "step")) <= PREVIEW_ROWS:
         return None
     fold = HistoryFold(history, capacity)

@@ -209,7 +209,9 @@ class RunModel:
         if rings is None or self._preview_key != (id(self.steps), self.steps.total, self.steps.generation):
             return False
         self.steps, self._ema = rings.steps, rings.ema
-        self.scalars = {name: rings.scalars.get(name, ring) for name, ring in self.scalars.items()}
+        # In the model's order; a component only the left-out steps of a tail read carried comes last.
+        self.scalars = {**{name: rings.scalars.get(name, ring) for name, ring in self.scalars.items()},
+                        **{name: ring for name, ring in rings.scalars.items() if name not in self.scalars}}
         self.versions["charts"] += 1
         return True
 

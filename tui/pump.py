@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 from engine.session import Session
+from tui.history_fold import TAIL_STEPS
 from tui.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
 
 #: How long events are gathered before one batch is posted (seconds).
@@ -88,7 +89,10 @@ class SessionPump:
             self.post(SessionReady(self.force_read_only or bool(getattr(session, "read_only", False)),
                                    is_detachable(session), _run_dir_text(session)))
             try:
-                history = session.history()
+                # With a fold to finish here, a long log without an index is read as a tail first (every other
+                # event, the newest steps): the whole decode then happens after the first frame, in _finish.
+                tail = getattr(session, "history_tail", None) if self.fold is not None else None
+                history = tail(TAIL_STEPS) if tail is not None else session.history()
             except Exception as exc:  # noqa: BLE001
                 self.post(SessionFailed(f"cannot read the run's history: {_one_line(exc)}", fatal=False))
                 history = []
@@ -97,6 +101,8 @@ class SessionPump:
                 # under a second instead of building a million event objects). A long one is folded in two:
                 # the UI folds the newest steps for the first frame, this thread every step after it.
                 fold = self._fold_of(history)
+                if fold is None and getattr(history, "steps_left_out", 0):
+                    history = session.history()  # a tail read nobody will complete: read every step now
                 self.post(EventBatch(history if hasattr(history, "others") else list(history), history=True,
                                      fold=fold))
                 if fold is not None and not self._finish(fold, cancelled):

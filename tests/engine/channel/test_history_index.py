@@ -112,3 +112,30 @@ def test_many_lines_decode_as_each_line_would() -> None:
         same([*good, line, good[0]])
     nan = history.parse_lines([odd[0]])[0]
     assert nan is not None and nan.val_loss != nan.val_loss
+
+
+def test_a_tail_read_decodes_every_other_event_and_the_newest_steps(tmp_path: Path) -> None:
+    """The first open of a long log without an index: the newest steps and every other event now, the rest later."""
+    from bench.open_run import write_run
+
+    path = write_run(tmp_path / "r", 16_000)
+    assert path.stat().st_size >= history_index.MIN_INDEX_BYTES
+    with open(path, "a") as out:
+        out.write('{"type":"step","t":1.0,"st')  # a torn last line is left for the follower either way
+    full = history.read_history(path, index=False)
+    tail = history.read_history(path, tail_steps=5000)
+    assert tail.steps_left_out == 11_000 and tail.count_type("step") == 5000 and tail.offset == full.offset
+    for name in ("step", "loss", "t", "components.mse"):
+        np.testing.assert_array_equal(tail.column("step", name), full.column("step", name)[-5000:])
+    assert [ev.to_json(e) for e in tail.others("step")] == [ev.to_json(e) for e in full.others("step")]
+    assert not history_index.path_for(path).exists(), "a tail read writes no index"
+    rest = history.read_rest(tail)
+    assert rest.steps_left_out == 0 and rest.offset == tail.offset
+    np.testing.assert_array_equal(rest.column("step", "loss"), full.column("step", "loss"))
+    for thread in threading.enumerate():
+        if thread.name == "events-index":
+            thread.join(30)
+    assert history.read_history(path).from_index == tail.offset, "read_rest left the index for the next viewer"
+    assert history.read_history(path, tail_steps=5000).steps_left_out == 0, "with an index there is no tail read"
+    short = history.read_history(path, tail_steps=20_000, index=False)
+    assert short.steps_left_out == 0 and short.count_type("step") == 16_000

@@ -135,3 +135,25 @@ def test_a_model_shown_from_the_preview_then_completed_equals_the_full_fold(tmp_
         model.ingest([ev.StepLogged(step=12_001, loss=0.1)])
     assert shown.steps.column(0)[-2:].tolist() == [12_000, 12_001]
     assert np.array_equal(shown.steps.view(), full.steps.view(), equal_nan=True)
+
+
+def test_a_tail_read_s_preview_is_the_full_fold_s_tail(tmp_path: Path) -> None:
+    """The first open of a long log decodes only its newest steps: their preview still equals the full fold."""
+    import numpy as np
+
+    from tui.history_fold import PREVIEW_ROWS, TAIL_STEPS, deferred_fold
+    from tui.model import RunModel
+
+    path = _long_run(tmp_path / "r" / "events.jsonl", 16_000)
+    tail = read_history(path, tail_steps=TAIL_STEPS)
+    assert tail.steps_left_out > 0
+    full, shown = RunModel(), RunModel()
+    full.ingest(read_history(path, index=False))
+    fold = deferred_fold(tail, shown.capacity)
+    assert shown.ingest_history(tail, fold) is fold and len(shown.steps) == PREVIEW_ROWS
+    assert np.array_equal(shown.steps.view()[:, :2], full.steps.view()[-PREVIEW_ROWS:, :2], equal_nan=True)
+    assert np.allclose(shown.steps.view(), full.steps.view()[-PREVIEW_ROWS:], rtol=1e-12, atol=0, equal_nan=True)
+    assert shown.evals == full.evals and shown.step == full.step
+    fold.finish()
+    assert shown.adopt(fold) and list(shown.scalars) == list(full.scalars)
+    assert np.array_equal(shown.steps.view(), full.steps.view(), equal_nan=True)
