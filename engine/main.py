@@ -254,11 +254,15 @@ def _run_prepared(prepared: Prepared, console: bool = True, install_signals: boo
 
     config, run_dir = prepared.config, prepared.run_dir
     phases.append(ev.PhaseStarted(phase="predicting memory"))
+    many = parallel is not None and parallel.world > 1
     try:  # the guard's trace builds the task first, so a task's bad input (a damaged data file) can surface here
-        config, guard_note = _guard(config)  # engine.budget: refuse a run predicted not to fit, or cap its batch
-    except TaskError as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
-    if parallel is not None and parallel.world > 1:
+        # engine.budget: refuse a run predicted not to fit (per rank under torchrun), or cap its batch
+        config, guard_note = _guard(config, parallel)
+    except (TaskError, UsageError) as exc:
+        if many:  # the other ranks wait for the config: tell them there is none, so they exit quietly
+            parallel.broadcast({"refused": True})
+        raise UsageError(str(exc) if isinstance(exc, UsageError) else str(exc).splitlines()[0]) from None
+    if many:
         parallel.broadcast(config.model_dump(mode="json"))  # the others train what the guard let through
     if prepared.resume is not None:
         _run_resumed_with(prepared.resume, config)
@@ -373,18 +377,21 @@ def _log_crash(run_dir: RunDir, text: str) -> None:
         pass  # the traceback is on stderr already; a full disk must not hide the crash's own report
 
 
-def _guard(config: cfg.RunConfig) -> tuple[cfg.RunConfig, str]:
+def _guard(config: cfg.RunConfig, parallel=None) -> tuple[cfg.RunConfig, str]:
     """The memory guard (engine.budget.guard): UsageError listing the options when the run is predicted not
-    to fit; with --vram-gb the batch is capped instead, and the note says so. Returns (config, note)."""
+    to fit; with --vram-gb the batch is capped instead, and the note says so. Returns (config, note).
+    Under torchrun (``parallel``) the prediction is one rank's (engine.budget.layout)."""
     from engine import device as dev
     from engine.budget.guard import check_start
+    from engine.budget.layout import SINGLE, Layout
     from engine.budget.measure import device_info
 
     try:
         device = dev.resolve(config.train.device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    result = check_start(config, device_info(device))
+    layout = SINGLE if parallel is None else Layout(parallel.world, getattr(parallel, "strategy", "ddp"))
+    result = check_start(config, device_info(device), layout)
     if not result.ok:
         raise UsageError(result.text())
     return result.config, (result.message if result.capped_from is not None else "")

@@ -41,6 +41,14 @@ documented autocast op lists and are not yet checked on a GPU here; the
 Gradient accumulation: a micro-batch after the first runs with every
 gradient allocated; the estimate is the larger of the first micro-batch
 (largest, no gradients yet) and a later one.
+
+Per rank (``layout``, engine.budget.layout): the ledger is built for the
+rank's share of the batch. DDP adds its gradient buckets (one fp32 copy of
+the trainable parameters). FSDP2 divides weights, AdamW state and the
+optimizer transient by the shard count (each tensor's shard rounded up; FSDP2
+pads a shard to whole rows, a difference below one row per tensor) and hands
+the ledger a ``Sharding`` for the rest: the root's parameters, gathered
+blocks and when gradients are sharded (engine.budget.ledger).
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from typing import Any, Callable
 from engine.budget import ledger
 from engine.budget import settings as knobs
 from engine.budget.estimate import Estimate
+from engine.budget.layout import SINGLE, Layout
 from engine.config import RunConfig
 
 F32 = 4
@@ -94,19 +103,21 @@ def _device_of(config: RunConfig, device: str | None) -> str:
 
 
 def estimate(config: RunConfig, batch_size: int | None = None, precision: str | None = None,
-             device: str | None = None, grad_accum: int | None = None, **task_settings: Any) -> Estimate:
+             device: str | None = None, grad_accum: int | None = None, layout: Layout | None = None,
+             **task_settings: Any) -> Estimate:
     """Upper bound on the peak bytes of a training step of ``config`` with the given settings overridden.
 
-    ``task_settings`` are the task's declared settings by name (e.g. a backend or a chunk size).
+    ``task_settings`` are the task's declared settings by name (e.g. a backend or a chunk size);
+    ``layout``: the peak of one rank of that job (``batch_size`` stays the job's).
     """
-    best, settings = detail(config, batch_size, precision, device, grad_accum, **task_settings)
+    best, settings = detail(config, batch_size, precision, device, grad_accum, layout=layout, **task_settings)
     return Estimate(total=best.total, breakdown=dict(best.parts), upper_bound=True, source="analytic",
                     settings=settings)
 
 
 def detail(config: RunConfig, batch_size: int | None = None, precision: str | None = None,
-           device: str | None = None, grad_accum: int | None = None, **task_settings: Any
-           ) -> tuple[ledger.Peak, dict]:
+           device: str | None = None, grad_accum: int | None = None, layout: Layout | None = None,
+           **task_settings: Any) -> tuple[ledger.Peak, dict]:
     """The ledger's peak (with every candidate moment) and the resolved settings; see ``estimate``."""
     model = model_of(config)
     if model is None:
@@ -120,7 +131,8 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
     if B < 1:
         raise ValueError(f"batch_size={B}: must be >= 1")
 
-    first, later = micro_batches(B, accum)
+    layout = layout or SINGLE
+    first, later = micro_batches(layout.rank_batch(B), accum)
     best: ledger.Peak | None = None
     for micro, pre in ((first, False), (later, True)):
         if micro is None:
@@ -128,9 +140,14 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
         tl = model(config, micro, prec, dev)
         tensors = tl.param_tensors
         trained = tensors if tl.trainable_tensors is None else tl.trainable_tensors
-        params, trainable = F32 * sum(tensors), F32 * sum(trained)
+        W = layout.world if layout.sharded else 1
+        # FSDP2: each tensor's shard (rounded up); the per-tensor `step` scalars are not sharded
+        params = F32 * sum(-(-n // W) for n in tensors)
+        trainable = F32 * sum(-(-n // W) for n in trained)
         static = {"weights": params, "optimizer": 2 * trainable + F32 * len(trained), "input": tl.input_bytes,
                   "scalars": SCALARS * (CUDA_BLOCK if dev == "cuda" else F32)}
+        if layout.strategy == "ddp":
+            static["DDP gradient buckets"] = trainable
         if tl.cast_elements:
             static["autocast weight copies"] = (2 if prec != "fp32" else F32) * tl.cast_elements
         if dev == "cuda":
@@ -138,13 +155,18 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
             static["cuBLAS/cuDNN workspaces"] = CUDA_WORKSPACE
             opt_extra = trainable  # foreach: sqrt of a whole group's exp_avg_sq at once
         else:
-            opt_extra = 2 * F32 * max(trained or [0])
-        result = ledger.peak(tl.stages, static, tl.pending, opt_extra, pre_grads=pre)
+            opt_extra = 2 * F32 * -(-max(trained or [0]) // W)
+        sharding = None
+        if layout.sharded:
+            inside = tl.unit_elements if tl.unit_elements is not None else \
+                sum(sum(st.units) for st in tl.stages)
+            sharding = ledger.Sharding(W, root=F32 * (sum(tensors) - inside), sync=pre or later is None)
+        result = ledger.peak(tl.stages, static, tl.pending, opt_extra, pre_grads=pre, sharding=sharding)
         if best is None or result.total > best.total:
             best = result
     assert best is not None
     settings = {"batch_size": B, "grad_accum": accum, "micro_batch": first, "precision": prec,
-                **knobs.task_values(config), "device": dev, "phase": best.phase}
+                **knobs.task_values(config), "device": dev, "phase": best.phase, **layout.settings()}
     return best, settings
 
 

@@ -18,6 +18,11 @@ its numbers: the largest batch that fits, gradient accumulation keeping the
 effective batch, a combination of the task's settings that fits, a
 smaller preset, the ``--vram-gb`` the run would need, ``--no-vram-check``.
 Torch-free (the caller measures the device).
+
+A multi-process job (``layout``) is checked per rank: every prediction is one
+rank's peak (engine.budget.layout) against the budget of that rank's device,
+and a refusal names the ranks, the bytes each needs and the budget. Every rank
+predicts the same, so a job that does not fit on one rank fits on none.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from engine.budget import plan as planner
 from engine.budget.estimate import Estimate
 from engine.budget.fmt import GIB, human
+from engine.budget.layout import SINGLE, Layout
 from engine.budget.measure import DeviceInfo
 from engine.budget.settings import with_settings
 from engine.config import RunConfig, load
@@ -69,22 +75,31 @@ def _gib(n: int) -> str:
     return human(n)
 
 
-def check_start(config: RunConfig, device: DeviceInfo | None) -> GuardResult:
-    """Decide whether ``config`` may start on ``device`` (module docstring)."""
+def _who(layout: Layout) -> str:
+    """'' for one process, else 'on each of ranks 0-1 (2 ranks, fsdp2) ' for the messages."""
+    if layout.single:
+        return ""
+    ranks = "rank 0" if layout.world == 1 else f"ranks 0-{layout.world - 1}"
+    return f"on each of {ranks} ({layout.describe()}) "
+
+
+def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = SINGLE) -> GuardResult:
+    """Decide whether ``config`` may start on ``device`` (module docstring); ``layout``: per rank of that job."""
     target = device.type if device is not None else ("cpu" if config.train.device == "cpu" else "cuda")
-    predict = planner.predictor_for(config, target)
+    predict = planner.predictor_for(config, target, layout)
+    who = _who(layout)
     estimate = predict()
     budget = planner.resolve_budget(config, device)
     peak = estimate.total
     if budget is None:
         return GuardResult(True, config, f"CPU: no device budget to enforce (pass --vram-gb to set one); "
-                           f"predicted peak {human(peak)}", estimate)
+                           f"predicted peak {who}{human(peak)}", estimate)
     if not config.budget.check:
         verdict = "fits" if peak <= budget.bytes else "does NOT fit"
-        return GuardResult(True, config, f"memory check off (--no-vram-check): predicted peak {_gib(peak)} "
+        return GuardResult(True, config, f"memory check off (--no-vram-check): predicted peak {who}{_gib(peak)} "
                            f"{verdict} the budget {budget.describe()}", estimate, budget)
     if peak <= budget.bytes:
-        return GuardResult(True, config, f"predicted peak {_gib(peak)} fits the budget {budget.describe()}",
+        return GuardResult(True, config, f"predicted peak {who}{_gib(peak)} fits the budget {budget.describe()}",
                            estimate, budget)
     B, accum = config.train.batch_size, config.train.grad_accum
     largest = planner.largest_batch(predict, budget.bytes, grad_accum=accum)
@@ -96,16 +111,23 @@ def check_start(config: RunConfig, device: DeviceInfo | None) -> GuardResult:
                    f"fit {budget.describe()} (predicted {_gib(new.total)}; batch {B} needs {_gib(peak)}); "
                    f"to keep the effective batch {B} instead use --batch-size {B} --grad-accum {k}")
         return GuardResult(True, capped, message, new, budget, capped_from=B)
-    options = refusal_options(config, predict, budget, peak, largest)
-    message = (f"predicted peak {_gib(peak)} for batch_size {B} does not fit the budget {budget.describe()}; "
-               f"options:")
+    options = refusal_options(config, predict, budget, peak, largest, layout)
+    message = (f"predicted peak {who}{_gib(peak)} for batch_size {B} does not fit the budget "
+               f"{budget.describe()}; options:")
     return GuardResult(False, config, message, estimate, budget, options=options)
 
 
-def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: int, largest: int) -> list[str]:
+def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: int, largest: int,
+                    layout: Layout = SINGLE) -> list[str]:
     """The ways out of a refusal, each with its numbers (module docstring)."""
     B, accum = config.train.batch_size, config.train.grad_accum
     out = []
+    if layout.strategy == "ddp" and "fsdp2" in train_strategies():  # sharding the model may be all it takes
+        sharded = Layout(layout.world, "fsdp2")
+        fsdp = planner.predictor_for(config, "cpu" if config.train.device == "cpu" else "cuda", sharded)()
+        if fsdp.total <= budget.bytes:
+            out.append(f"--strategy fsdp2: parameters, gradients and optimizer state sharded over "
+                       f"{layout.world} ranks (predicted {_gib(fsdp.total)} per rank)")
     if largest >= 1:
         fit = predict(batch_size=largest, grad_accum=accum).total
         out.append(f"--batch-size {largest}: the largest batch that fits (predicted {_gib(fit)})")
@@ -122,7 +144,7 @@ def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: in
         if fitting:
             best = min(fitting, key=lambda o: o.rank)
             out.append(f"{best.flags()}: batch {B} fits (predicted {_gib(best.predicted)})")
-    preset = _smaller_preset(config, budget)
+    preset = _smaller_preset(config, budget, layout)
     if preset is not None:
         name, total = preset
         out.append(f"--preset {name}: a smaller model, batch {B} fits (predicted {_gib(total)})")
@@ -133,7 +155,19 @@ def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: in
     return out
 
 
-def _smaller_preset(config: RunConfig, budget: planner.Budget) -> tuple[str, int] | None:
+def train_strategies() -> tuple[str, ...]:
+    """The ``--strategy`` values ``train`` accepts (engine.distributed.launch), so no option names one it lacks."""
+    import argparse
+
+    from engine.distributed.launch import add_distributed_arguments
+
+    parser = argparse.ArgumentParser()
+    add_distributed_arguments(parser)
+    action = next((a for a in parser._actions if a.dest == "strategy"), None)
+    return tuple(action.choices or ()) if action is not None else ()
+
+
+def _smaller_preset(config: RunConfig, budget: planner.Budget, layout: Layout = SINGLE) -> tuple[str, int] | None:
     """The largest preset of this task, smaller than the configured one, in which the batch fits."""
     from engine.budget import analytic
 
@@ -151,7 +185,7 @@ def _smaller_preset(config: RunConfig, budget: planner.Budget) -> tuple[str, int
                                               "precision": config.train.precision}})
         except Exception:
             continue
-        total = analytic.estimate(other, device=device).total
+        total = analytic.estimate(other, device=device, layout=layout).total
         if total <= budget.bytes:
             return name, total
     return None

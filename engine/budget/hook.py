@@ -88,6 +88,15 @@ class BudgetHook:
             cfg = with_settings(cfg, batch_size=batch, grad_accum=min(accum, batch))
         return cfg
 
+    def _layout(self):
+        """One rank of the trainer's job (engine.budget.layout); one plain process outside torchrun."""
+        from engine.budget.layout import SINGLE, Layout
+
+        parallel = getattr(self.trainer, "parallel", None)
+        if parallel is None or getattr(parallel, "strategy", "single") == "single":
+            return SINGLE
+        return Layout(parallel.world, parallel.strategy)
+
     def _target(self) -> str:
         return "cuda" if getattr(self.device, "type", str(self.device)) == "cuda" else "cpu"
 
@@ -100,7 +109,7 @@ class BudgetHook:
         if cache and cache[1] == key:
             self._predicted_cache = (config, key, cache[2])
             return cache[2]
-        total = planner.predictor_for(config, self._target())().total
+        total = planner.predictor_for(config, self._target(), self._layout())().total
         self._predicted_cache = (config, key, total)
         return total
 
@@ -131,7 +140,7 @@ class BudgetHook:
             return BudgetSummary(device=self.info.type, device_name=self.info.name,
                                  note=f"no memory model for task {config.task.name!r} and no budget: nothing "
                                       "predicted (sensorlm-tui plan --trace traces it)")
-        predict = planner.predictor_for(config, self._target())
+        predict = planner.predictor_for(config, self._target(), self._layout())
         try:
             estimate = predict()
         except Exception as exc:  # a task whose trace fails must not stop the run; say why instead

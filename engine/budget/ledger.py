@@ -26,6 +26,21 @@ before the in-place accumulate.
 This is an upper bound by construction when every term is (each stage's
 bounds are derived in the module that builds it), and it is tight when the
 terms are the live sets autograd really has.
+
+One rank of an FSDP2 job (``Sharding``; the wrapping of
+engine.distributed.fsdp, Task.shard_units) sees the same stages with four changes. The
+static terms arrive already divided by the shard count (the caller's job).
+The root's parameters are whole from its first forward until its backward
+ends (the root does not reshard after forward). A stage's FSDP units
+(``Stage.units``: a transformer's blocks) are all-gathered one at a time: at
+the gather the flat all-gather output and the unsharded copy both exist, and
+in backward the next unit (in backward order) is prefetched while the current
+one runs. And when the micro-batch syncs, a unit's gradients live unsharded
+only until its reduce-scatter (input copy beside them, then this rank's
+shard), so done gradients count ``1/world``; the root's stay whole until the
+end of the backward. A micro-batch that does not sync (gradient accumulation,
+``set_requires_gradient_sync(False)``) keeps every gradient unsharded, as
+without sharding. The optimizer step sees only shards.
 """
 
 from __future__ import annotations
@@ -48,6 +63,11 @@ class Stage:
     bwd_extra: int = 0
     #: Bytes of the gradient of this stage's output, alive while its backward runs.
     grad_in: int = 0
+    #: Parameter elements of each FSDP unit (Task.shard_units: a block) this stage runs; () when
+    #: its parameters belong to the root. Only a sharded (FSDP2) estimate reads it.
+    units: tuple[int, ...] = ()
+    #: Bytes of ``grads`` that belong to those units (the rest are the root's).
+    unit_grads: int = 0
 
 
 @dataclass
@@ -70,9 +90,25 @@ class Peak:
     candidates: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """One rank of an FSDP2 job over ``world`` ranks (module docstring)."""
+
+    world: int
+    #: Bytes of the root's parameters, whole from its first forward until its backward ends.
+    root: int
+    #: Whether this micro-batch reduce-scatters its gradients (False: accumulation keeps them unsharded).
+    sync: bool = True
+
+
+F32 = 4
+
+
 def peak(stages: list[Stage], static: dict[str, int], pending: list[Pending], optimizer_extra: int,
-         pre_grads: bool = False) -> Peak:
+         pre_grads: bool = False, sharding: Sharding | None = None) -> Peak:
     """Largest live set over the forward, the backward and the optimizer step (module docstring)."""
+    if sharding is not None:
+        return _sharded_peak(stages, static, pending, optimizer_extra, pre_grads, sharding)
     base = sum(static.values())
     all_grads = sum(s.grads for s in stages)
     pre = all_grads if pre_grads else 0
@@ -112,6 +148,80 @@ def peak(stages: list[Stage], static: dict[str, int], pending: list[Pending], op
     return best
 
 
+def _unit(stage: Stage) -> int:
+    """Bytes of the largest FSDP unit a stage gathers (fp32 parameters)."""
+    return F32 * max(stage.units, default=0)
+
+
+def _sharded_peak(stages: list[Stage], static: dict[str, int], pending: list[Pending], optimizer_extra: int,
+                  pre_grads: bool, sh: Sharding) -> Peak:
+    """``peak`` for one rank of an FSDP2 job (module docstring: the four changes)."""
+    W, root = sh.world, sh.root
+    base = sum(static.values())
+    all_grads = sum(s.grads for s in stages)
+    keep_whole = pre_grads or not sh.sync  # accumulation: gradients unsharded until the final micro-batch
+    pre = all_grads if pre_grads else 0
+    best = Peak(-1, "")
+    candidates: dict[str, int] = {}
+
+    def consider(phase: str, parts: dict[str, int]) -> None:
+        nonlocal best
+        total = base + sum(parts.values())
+        candidates[phase] = max(total, candidates.get(phase, 0))
+        if total > best.total:
+            best = Peak(total, phase, {**static, **{k: v for k, v in parts.items() if v}})
+
+    # the root's own gather, before anything runs: flat all-gather output beside the unsharded copy
+    consider("forward: root (all-gather)", {"grads": pre, "root parameters (gathered)": 2 * root})
+    saved_by_group: dict[str, int] = {}
+    for stage in stages:
+        unit = _unit(stage)
+        if unit:  # the gather: flat all-gather output and the unsharded parameters it is copied into
+            consider(f"forward: {stage.name} (all-gather)",
+                     {**saved_by_group, "grads": pre, "root parameters (gathered)": root,
+                      "unit parameters (gathered)": 2 * unit})
+        for key, value in stage.saved.items():
+            saved_by_group[key] = saved_by_group.get(key, 0) + value
+        consider(f"forward: {stage.name}", {**saved_by_group, "grads": pre, "root parameters (gathered)": root,
+                                            "unit parameters (gathered)": unit,
+                                            "forward transient": stage.fwd_extra})
+
+    order = {s.name: i for i, s in enumerate(reversed(stages))}
+    backward = list(reversed(stages))
+    alive = dict(saved_by_group)
+    done_root = done_units = 0
+    for i, stage in enumerate(backward):
+        after = backward[i + 1] if i + 1 < len(backward) else None
+        gathered = _unit(stage) + (_unit(after) if after is not None else 0)  # current + prefetched
+        root_grads = stage.grads - stage.unit_grads
+        if keep_whole:
+            grads = (all_grads + stage.grads) if pre_grads else (done_root + done_units + stage.grads)
+        else:
+            grads = done_root + done_units // W + root_grads + stage.unit_grads
+        held = sum(p.bytes for p in pending if order[p.producer] < i <= order[p.consumer])
+        consider(f"backward: {stage.name}",
+                 {**alive, "grads": grads, "pending gradients": held + stage.grad_in,
+                  "backward transient": stage.bwd_extra, "root parameters (gathered)": root,
+                  "unit parameters (gathered)": gathered})
+        for key, value in stage.saved.items():
+            alive[key] -= value
+        if stage.unit_grads and not keep_whole:
+            # the reduce-scatter: the unit's gradients, their flat copy, and this rank's shard of them
+            per_unit = stage.unit_grads // max(1, len(stage.units))
+            consider(f"backward: {stage.name} (reduce-scatter)",
+                     {**alive, "grads": done_root + done_units // W + root_grads + stage.unit_grads
+                      + per_unit + per_unit // W,
+                      "root parameters (gathered)": root, "unit parameters (gathered)": gathered})
+        done_root += root_grads
+        done_units += stage.unit_grads
+    if done_root and not keep_whole:  # the backward's end: the root resharded, its gradients reduce-scattered
+        consider("backward: root (reduce-scatter)",
+                 {"grads": done_units // W + 2 * done_root + done_root // W})
+    consider("optimizer step", {"grads": -(-all_grads // W), "optimizer transient": optimizer_extra})
+    best.candidates = candidates
+    return best
+
+
 
 @dataclass(frozen=True)
 class TaskLedger:
@@ -136,3 +246,6 @@ class TaskLedger:
     #: Element counts of the parameter tensors that train (gradients, AdamW state); None: all of them.
     #: A LoRA model trains a few percent of its tensors, and only those get optimizer state.
     trainable_tensors: list[int] | None = None
+    #: Parameter elements inside FSDP units, each unit once (None: the sum of the stages' ``units``; a task
+    #: whose blocks run in two stages, like SensorLM's two encoder passes, says it here). The rest is the root.
+    unit_elements: int | None = None

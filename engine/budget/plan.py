@@ -21,6 +21,11 @@ setting whose ``requires`` is unmet (a chunk size when the backend does not
 chunk) stays at its configured value and is not varied. The configured value
 of every varied setting is tried too. A task without such settings gets one
 option: its configuration as it is.
+
+A multi-process job (``layout``: ``--nproc-per-node``, ``--strategy``) is
+planned per rank (engine.budget.layout): every prediction is one rank's peak,
+the batch searched is still the job's (each rank reads its share), and the
+budget is one device's.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any, Callable
 from engine.budget import analytic
 from engine.budget.estimate import Estimate
 from engine.budget.fmt import GIB, human
+from engine.budget.layout import SINGLE, Layout
 from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
 from engine.budget.settings import declared, value_of
 from engine.config import RunConfig
@@ -83,19 +89,23 @@ def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | Non
 Predictor = Callable[..., Estimate]
 
 
-def predictor_for(config: RunConfig, device: str) -> Predictor:
-    """predict(**settings) -> Estimate: the analytic model, or a traced line for tasks without one."""
+def predictor_for(config: RunConfig, device: str, layout: Layout = SINGLE) -> Predictor:
+    """predict(**settings) -> Estimate: the analytic model, or a traced line for tasks without one.
+
+    With a ``layout``, each prediction is one rank's peak for the job's batch (module docstring).
+    """
     if analytic.has_model(config):
-        return lambda **kw: analytic.estimate(config, device=device, **kw)
-    return TracedLine(config, device)
+        return lambda **kw: analytic.estimate(config, device=device, layout=layout, **kw)
+    return TracedLine(config, device, layout)
 
 
 class TracedLine:
-    """peak(batch) ≈ a + b·batch from traces at batch 1 and 4, per combination of settings."""
+    """peak(batch) ≈ a + b·batch from traces at (rank) batch 1 and 4, per combination of settings."""
 
-    def __init__(self, config: RunConfig, device: str) -> None:
+    def __init__(self, config: RunConfig, device: str, layout: Layout = SINGLE) -> None:
         self.config = config
         self.device = device
+        self.layout = layout
         self.lines: dict[tuple, tuple[Estimate, Estimate]] = {}
 
     def __call__(self, batch_size: int | None = None, **settings) -> Estimate:
@@ -103,13 +113,13 @@ class TracedLine:
 
         key = tuple(sorted((k, v) for k, v in settings.items() if v is not None))
         if key not in self.lines:
-            one = trace.trace(self.config, batch_size=1, device=self.device, **settings)
-            four = trace.trace(self.config, batch_size=4, device=self.device, **settings)
+            one = trace.trace(self.config, batch_size=1, device=self.device, layout=self.layout, **settings)
+            four = trace.trace(self.config, batch_size=4, device=self.device, layout=self.layout, **settings)
             self.lines[key] = (one, four)
         one, four = self.lines[key]
         B = batch_size or self.config.train.batch_size
         slope = (four.total - one.total) / 3
-        total = int(one.total + slope * (B - 1))
+        total = int(one.total + slope * (self.layout.rank_batch(B) - 1))
         return Estimate(total=total, breakdown={"traced line (batch 1 and 4)": total}, upper_bound=False,
                         source="trace", settings={**one.settings, "batch_size": B})
 
@@ -194,11 +204,15 @@ class Plan:
     recommended_batch: int | None = None
     recommended_grad_accum: int | None = None
     note: str = ""
+    #: Ranks of the job and how they share the model (world size, strategy); 1 process by default.
+    layout: Layout = SINGLE
 
     def to_dict(self) -> dict:
         """JSON-ready form (``sensorlm-tui plan --json``)."""
         out = asdict(self)
         out["estimate"] = self.estimate.to_dict()
+        # every rank predicts the same (engine.budget.layout); one row each, for readers that index by rank
+        out["ranks"] = [{"rank": r, "predicted": self.estimate.total} for r in range(self.layout.world)]
         return out
 
 
@@ -229,11 +243,14 @@ def _requires(knobs: list, name: str) -> tuple:
 
 
 def make_plan(config: RunConfig, budget: Budget | None, device: str = "cuda",
-              predict: Predictor | None = None) -> Plan:
-    """Estimate the configured run; with a budget, the largest batch per setting and a recommendation."""
-    predict = predict or predictor_for(config, device)
+              predict: Predictor | None = None, layout: Layout = SINGLE) -> Plan:
+    """Estimate the configured run; with a budget, the largest batch per setting and a recommendation.
+
+    With a ``layout``, every number is one rank's (module docstring).
+    """
+    predict = predict or predictor_for(config, device, layout)
     estimate = predict()
-    plan = Plan(estimate=estimate, budget=budget)
+    plan = Plan(estimate=estimate, budget=budget, layout=layout)
     if budget is None:
         plan.note = "no budget to plan against (CPU without --vram-gb): estimates only"
         return plan

@@ -6,6 +6,10 @@ recommendation in a subprocess, seconds). The budget is ``--vram-gb`` ×
 GPU 0 (no torch, no CUDA context), and with neither there is nothing to plan
 against: the estimate is printed and the output says so. Bad flags and
 config values are one line on stderr and exit status 2.
+
+``--nproc-per-node N`` / ``--strategy ddp|fsdp2`` plan one rank of an
+N-process job (engine.budget.layout): the batch stays the job's, every number
+is a rank's, and ``--trace`` traces one rank (FSDP2 on a fake process group).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from importlib import metadata
 from engine.budget import plan as planner
 from engine.budget.analytic import NoAnalyticModel
 from engine.budget.fmt import GIB, human
+from engine.budget.layout import SINGLE, STRATEGIES, Layout
 from engine.budget.measure import DeviceInfo, nvml_device_info
 from engine.exit_codes import ExitCode
 
@@ -38,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="set any config field, e.g. --set train.precision=bf16")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--trace", action="store_true", help="confirm the recommendation with one traced step")
+    parser.add_argument("--nproc-per-node", type=int, metavar="N",
+                        help="plan one rank of an N-process job (the batch stays the job's; default 1 process)")
+    parser.add_argument("--strategy", choices=list(STRATEGIES),
+                        help="how the ranks hold the model: ddp (whole, default with --nproc-per-node) or fsdp2 "
+                             "(parameters, gradients and optimizer state sharded)")
     from engine.cli_args import _add_setting_flags
 
     _add_setting_flags(parser)
@@ -55,13 +65,26 @@ def _load(args: argparse.Namespace):
     if args.safety is not None and not 0 < args.safety <= 1:
         raise cfg.ConfigError(f"--safety={args.safety:g}: must be in (0, 1]")
     overrides = overrides_from(argparse.Namespace(**{k: v for k, v in vars(args).items()
-                                                     if k not in ("device", "json", "trace", "safety")}))
+                                                     if k not in ("device", "json", "trace", "safety",
+                                                                  "nproc_per_node", "strategy")}))
     if args.safety is not None:
         overrides.setdefault("budget", {})["safety"] = args.safety
     try:
         return cfg.load(args.config, preset=args.preset, overrides=overrides, task=args.task)
     except cfg.ConfigError as exc:
         raise explain_flag_error(exc) from None
+
+
+def layout_of(args: argparse.Namespace, config=None) -> Layout:
+    """The job ``--nproc-per-node`` and ``--strategy`` describe (the config's ``train.strategy`` when only
+    the rank count is given); one plain process without either."""
+    world, strategy = getattr(args, "nproc_per_node", None), getattr(args, "strategy", None)
+    if world is None and strategy is None:
+        return SINGLE
+    if world is not None and world < 1:
+        raise ValueError(f"--nproc-per-node={world}: must be >= 1")
+    default = getattr(getattr(config, "train", None), "strategy", None) or "ddp"
+    return Layout(world or 1, strategy or default)
 
 
 def _device(args: argparse.Namespace, config) -> tuple[str, DeviceInfo | None]:
@@ -87,10 +110,13 @@ def main(args: argparse.Namespace) -> int:
     from engine.config import ConfigError
 
     try:
+        if getattr(args, "nproc_per_node", None) is not None and args.nproc_per_node < 1:
+            raise ValueError(f"--nproc-per-node={args.nproc_per_node}: must be >= 1")  # before the config
         config = _load(args)
+        layout = layout_of(args, config)
         target, info = _device(args, config)
         budget = planner.resolve_budget(config, info if info is not None else None)
-        plan = planner.make_plan(config, budget, device=target)
+        plan = planner.make_plan(config, budget, device=target, layout=layout)
     except (ConfigError, NoAnalyticModel, ValueError) as exc:
         sys.stderr.write(f"sensorlm-tui: error: {str(exc).splitlines()[0]}\n")
         return ExitCode.BAD_INPUT
@@ -103,15 +129,16 @@ def main(args: argparse.Namespace) -> int:
         if plan.recommended is not None:
             chosen = with_settings(config, grad_accum=plan.recommended_grad_accum, **plan.recommended.settings)
         traced_on = "cuda" if target == "cuda" and _cuda_build() and info else "cpu"
-        try:
-            traced = trace(chosen, device=traced_on)
+        try:  # one rank: its share of the batch
+            traced = trace(chosen, batch_size=layout.rank_batch(chosen.train.batch_size), device=traced_on,
+                           layout=layout)
         except TraceError as exc:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
             return 1
         from engine.budget.analytic import estimate, has_model
 
         # the analytic bound on the device the trace faked (None for a task without an analytic model)
-        same = estimate(chosen, device=traced_on) if has_model(chosen) else None
+        same = estimate(chosen, device=traced_on, layout=layout) if has_model(chosen) else None
         traced = (traced, same)
     if args.json:
         out = plan.to_dict()
@@ -131,9 +158,13 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
 
     t = config.train
     knobs = "".join(f", {k} {v}" for k, v in task_values(config).items())
+    layout = plan.layout
+    per_rank = "" if layout.single else (f", {layout.describe()}: {layout.rank_batch(t.batch_size)} samples "
+                                         f"a rank a step")
     lines = [f"{config.task.name} / {config.task.preset}: batch {t.batch_size} (grad_accum {t.grad_accum}), "
-             f"{t.precision}{knobs}, device {target}",
-             f"predicted peak {human(e.total)} ({e.source}{', upper bound' if e.upper_bound else ''}"
+             f"{t.precision}{knobs}, device {target}{per_rank}",
+             f"predicted peak {'' if layout.single else 'per rank (every rank alike) '}{human(e.total)} "
+             f"({e.source}{', upper bound' if e.upper_bound and not layout.sharded else ''}"
              + (f"; at {e.settings.get('phase')}" if e.settings.get("phase") else "") + ")", ""]
     width = max((len(k) for k in e.breakdown), default=10)
     lines.append(f"  {'at the peak':{width}s}  {'bytes':>10s}  share")
@@ -166,7 +197,8 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
         dev = tr.settings.get("device", "cpu")
         versus = (f"; analytic for {dev}: {human(same.total)} "
                   f"({(same.total - tr.total) / max(1, tr.total) * 100:+.1f} %)" if same is not None else "")
-        lines.append(f"traced on fake {dev} tensors (recommended settings): {human(tr.total)} "
+        where = "" if layout.single else f", one rank of {layout.describe()}"
+        lines.append(f"traced on fake {dev} tensors (recommended settings{where}): {human(tr.total)} "
                      f"{f'in {tr.seconds:.1f} s' if tr.seconds else '(cached)'}{versus}")
     lines.append(f"(1 GiB = {GIB} bytes)")
     return "\n".join(lines)

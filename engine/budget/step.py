@@ -69,10 +69,12 @@ class FakeSafeScaler(torch.amp.GradScaler):
 
 
 def run_steps(task, model: nn.Module, optimizer: torch.optim.Optimizer, config: RunConfig, device_type: str,
-              batch_for: BatchFn, steps: int = 2, fake: bool = False) -> None:
+              batch_for: BatchFn, steps: int = 2, fake: bool = False, sync=None) -> None:
     """Run ``steps`` optimizer steps of ``config.train.batch_size`` samples, exactly as the Trainer does.
 
     ``fake``: tensors are FakeTensors, so the fp16 scaler must not read values (FakeSafeScaler).
+    ``sync(final)``: the context of one micro-batch's forward and backward, as the parallel strategy's
+    ``sync`` (FSDP2 keeps unsharded gradients across the non-final micro-batches); None: no context.
     """
     t = config.train
     scaler_cls = FakeSafeScaler if fake else torch.amp.GradScaler
@@ -84,12 +86,14 @@ def run_steps(task, model: nn.Module, optimizer: torch.optim.Optimizer, config: 
         indices = np.arange(step * batch_size, (step + 1) * batch_size)
         total_loss = torch.zeros((), device=device_type)
         components: dict = {}
-        for chunk in [c for c in np.array_split(indices, t.grad_accum) if len(c)]:
+        chunks = [c for c in np.array_split(indices, t.grad_accum) if len(c)]
+        for i, chunk in enumerate(chunks):
             weight = len(chunk) / len(indices)
             batch = batch_for(step, chunk.tolist())
-            with autocast_for(config, device_type):
-                loss, parts = task.loss(model, batch, step)
-            scaler.scale(loss * weight).backward()
+            with sync(i == len(chunks) - 1) if sync is not None else nullcontext():
+                with autocast_for(config, device_type):
+                    loss, parts = task.loss(model, batch, step)
+                scaler.scale(loss * weight).backward()
             total_loss += loss.detach().float() * weight
             for key, value in parts.items():
                 components[key] = components.get(key, 0) + value.detach().float() * weight

@@ -10,6 +10,11 @@ Constant time in batch size (measured: research/memory.md, 0.5-3.5 s).
 Fake CUDA is asked for only when the caller says the device is CUDA; the
 caller (guard, hook) knows that from a CUDA build with a GPU. On a CPU-only
 build fake CUDA tensors abort the interpreter in backward.
+
+One rank of a job (``layout``, engine.budget.layout): ``batch_size`` is then
+the rank's share. DDP is the one-process trace plus the reducer's gradient
+buckets (the trainable bytes the worker reports); FSDP2 is its own trace, one
+rank on a fake process group of the layout's world size (trace_worker).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from engine.budget.estimate import Estimate
+from engine.budget.layout import SINGLE, Layout
 from engine.budget.settings import describe, with_settings
 from engine.config import RunConfig
 
@@ -55,7 +61,7 @@ def _source_files(task_name: str) -> list[Path]:
     from engine.tasks import get_spec
 
     here = Path(__file__).resolve().parent
-    files = [here / "step.py", here / "trace_worker.py"]
+    files = [here / "step.py", here / "trace_worker.py", here.parent / "distributed" / "fsdp.py"]
     module = get_spec(task_name).task.partition(":")[0]
     try:
         spec = util.find_spec(module)
@@ -68,8 +74,8 @@ def _source_files(task_name: str) -> list[Path]:
     return files
 
 
-def cache_key(config: RunConfig, device: str) -> str:
-    """Hex digest of what decides a trace: memory-relevant config, torch version, device, harness and task code."""
+def cache_key(config: RunConfig, device: str, layout: Layout = SINGLE) -> str:
+    """Hex digest of what decides a trace: memory-relevant config, torch version, device, layout, harness and task code."""
     data = config.model_dump(mode="json")
     for section, fields in IRRELEVANT.items():
         if fields is None:
@@ -82,7 +88,10 @@ def cache_key(config: RunConfig, device: str) -> str:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = "?"
-    digest.update(json.dumps({"config": data, "device": device, "torch": torch_version}, sort_keys=True).encode())
+    key = {"config": data, "device": device, "torch": torch_version}
+    if layout.sharded:  # DDP's trace is the one-process trace (the buckets are added after)
+        key["layout"] = layout.settings()
+    digest.update(json.dumps(key, sort_keys=True).encode())
     for path in _source_files(config.task.name):
         try:
             digest.update(path.read_bytes())
@@ -91,11 +100,16 @@ def cache_key(config: RunConfig, device: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float) -> Estimate:
-    settings = describe(config) | {"device": device}
+def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float, layout: Layout = SINGLE) -> Estimate:
+    settings = describe(config) | {"device": device} | layout.settings()
+    breakdown = {k: int(v) for k, v in result["breakdown"].items() if v}
+    total = int(result["peak"])
+    if layout.strategy == "ddp":  # allocated when DDP wraps the model: alive at every moment of the step
+        breakdown["DDP gradient buckets"] = int(result.get("trainable_bytes", 0))
+        total += breakdown["DDP gradient buckets"]
     return Estimate(
-        total=int(result["peak"]),
-        breakdown={k: int(v) for k, v in result["breakdown"].items() if v},
+        total=total,
+        breakdown=breakdown,
         upper_bound=False,
         source="trace",
         settings=settings,
@@ -104,7 +118,7 @@ def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float) -
     )
 
 
-def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0) -> dict:
+def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0, layout: Layout = SINGLE) -> dict:
     """Run the trace subprocess and return its raw result dict; TraceError on any failure."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -112,7 +126,8 @@ def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0) -
     env.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="sensorlm-tui-trace-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        request.write_text(json.dumps({"config": config.model_dump(mode="json"), "device": device}))
+        request.write_text(json.dumps({"config": config.model_dump(mode="json"), "device": device,
+                                       "world": layout.world, "strategy": layout.strategy}))
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "engine.budget.trace_worker", str(request), str(result)],
@@ -141,24 +156,27 @@ def trace(
     use_cache: bool = True,
     timeout: float = 600.0,
     grad_accum: int | None = None,
+    layout: Layout | None = None,
     **task_settings,
 ) -> Estimate:
     """Peak of two optimizer steps traced on fake tensors (see module docstring); cached by config hash.
 
-    ``task_settings`` are the task's declared settings by name (engine.budget.settings).
+    ``task_settings`` are the task's declared settings by name (engine.budget.settings). With a
+    ``layout``, one rank of that job, and ``batch_size`` (or the config's) is the rank's share.
     """
+    layout = layout or SINGLE
     config = with_settings(config, batch_size=batch_size, precision=precision, grad_accum=grad_accum,
                            **task_settings)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = directory / f"{cache_key(config, device)}.json"
+    path = directory / f"{cache_key(config, device, layout)}.json"
     if use_cache and path.exists():
         try:
             cached = json.loads(path.read_text())
-            return _to_estimate(cached, config, device, 0.0)
+            return _to_estimate(cached, config, device, 0.0, layout)
         except (OSError, ValueError, KeyError):
             pass  # a torn cache file: trace again and overwrite it
     start = time.perf_counter()
-    result = run_worker(config, device, timeout)
+    result = run_worker(config, device, timeout, layout)
     seconds = time.perf_counter() - start
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -167,4 +185,4 @@ def trace(
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache only costs the next caller a trace
-    return _to_estimate(result, config, device, seconds)
+    return _to_estimate(result, config, device, seconds, layout)

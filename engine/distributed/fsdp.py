@@ -39,6 +39,7 @@ class Fsdp2(Ddp):
 
     #: Every rank writes its shard of each checkpoint (into the shared run directory).
     writes_shards = True
+    strategy = "fsdp2"
 
     def __init__(self, device_type: str = "cpu", precision: str = "fp32", timeout_s: float = 300.0) -> None:
         """Join torchrun's process group, or outside torchrun a group of one (an in-memory store, no port)."""

@@ -31,6 +31,8 @@ class Single:
     world: int = 1
     #: True when every rank writes its own part of each checkpoint (FSDP2), not rank 0 alone.
     writes_shards = False
+    #: How the ranks hold the model (engine.budget.layout plans each rank's memory by it).
+    strategy = "single"
 
     @property
     def owner(self) -> bool:
@@ -88,6 +90,8 @@ def env_world() -> tuple[int, int, int]:
 
 class Ddp(Single):
     """DistributedDataParallel over the default process group (gloo on CPU, nccl on CUDA)."""
+
+    strategy = "ddp"
 
     def __init__(self, device_type: str = "cpu", timeout_s: float = 300.0) -> None:
         """Join the process group torchrun's environment describes (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""

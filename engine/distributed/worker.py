@@ -29,7 +29,10 @@ def follow(prepared, parallel) -> int:
     from engine import config as cfg
 
     # As JSON: a task's config class is built at run time and does not pickle.
-    config = cfg.validate(parallel.broadcast(None), "rank 0's config")
+    settled = parallel.broadcast(None)
+    if settled.get("refused"):  # rank 0's memory guard (or the task) refused the job and said why
+        return 0
+    config = cfg.validate(settled, "rank 0's config")
     if prepared.resume is not None:
         engine_main._run_resumed_with(prepared.resume, config)
     controls = AgreedControls(parallel)
@@ -87,6 +90,7 @@ def main(argv: list[str]) -> int:
             code = follow(prepared, parallel)
     except UsageError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+        parallel.close()  # as above: a clean exit 2, not gloo's abort
         return 2
     parallel.close()
     return code

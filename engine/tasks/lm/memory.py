@@ -153,8 +153,9 @@ def layer_saved(s: Shape, B: int, T: int, lp: int) -> int:
 def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool) -> list[Stage]:
     """The step's stages in forward order: embedding, L layers, final norm + head, loss."""
     u, uf, BTV = B * T * s.d, B * T * s.f, B * T * s.V
-    train = layer_tensors(s)[1]
+    every, train = layer_tensors(s)
     full = not s.lora
+    unit = {"units": (sum(every),), "unit_grads": F32 * sum(train)}  # a decoder layer is an FSDP unit
     out = [Stage("embedding", grads=F32 * s.V * s.d if full else 0, fwd_extra=F32 * u)]
     per_layer = layer_saved(s, B, T, lp)
     attn_map = F32 * B * s.H * T * T if s.eager else 0
@@ -168,10 +169,10 @@ def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool) ->
         if checkpointing:
             out.append(Stage(f"layer {i}", saved={"activations: layers": F32 * u + (CPU_RNG_STATE if cpu else 0)},
                              grads=F32 * sum(train), fwd_extra=per_layer + fwd_extra,
-                             bwd_extra=per_layer + bwd_extra, grad_in=F32 * u))
+                             bwd_extra=per_layer + bwd_extra, grad_in=F32 * u, **unit))
         else:
             out.append(Stage(f"layer {i}", saved={"activations: layers": per_layer}, grads=F32 * sum(train),
-                             fwd_extra=fwd_extra, bwd_extra=bwd_extra, grad_in=F32 * u))
+                             fwd_extra=fwd_extra, bwd_extra=bwd_extra, grad_in=F32 * u, **unit))
     head_saved = _norm_saved(s, B, T, lp, full)
     head_grads = F32 * (s.d + (s.V * s.d if not s.tied else 0)) if full else (F32 * s.d if s.norms_train else 0)
     out.append(Stage("norm + head", saved={"activations: head": head_saved}, grads=head_grads,

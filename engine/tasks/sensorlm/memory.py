@@ -124,6 +124,14 @@ def param_tensors(s: Shape) -> dict[str, list[int]]:
     }
 
 
+def unit_sizes(s: Shape) -> dict[str, int]:
+    """Parameter elements of one block of each ModuleList (FSDP units: Task.shard_units)."""
+    Dt = s.Dt
+    decoder = sum(param_tensors(s)["decoder"]) - (2 * Dt + s.L * Dt)  # less dec_norm and the positions
+    return {"encoder": sum(blocks.params(s.D, s.F)), "text": sum(blocks.params(Dt, s.Ft)),
+            "decoder": decoder // max(1, s.dec_depth)}
+
+
 #: Tensors an autocast forward casts once and keeps (Linear weights and biases, the tied LM head).
 def cast_params(s: Shape) -> int:
     """Elements of parameters autocast copies to lp (everything a matmul reads; not norms or embeddings)."""
@@ -170,6 +178,7 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     um = B * P * Dt        # the memory the decoder attends to
     groups = param_tensors(s)
     g = {k: F32 * sum(v) for k, v in groups.items()}
+    units = unit_sizes(s)
     cast_w = (lambda k: lp * sum(groups[k])) if n.autocast else (lambda k: 0)  # bf16 weight-grad before fp32
 
     blk = _block(s, n, B, P, D, s.F, s.H, backend, chunk)
@@ -207,7 +216,8 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
                 bwd = blocks.backward_extra(blk)
                 fwd = blocks.forward_extra(blk)
             stages_.append(Stage(f"encoder block {i}{tag}", saved=saved, grads=grads(per_block_params),
-                                 fwd_extra=fwd, grad_in=R * u,
+                                 fwd_extra=fwd, grad_in=R * u, units=(units["encoder"],),
+                                 unit_grads=grads(per_block_params),
                                  bwd_extra=bwd + (lp * per_block_params // F32 if n.autocast else 0)
                                  + again(per_block_params)))
         copies = heads * lp * u if n.autocast else R * u  # the output as its heads keep it (fp32: one tensor)
@@ -248,6 +258,7 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     text_saved = blocks.saved(tblk) * s.text_depth + R * ut + 8 * B * s.L + 4 * B * s.L + 4 * B \
         + (R + (lp if n.autocast else 0)) * B * Dt
     out.append(Stage("text encoder", saved={"activations: text encoder": text_saved}, grads=g["text encoder"],
+                     units=(units["text"],) * s.text_depth, unit_grads=F32 * units["text"] * s.text_depth,
                      fwd_extra=2 * R * ut + blocks.forward_extra(tblk),
                      bwd_extra=blocks.backward_extra(tblk) + F32 * s.V * Dt + cast_w("text encoder"),
                      grad_in=R * ut))
@@ -273,7 +284,8 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
                      saved={"activations: caption decoder self-attention + MLP":
                             s.dec_depth * (self_part + mlp_part) + dec_head,
                             "activations: caption decoder cross-attention": s.dec_depth * cross_part},
-                     grads=g["decoder"],
+                     grads=g["decoder"], units=(units["decoder"],) * s.dec_depth,
+                     unit_grads=F32 * units["decoder"] * s.dec_depth,
                      fwd_extra=2 * R * ud + max(blocks.forward_extra(dblk), 2 * lp * um),
                      bwd_extra=max(blocks.backward_extra(dblk), cross_bwd) + F32 * s.V * Dt + cast_w("decoder"),
                      grad_in=R * ud))
@@ -313,4 +325,11 @@ def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
                       param_tensors=[n for group in param_tensors(shape).values() for n in group],
                       input_bytes=input_bytes(shape, B),
                       cast_elements=cast_params(shape) if numerics.autocast else 0,
-                      activation_tensors=40 * (shape.depth + shape.text_depth + shape.dec_depth) + 60)
+                      activation_tensors=40 * (shape.depth + shape.text_depth + shape.dec_depth) + 60,
+                      unit_elements=_unit_elements(shape))
+
+
+def _unit_elements(s: Shape) -> int:
+    """Parameter elements inside FSDP units, each block once (the encoder's run in both passes)."""
+    u = unit_sizes(s)
+    return u["encoder"] * s.depth + u["text"] * s.text_depth + u["decoder"] * s.dec_depth
