@@ -319,6 +319,10 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
         optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     except (ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"optimizer state does not match this model ({exc})") from None
+    for param, values in optimizer.state.items():  # as in model_state: a 0-dim state of a (1,) parameter
+        for key, value in values.items():
+            if key != "step" and torch.is_tensor(value) and value.dim() == 0 and tuple(param.shape) == (1,):
+                values[key] = value.reshape(1)
 
 
 def seed_all(seed: int) -> None:
@@ -346,6 +350,9 @@ def model_state(loaded: Loaded, live: dict[str, torch.Tensor]) -> dict[str, torc
     """The checkpoint's model tensors (``model.`` prefix off), checked against the live model's state_dict
     ``live``: the same names and shapes, else CheckpointError naming the first that differs."""
     state = {k[len("model."):]: v for k, v in loaded.tensors.items() if k.startswith("model.")}
+    for name, value in state.items():  # a scalar parameter now shaped (1,) (FSDP2 shards dim 0) loads as one
+        if name in live and value.dim() == 0 and tuple(live[name].shape) == (1,):
+            state[name] = value.reshape(1)
     wrong = sorted(set(live) ^ set(state)) or [k for k in live if live[k].shape != state[k].shape]
     if wrong:
         name = wrong[0]

@@ -128,7 +128,8 @@ class Optimization:
             if not index.isdigit() or int(index) >= len(self.params):
                 raise ValueError(f"{name}: no parameter {index} in this model")
             want = () if key == "step" else tuple(self.params[int(index)].shape)
-            if tuple(tensor.shape) != want:
+            scalar = tensor.dim() == 0 and want == (1,)  # restore_optimizer reshapes it (a former 0-dim parameter)
+            if tuple(tensor.shape) != want and not scalar:
                 raise ValueError(f"{name}: shape {tuple(tensor.shape)}, this model needs {want}")
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict) -> None:

@@ -51,6 +51,9 @@ def contrastive_loss(sensor: torch.Tensor, text: torch.Tensor, logit_scale: torc
     scale = logit_scale.float().clamp(max=math.log(100.0)).exp()
     logits = scale * s @ t.T
     if kind == "infonce":
+        # InfoNCE has no bias; it enters with weight 0 so every parameter gets a gradient each step, which
+        # DDP's reducer waits for (an unused one fails the next step); logits and every update are unchanged.
+        logits = logits + 0.0 * logit_bias.float()
         target = torch.arange(len(s), device=s.device)
         return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)), logits
     if kind == "siglip":
@@ -60,9 +63,21 @@ def contrastive_loss(sensor: torch.Tensor, text: torch.Tensor, logit_scale: torc
     raise ValueError(f"contrastive loss {kind!r}: allowed infonce, siglip")
 
 
-def caption_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over non-pad targets; logits (B, L', V), targets (B, L')."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=PAD_ID)
+def caption_loss(logits: torch.Tensor, targets: torch.Tensor, divide_by: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy over non-pad targets; logits (B, L', V), targets (B, L').
+
+    ``divide_by``: the sum over this batch's non-pad targets divided by it instead (a rank's share of the
+    job's token count, engine.tasks.sensorlm.job); None: this batch's own mean.
+    """
+    flat, want = logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    if divide_by is None:
+        return F.cross_entropy(flat, want, ignore_index=PAD_ID)
+    return F.cross_entropy(flat, want, ignore_index=PAD_ID, reduction="sum") / divide_by
+
+
+def caption_tokens(targets: torch.Tensor) -> torch.Tensor:
+    """How many targets count in the caption loss (the non-pad ones)."""
+    return (targets != PAD_ID).sum()
 
 
 def masked_patch_error(recon: torch.Tensor, patches: torch.Tensor, patch_valid: torch.Tensor,

@@ -325,12 +325,21 @@ class SensorLM(nn.Module):
             raise ValueError(f"text_view={text_view!r}: allowed {', '.join(TEXT_VIEWS)}")
         self.text_view = text_view
         siglip = contrastive == "siglip"
-        self.logit_scale = nn.Parameter(torch.tensor(math.log(10.0) if siglip else math.log(1 / 0.07)))
-        self.logit_bias = nn.Parameter(torch.tensor(-10.0 if siglip else 0.0))
+        # Shape (1,), not a 0-dim scalar: FSDP2 shards every parameter on dim 0 and refuses 0-dim ones.
+        self.logit_scale = nn.Parameter(torch.tensor([math.log(10.0) if siglip else math.log(1 / 0.07)]))
+        self.logit_bias = nn.Parameter(torch.tensor([-10.0 if siglip else 0.0]))
         self.apply(self._init)
         for p in (self.encoder.mask_token, self.encoder.pos_time, self.encoder.pos_chan, self.pool.query,
                   self.text_pos):
             nn.init.normal_(p, std=0.02)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: D401 - torch's hook
+        # Checkpoints written before the logit scale and bias became (1,) hold them as 0-dim tensors.
+        for name in ("logit_scale", "logit_bias"):
+            value = state_dict.get(prefix + name)
+            if value is not None and value.dim() == 0:
+                state_dict[prefix + name] = value.reshape(1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @staticmethod
     def _init(m: nn.Module) -> None:

@@ -24,7 +24,7 @@ from torch import nn
 
 from engine.tasks.base import Task, TaskError
 from engine.tasks.sensorlm import captions as cap
-from engine.tasks.sensorlm import losses
+from engine.tasks.sensorlm import job, losses
 from engine.tasks.sensorlm.csv_data import CsvDataset, channel_stats
 from engine.tasks.sensorlm.data import CHANNELS, VAL_OFFSET, SyntheticWearables
 from engine.tasks.sensorlm.model import BACKENDS, SensorLM, build
@@ -202,24 +202,31 @@ class SensorLMTask(Task):
                 "patch_mask": torch.from_numpy(mask), "tokens": torch.from_numpy(tokens)}
 
     # -- objective -------------------------------------------------------------------------
-    def _forward(self, model: nn.Module, batch: dict):
+    def _forward(self, model: nn.Module, batch: dict, whole_job: bool = False):
+        """Forward and losses; ``whole_job``: the losses of the job's batch under torchrun (sensorlm.job)."""
         out = model(batch["x"], batch["patch_mask"], batch["tokens"])
         core = _unwrap(model)
         patches = core.encoder.patchify(batch["x"])
         patch_valid = core.encoder.patchify(batch["valid"])
         m = self.cfg.model
-        contrastive, sim = losses.contrastive_loss(out["sensor_emb"], out["text_emb"], core.logit_scale,
-                                                   core.logit_bias, m.contrastive)
+        many = whole_job and job.world()[0] > 1
+        sensor, text = (job.gather(out["sensor_emb"]), job.gather(out["text_emb"])) if many else \
+            (out["sensor_emb"], out["text_emb"])
+        contrastive, sim = losses.contrastive_loss(sensor, text, core.logit_scale, core.logit_bias, m.contrastive)
         targets = batch["tokens"][:, 1:]
-        caption = losses.caption_loss(out["logits"], targets)
         sse, count = losses.masked_patch_error(out["recon"], patches, patch_valid, batch["patch_mask"])
-        recon = sse / count.clamp_min(1.0)
+        if many:
+            caption = losses.caption_loss(out["logits"], targets, divide_by=job.share(losses.caption_tokens(targets)))
+            recon = sse / job.share(count)
+        else:
+            caption = losses.caption_loss(out["logits"], targets)
+            recon = sse / count.clamp_min(1.0)
         total = m.w_contrastive * contrastive + m.w_caption * caption + m.w_recon * recon
         return total, {"contrastive": contrastive, "caption": caption, "recon": recon}, out, sim, targets
 
     def loss(self, model: nn.Module, batch: dict, step: int):
         """Weighted sum of contrastive, caption and recon losses; the components come back detached by name."""
-        total, parts, *_ = self._forward(model, batch)
+        total, parts, *_ = self._forward(model, batch, whole_job=True)
         if self.faults is not None:  # test-only fault injection (engine.tasks.faults); None in real runs
             total = self.faults.on_loss(step, total)
         return total, {k: v.detach() for k, v in parts.items()}

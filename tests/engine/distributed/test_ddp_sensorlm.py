@@ -1,0 +1,40 @@
+"""SensorLM under DDP: 2 ranks (gloo, torchrun) give one process's losses for the same global batch.
+
+Its contrastive loss spans the batch (B×B, centred on the batch mean) and its
+caption and reconstruction losses are means over counted entries, so a rank's
+own-share losses would not add up to the job's (engine.tasks.sensorlm.job).
+Not bit-identical: DDP adds the two ranks' gradients, one process sums all
+samples in one reduction (float summation order).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import read_events, run_cli
+
+#: The demo preset, a small batch and few steps; a constant LR so every step's update counts alike.
+SENSORLM = ("--task", "sensorlm", "--preset", "demo", "--batch-size", "8", "--max-steps", "4", "--eval-every", "100",
+            "--set", "train.log_every=1", "--set", "train.schedule='constant'", "--set", "sensorlm.data.val_samples=8")
+
+
+def _losses(run_dir: Path) -> dict[int, dict]:
+    return {e["step"]: e for e in read_events(run_dir) if e.get("type") == "step"}
+
+
+def test_two_ranks_give_one_process_losses_with_the_same_global_batch(tmp_path):
+    one = run_cli(*SENSORLM, "--run-dir", str(tmp_path / "one"), module="engine", timeout=240)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = run_cli(*SENSORLM, "--run-dir", str(tmp_path / "two"), "--nproc-per-node", "2", module="engine",
+                  timeout=240)
+    assert two.returncode == 0, (two.stdout[-2000:], two.stderr[-2000:])
+    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert sorted(b) == sorted(a) == [1, 2, 3, 4]
+    worst = 0.0
+    for step in a:
+        for key in ("loss", *a[step].get("components", {})):
+            x = a[step]["loss"] if key == "loss" else a[step]["components"][key]
+            y = b[step]["loss"] if key == "loss" else b[step]["components"][key]
+            worst = max(worst, abs(x - y) / abs(x))
+            assert abs(x - y) <= 1e-5 * abs(x), (step, key, x, y)
+    print(f"sensorlm 2 ranks vs 1 process: largest relative loss difference {worst:.2e}")
