@@ -218,14 +218,16 @@ class Controls:
         return request.id
 
     def drain(self) -> list[Request]:
-        """All requests queued since the last call, in order (called by the loop)."""
+        """All requests queued since the last call, in order (called by the loop every step)."""
+        if not self._wake.is_set():  # the common case, one attribute read: no queue lock, no Empty exception
+            return []
+        self._wake.clear()  # before draining: a request put meanwhile sets it again and is read next time
         out = []
         while True:
             try:
                 out.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        self._wake.clear()
         return out
 
     def wait(self, timeout: float) -> bool:

@@ -75,6 +75,7 @@ class Trainer:
                                  rank=self.parallel.rank, world=self.parallel.world,
                                  source="train.overfit" if t.overfit else "data.train_samples")
         self.model = self.task.build_model().to(self.device)
+        self._on_host = self.device.type == "cpu"  # batches are built on the host: no per-tensor .to() a step
         self.params = sum(p.numel() for p in self.model.parameters())
         # DDP: the same parameters, gradients synchronised; FSDP2 shards them in place, so before the optimizer.
         self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
@@ -161,7 +162,7 @@ class Trainer:
             host = self.parallel.fetch(self.prefetch, key)
             if self.prefetch.depth:  # what comes next, built while this micro-batch trains
                 self.prefetch.ahead(lambda: self._upcoming(keys, i + 1))
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
+            batch = host if self._on_host else {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             weight = len(key[0]) / len(indices)
             with self.parallel.sync(final=i == len(keys) - 1):  # DDP: gradients all-reduced on the last only
                 with self.optim.autocast():

@@ -33,7 +33,7 @@ def step_keys(indices: Sequence[int], micro_batches: int, mask_step: int) -> lis
     """A step's batch keys: its indices split into ``micro_batches`` (the first ones one larger when uneven),
     each with the step its masks are drawn for."""
     if micro_batches == 1:  # np.array_split costs ~20 µs a call: a tenth of a fast step's own budget
-        return [(tuple(int(i) for i in indices), mask_step)]
+        return [(tuple(indices), mask_step)]  # SampleOrder.take gives Python ints already
     chunks = [c for c in np.array_split(np.asarray(indices), micro_batches) if len(c)]
     return [(tuple(c.tolist()), mask_step) for c in chunks]
 

@@ -72,6 +72,7 @@ class BudgetHook:
         self._first_peak = 0
         self._last_emitted: tuple | None = None
         self._predicted_cache: tuple | None = None
+        self._budget_cache: tuple | None = None  # (config, device info, its budget): resolved once per config
         self._last_read = float("-inf")
         self._cpu_peak: tuple[int, int] | None = None  # (step, bytes) of the last counted step
         self._measure_next = False
@@ -118,7 +119,12 @@ class BudgetHook:
         return self.calibration.correct(raw) if self.calibration else raw
 
     def _budget(self, config: RunConfig) -> planner.Budget | None:
-        return planner.resolve_budget(config, self.info)
+        cache = self._budget_cache
+        if cache is not None and cache[0] is config and cache[1] is self.info:  # every step: the same objects
+            return cache[2]
+        budget = planner.resolve_budget(config, self.info)
+        self._budget_cache = (config, self.info, budget)
+        return budget
 
     # -- the Trainer's interface ------------------------------------------------------
     def on_start(self, trainer) -> BudgetSummary:
