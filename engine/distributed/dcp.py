@@ -152,12 +152,17 @@ def load_full(path: Path, model) -> None:
     every shard gathered into full tensors (export). CheckpointError when they do not fit."""
     import torch.distributed.checkpoint as dcp
 
+    from engine.distributed.fsdp import scalarize, vectorize_scalars
+
+    scalars = vectorize_scalars(model)  # as FSDP2 trained (and saved) them
     state = {"model": model.state_dict()}
     try:
         dcp.load(state, storage_reader=safe_reader(path), no_dist=True)
+        model.load_state_dict(state["model"], strict=True)
     except errors() as exc:
         raise ckpt.CheckpointError(f"{path}: DCP checkpoint does not fit this model ({failure_text(exc)})") from None
-    model.load_state_dict(state["model"], strict=True)
+    finally:
+        scalarize(model, scalars)
 
 
 def failure_text(exc: BaseException) -> str:

@@ -34,6 +34,32 @@ def precision_policy(precision: str, device_type: str):
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
+def vectorize_scalars(model) -> list[str]:
+    """Make each 0-dim parameter a 1-element vector, in place; their names. FSDP2 refuses to shard scalars
+    (e.g. a CLIP logit scale), and a (1,) tensor broadcasts exactly as a () one does, so the maths is
+    unchanged; DCP checkpoints then hold the (1,) shape (``dcp.load_full`` turns it back)."""
+    from torch import nn
+
+    names = []
+    for prefix, module in model.named_modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.ndim == 0:
+                setattr(module, name, nn.Parameter(param.detach().reshape(1).clone(), requires_grad=param.requires_grad))
+                names.append(f"{prefix}.{name}" if prefix else name)
+    return names
+
+
+def scalarize(model, names: list[str]) -> None:
+    """Undo ``vectorize_scalars`` for ``names`` (the values kept)."""
+    from torch import nn
+
+    for dotted in names:
+        owner, _, name = dotted.rpartition(".")
+        module = model.get_submodule(owner) if owner else model
+        param = getattr(module, name)
+        setattr(module, name, nn.Parameter(param.detach().reshape(()).clone(), requires_grad=param.requires_grad))
+
+
 class Fsdp2(Ddp):
     """fully_shard over the default process group; collectives, telemetry and agreement are DDP's."""
 
@@ -61,6 +87,7 @@ class Fsdp2(Ddp):
 
         mesh = init_device_mesh(self.device_type, (self.world,))
         policy = precision_policy(self.precision, self.device_type)
+        vectorize_scalars(model)
         for unit in units:
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         self._root = fully_shard(model, mesh=mesh, mp_policy=policy)

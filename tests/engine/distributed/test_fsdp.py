@@ -56,7 +56,9 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     # DCP layout: committed step directories with both ranks' shards and rank 0's sidecar; links to them.
     ckpts = two / "checkpoints"
     dirs = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step-"))
-    assert dirs[-2:] == ["step-00000008", "step-00000012"] and not list(ckpts.glob("*.safetensors"))
+    # Pruned to the newest two (keep_last 0) and whatever `best` names; no single-file checkpoints.
+    assert set(dirs) == {"step-00000008", "step-00000012", os.readlink(ckpts / "best")}
+    assert not list(ckpts.glob("*.safetensors"))
     assert {p.name for p in (ckpts / "step-00000012").iterdir()} >= {".metadata", "__0_0.distcp", "__1_0.distcp",
                                                                      "engine.safetensors"}
     assert os.readlink(ckpts / "last") == "step-00000012" and (ckpts / os.readlink(ckpts / "best")).is_dir()
@@ -72,6 +74,8 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     assert started["start_step"] == 8 and started["resumed_from"].endswith("step-00000008")
     c = _losses(cut, since=1)
     assert sorted(c) == [9, 10, 11, 12] and all(c[s] == b[s] for s in c), (c, b)
+    redone = cut / "checkpoints" / "step-00000012"  # the cut-off directory was cleared and written again
+    assert (redone / ".metadata").is_file() and not (redone / ".metadata.tmp").exists()
 
     # 2 → 1: the 2-rank checkpoint resharded into one process (fsdp2 in a process group of one).
     job = run_cli("--resume", str(two), "--max-steps", "16", module="engine")
@@ -125,3 +129,33 @@ def _check_full_weights(sharded: Path, plain_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ckpt.CheckpointError, match="not a plain checkpoint record"):
         dcp.load_full(bad, build())
     assert not (tmp_path / "pwned").exists()
+
+
+def test_scalar_parameters_shard_as_vectors_and_export_as_scalars(tmp_path):
+    """FSDP2 cannot shard a 0-dim parameter (SensorLM's logit scale): it trains as a (1,) vector, and the
+    export path turns it back into the model's own scalar."""
+    import torch
+    import torch.distributed.checkpoint as torch_dcp
+    from torch import nn
+
+    from engine.distributed import dcp
+    from engine.distributed.fsdp import vectorize_scalars
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.tensor(2.5))
+            self.head = nn.Linear(3, 2)
+            self.head.temperature = nn.Parameter(torch.tensor(-1.0))
+
+    trained = Model()
+    assert vectorize_scalars(trained) == ["scale", "head.temperature"]
+    assert trained.scale.shape == (1,) and trained.head.temperature.shape == (1,)
+    torch_dcp.save({"model": trained.state_dict()}, checkpoint_id=str(tmp_path), no_dist=True)
+    fresh = Model()
+    with torch.no_grad():
+        fresh.scale.zero_()
+        fresh.head.weight.zero_()
+    dcp.load_full(tmp_path, fresh)
+    assert fresh.scale.shape == () and float(fresh.scale) == 2.5 and float(fresh.head.temperature) == -1.0
+    assert torch.equal(fresh.head.weight, trained.head.weight)
