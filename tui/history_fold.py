@@ -147,7 +147,7 @@ class HistoryFold:
 
     def _fold(self, names: list[str], start: int) -> StepRings:
         step, loss = self.column("step"), self.column("loss")
-        rows = np.empty((self.rows - start, 2 + len(LEVELS) - 1))
+        rows = np.empty((self.rows - start, 2 + len(LEVELS) - 1), order="F")  # column writes, a contiguous .T
         rows[:, STEP], rows[:, LOSS] = step[start:], loss[start:]
         states = []
         finite = np.isfinite(loss) if start or self._left_out else None
