@@ -82,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Why a goal is missed where we know it (verdict prefix → reason), printed under the goal list.
 MISS_REASONS: dict[str, str] = {
-    "attach_open: 1,000,000 steps → first full frame": "measured at load average 12-15 on 2 cores (wall ≈ 5× the "
-                                                       "viewer's CPU time); see the CPU column: the decode is "
-                                                       "2.2-2.4 s CPU cold and 0.17 s with events.index, the rest "
-                                                       "is interpreter start, imports, folding and the first render",
+    "attach_open: 1,000,000 steps → first full frame": "wall time on a loaded 2-core box is mostly the neighbours' "
+                                                       "(wall ≈ 3-5× the viewer's CPU at load 6-15); see the CPU "
+                                                       "column: before the first frame the viewer decodes only the "
+                                                       "newest steps and every other event (cold) or loads "
+                                                       "events.index (warm), then folds the newest 4,096 steps; "
+                                                       "the rest is interpreter start, imports and the first render",
     "engine process: steps/s with": "with the batch prefetch thread the engine keeps both cores of this box busy "
                                     "(1 torch thread + the builder), so the viewer's ~2 % CPU comes out of "
                                     "training; before prefetch (one core idle) the same slices measured 1.03",
