@@ -132,7 +132,7 @@ def _check_full_weights(sharded: Path, plain_dir: Path, tmp_path: Path) -> None:
 
 
 def test_scalar_parameters_shard_as_vectors_and_export_as_scalars(tmp_path):
-    """FSDP2 cannot shard a 0-dim parameter (SensorLM's logit scale): it trains as a (1,) vector, and the
+    """FSDP2 cannot shard a 0-dim parameter (a CLIP-style logit scale): it trains as a (1,) vector, and the
     export path turns it back into the model's own scalar."""
     import torch
     import torch.distributed.checkpoint as torch_dcp
