@@ -24,7 +24,7 @@ from tui.ema import LEVELS, EmaState, ema_extend
 from tui.format import human_bytes, short_float
 from tui.history import Ring
 from tui.history_fold import LOSS as _LOSS, STEP as _STEP  # columns of the step ring
-from tui.history_fold import SCALAR_CAPACITY, STEP_FIELDS, HistoryFold, StepRings, latest_attempts, scalar_ring
+from tui.history_fold import STEP_FIELDS, HistoryFold, StepRings, latest_attempts, scalar_ring
 
 #: States in which the engine no longer runs.
 ENDED_STATES = ("finished", "aborted", "failed")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.control import Request
-from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
+from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
 from tui.app import DashboardApp
 from tui.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
 
@@ -11,8 +11,7 @@ from tui.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
 @pilot_test
 async def test_space_pauses_then_resumes_and_the_badge_follows():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("space")
         await wait_for(pilot, lambda: app.model.state == "paused", "paused state")
         assert app.status_text == "pause: done (state: running → paused)"
@@ -26,8 +25,7 @@ async def test_space_pauses_then_resumes_and_the_badge_follows():
 @pilot_test
 async def test_c_checkpoints_and_the_log_shows_path_size_and_seconds():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("c")
         await wait_for(pilot, lambda: any(c.kind == "manual" for c in app.model.checkpoints), "manual checkpoint")
         log = app.dashboard.query_one("#log")
@@ -40,10 +38,9 @@ async def test_c_checkpoints_and_the_log_shows_path_size_and_seconds():
 @pilot_test
 async def test_abort_graceful_exits_once_stopped_with_checkpoint_and_resume_command():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("a")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "AbortScreen", "abort modal")
+        await on_screen(pilot, "AbortScreen")
         await pilot.press("g")
         await wait_for(pilot, lambda: app.return_code is not None, "app exit")
     assert [(r.action, r.mode) for r in session.sent] == [("abort", "graceful")]
@@ -57,8 +54,7 @@ async def test_abort_graceful_exits_once_stopped_with_checkpoint_and_resume_comm
 @pilot_test
 async def test_abort_now_returns_the_engines_exit_code():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("a", "n")
         await wait_for(pilot, lambda: app.return_code is not None, "app exit")
     assert [(r.action, r.mode) for r in session.sent] == [("abort", "now")]
@@ -69,10 +65,9 @@ async def test_abort_now_returns_the_engines_exit_code():
 @pilot_test
 async def test_abort_escape_cancels_and_sends_nothing():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("a")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "AbortScreen", "abort modal")
+        await on_screen(pilot, "AbortScreen")
         await pilot.press("c")  # the dashboard's keys are inert behind the modal
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.status_text == "abort cancelled", "cancel message")
@@ -84,10 +79,9 @@ async def test_abort_escape_cancels_and_sends_nothing():
 async def test_quit_while_running_offers_detach_in_process_mode():
     session = ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run")
     app, _ = make(session)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("q")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "QuitScreen", "quit modal")
+        await on_screen(pilot, "QuitScreen")
         body = str(app.screen.query_one("#quit-body").render())
         assert "detach" in body and "sensorlm-tui attach runs/demo-run" in body
         await pilot.press("d")
@@ -102,10 +96,9 @@ async def test_quit_while_running_offers_detach_in_process_mode():
 @pilot_test
 async def test_quit_in_process_has_no_detach_and_g_aborts():
     app, session = make()  # no run dir: an in-process-like session
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("q")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "QuitScreen", "quit modal")
+        await on_screen(pilot, "QuitScreen")
         await pilot.press("d")
         await wait_for(pilot, lambda: "cannot detach" in str(app.screen.query_one("#quit-body").render()),
                        "refusal to detach")
@@ -122,10 +115,9 @@ def _estimate(tune) -> str:
 @pilot_test
 async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         tune = app.screen
         assert "budget 8 GiB" in _estimate(tune)
         tune.query_one("#tune-batch_size").focus()
@@ -145,10 +137,9 @@ async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
 @pilot_test
 async def test_tune_lists_the_tasks_declared_settings_and_sends_only_what_was_edited():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         tune = app.screen
         assert [s.name for s in tune.settings] == ["batch_size", "grad_accum", "lr", "kernel", "window"]
         assert tune.query_one("#tune-kernel").value == "fast" and tune.query_one("#tune-window").value == "256"
@@ -167,10 +158,9 @@ async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
         return accept_policy(Request("set", name=request.name, value=request.value, id=request.id), s)
 
     app, _ = make(ScriptedSession(history=demo_run(300), policy=old_engine))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         app.screen.query_one("#tune-batch_size").value = "64"
         await wait_for(pilot, lambda: "no prediction" in _estimate(app.screen), "no prediction")
         assert "does not answer dry runs" in _estimate(app.screen) and "fits" not in _estimate(app.screen)
@@ -178,7 +168,7 @@ async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.model.ended and app.session is not None, "ended run loaded")
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         app.screen.query_one("#tune-batch_size").value = "64"
         await wait_for(pilot, lambda: "run has ended" in _estimate(app.screen), "ended: cannot predict")
         await pilot.pause(0.5)
@@ -188,10 +178,9 @@ async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
 @pilot_test
 async def test_a_read_only_viewer_sees_predictions_but_cannot_apply():
     app, session = make(ScriptedSession(history=demo_run(300), memory=demo_memory, read_only=True), read_only=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         tune = app.screen
         assert not tune.query("#tune-force")
         tune.query_one("#tune-batch_size").value = "128"
@@ -218,7 +207,7 @@ async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(t
         await wait_for(pilot, lambda: app.model.step > 0 and app.session is not None, "the engine training",
                        timeout=60)
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         tune = app.screen
         tune.query_one("#tune-batch_size").value = "100000"
         await wait_for(pilot, lambda: ("batch_size", 100000) in tune.answers, "the engine's prediction", timeout=30)
@@ -237,10 +226,9 @@ async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(t
 @pilot_test
 async def test_enter_on_the_force_checkbox_applies_it_ticked_and_the_change_says_forced():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("t")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "TuneScreen", "tune modal")
+        await on_screen(pilot, "TuneScreen")
         tune = app.screen
         tune.query_one("#tune-batch_size").value = "64"
         force = tune.query_one("#tune-force")
@@ -257,8 +245,7 @@ async def test_enter_on_the_force_checkbox_applies_it_ticked_and_the_change_says
 @pilot_test
 async def test_toggles_change_the_loss_plot():
     app, _ = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         plot = app.dashboard.query_one("#chart-1")
         builds = plot.builds
         await pilot.press("l", "s", "h")
@@ -276,8 +263,7 @@ async def test_toggles_change_the_loss_plot():
 @pilot_test
 async def test_read_only_keys_do_nothing_and_say_why():
     app, session = make(read_only=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         for key in ("space", "c", "a"):
             await pilot.press(key)
             await pilot.pause(0.05)
@@ -294,24 +280,23 @@ async def test_help_opens_and_closes():
     app, _ = make()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen", "help")
+        await on_screen(pilot, "HelpScreen")
         await pilot.press("escape")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "DashboardScreen", "back to the dashboard")
+        await on_screen(pilot, "DashboardScreen")
 
 
 @pilot_test
 async def test_command_palette_runs_a_control_and_switches_theme():
     app, session = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("ctrl+p")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", "palette")
+        await on_screen(pilot, "CommandPalette")
         await pilot.press(*"run: checkpoint now")
         await pilot.pause(0.3)
         await pilot.press("enter")
         await wait_for(pilot, lambda: session.sent, "checkpoint request")
         await pilot.press("ctrl+p")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", "palette again")
+        await on_screen(pilot, "CommandPalette")
         await pilot.press(*"theme: high-contrast")
         await pilot.pause(0.3)
         await pilot.press("enter")

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine import events as ev
-from engine.history import read_history
-from engine.sinks import JsonlSink
+from tests.tui.tui_helpers import logged
 from tui.model import RunModel
 from tui.widgets.header import RunHeader
 
@@ -50,12 +49,8 @@ def test_live_viewer_resets_on_a_resume() -> None:
 
 
 def test_history_of_a_resumed_run_is_a_live_generation(tmp_path: Path) -> None:
-    sink = JsonlSink(tmp_path / "events.jsonl")
-    for event in _aborted_then_resumed():
-        sink(event)
-    sink.close()
     m = RunModel()
-    m.ingest(read_history(tmp_path / "events.jsonl"))
+    m.ingest(logged(_aborted_then_resumed(), tmp_path))
     _check_new_generation(m)
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import events as ev
-from engine.history import read_history
-from engine.sinks import JsonlSink
+from tests.tui.tui_helpers import logged
 from tui.model import RunModel
 
 
@@ -45,10 +44,6 @@ def test_live_events_rewind_on_resume() -> None:
 
 
 def test_history_file_rewinds_on_resume(tmp_path: Path) -> None:
-    sink = JsonlSink(tmp_path / "events.jsonl")
-    for event in _run_events():
-        sink(event)
-    sink.close()
     model = RunModel()
-    model.ingest(read_history(tmp_path / "events.jsonl"))
+    model.ingest(logged(_run_events(), tmp_path))
     _check(model)

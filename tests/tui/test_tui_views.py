@@ -7,7 +7,7 @@ import pytest
 from textual.widgets import OptionList
 
 from engine import events as ev
-from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
+from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
 from tui.format import bytes_pair, middle_ellipsis
 from tui.model import RunModel
 from tui.scripted import ScriptedSession, demo_run
@@ -20,19 +20,18 @@ def _footer(app) -> list[str]:
 
 async def _choose(pilot, app, name: str) -> None:
     await pilot.press("m")
-    await wait_for(pilot, lambda: type(app.screen).__name__ == "MetricScreen", "metric chooser")
+    await on_screen(pilot, "MetricScreen")
     listing = app.screen.query_one(OptionList)
     index = next(i for i in range(listing.option_count) if listing.get_option_at_index(i).id == name)
     listing.highlighted = index
     await pilot.press("enter")
-    await wait_for(pilot, lambda: type(app.screen).__name__ == "DashboardScreen", "chooser closed")
+    await on_screen(pilot, "DashboardScreen")
 
 
 @pilot_test
 async def test_chooser_switches_a_chart_to_grad_norm_and_back_to_the_primary():
     app, _ = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         chart = app.dashboard.query_one("#chart-2")
         await wait_for(pilot, lambda: chart.title_text.startswith("[b]val score[/b] dB"), "primary by default")
         assert "★24.91" in chart.title_text and "abort <23.41" in chart.title_text
@@ -48,10 +47,9 @@ async def test_chooser_switches_a_chart_to_grad_norm_and_back_to_the_primary():
 @pilot_test
 async def test_typing_in_the_chooser_jumps_to_a_metric():
     app, _ = make()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app, (80, 24)) as pilot:
         await pilot.press("m")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "MetricScreen", "metric chooser")
+        await on_screen(pilot, "MetricScreen")
         await pilot.press("g", "enter")
         chart = app.dashboard.query_one("#chart-1")  # the one chart on screen at 80 columns
         await wait_for(pilot, lambda: chart.shown(app.model) == "grad_norm", "grad norm chosen by typing g")
@@ -62,8 +60,7 @@ async def test_typing_in_the_chooser_jumps_to_a_metric():
 @pilot_test
 async def test_val_loss_is_overlaid_on_the_training_loss():
     app, _ = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         chart = app.dashboard.query_one("#chart-1")
         data = chart.series(app.model, 60)
         assert len(data["raw"][0]) and len(data["val"][0]) == 6  # evals at 50 … 300
@@ -73,15 +70,13 @@ async def test_val_loss_is_overlaid_on_the_training_loss():
 @pilot_test
 async def test_narrow_layout_shows_one_chart_and_v_switches_it():
     app, _ = make()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app, (80, 24)) as pilot:
         assert [c.id for c in app.dashboard.visible_charts()] == ["chart-1"]
         await pilot.press("v")
         await pilot.pause(0.05)
         assert [c.id for c in app.dashboard.visible_charts()] == ["chart-2"]
     big, _ = make()
-    async with big.run_test(size=(180, 56)) as pilot:
-        await loaded(pilot, big)
+    async with opened(big, (180, 56)) as pilot:
         assert [c.id for c in big.dashboard.visible_charts()] == ["chart-1", "chart-2", "chart-3", "chart-4"]
 
 
@@ -91,8 +86,7 @@ async def test_compare_overlay_appears_aligned_by_step(tmp_path):
     other.mkdir(parents=True)
     (other / "events.jsonl").write_text("".join(ev.to_json(e) + "\n" for e in demo_run(200, seed=3, name="older")))
     app, _ = make(compare=str(other))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await wait_for(pilot, lambda: app.model.compare is not None, "compare run read")
         chart = app.dashboard.query_one("#chart-1")
         await wait_for(pilot, lambda: "┄ older" in chart.title_text, "compare legend")
@@ -105,8 +99,7 @@ async def test_compare_overlay_appears_aligned_by_step(tmp_path):
 @pilot_test
 async def test_compare_of_a_missing_run_is_one_line_in_the_status(tmp_path):
     app, _ = make(compare=str(tmp_path / "nope"))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await wait_for(pilot, lambda: app.status_text.startswith("compare "), "compare error")
         assert "not a run" in app.status_text and app.model.compare is None
 
@@ -120,10 +113,9 @@ async def test_run_picker_overlays_the_chosen_run_and_x_clears_it(tmp_path):
     this = runs / "demo-run"
     this.mkdir()
     app, _ = make(ScriptedSession(history=demo_run(300), run_dir=this))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await pilot.press("o")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "RunPickerScreen", "run picker")
+        await on_screen(pilot, "RunPickerScreen")
         listing = app.screen.query_one(OptionList)
         ids = [listing.get_option_at_index(i).id for i in range(listing.option_count)]
         assert sorted(ids) == sorted(str(runs / n) for n in ("older", "oldest")), "this run is not offered"
@@ -133,7 +125,7 @@ async def test_run_picker_overlays_the_chosen_run_and_x_clears_it(tmp_path):
         assert app.model.compare.step == 60
         await wait_for(pilot, lambda: "┄ oldest" in app.dashboard.query_one("#chart-1").title_text, "legend")
         await pilot.press("o")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "RunPickerScreen", "run picker again")
+        await on_screen(pilot, "RunPickerScreen")
         await pilot.press("x")
         await wait_for(pilot, lambda: app.model.compare is None, "overlay cleared")
         assert app.status_text == "compare: cleared"
@@ -142,8 +134,7 @@ async def test_run_picker_overlays_the_chosen_run_and_x_clears_it(tmp_path):
 @pilot_test
 async def test_status_line_shortens_paths_in_the_middle_and_wraps_the_rest():
     app, _ = make()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app, (80, 24)) as pilot:
         path = "/home/someone/experiments/2026-12-03/runs/a-rather-long-run-name/checkpoints/last.safetensors"
         app.say(f"checkpoint: done {path}")
         await pilot.pause(0.05)
@@ -160,8 +151,7 @@ async def test_status_line_shortens_paths_in_the_middle_and_wraps_the_rest():
 @pilot_test
 async def test_the_palette_offers_one_theme_system():
     app, _ = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         titles = [command.title.lower() for command in app.get_system_commands(app.screen)]
         assert "theme" not in titles and "quit" in titles
 
@@ -169,8 +159,7 @@ async def test_the_palette_offers_one_theme_system():
 @pilot_test
 async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
     app, _ = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await wait_for(pilot, lambda: "pause" in _footer(app), "pause in the footer")
         assert "resume" not in _footer(app) and "ckpt" in _footer(app)
         await pilot.press("space")
@@ -181,8 +170,7 @@ async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
         await wait_for(pilot, lambda: app.model.state == "running", "running again")
         await wait_for(pilot, lambda: "pause" in _footer(app), "pause back in the footer")
     ended, _ = make(ScriptedSession(history=demo_run(300, finished=True)))
-    async with ended.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, ended)
+    async with opened(ended) as pilot:
         await wait_for(pilot, lambda: "metric" in _footer(ended) and "pause" not in _footer(ended), "no controls once ended")
         assert not {"ckpt", "abort", "tune", "resume"} & set(_footer(ended)) and "metric" in _footer(ended), _footer(ended)
         await pilot.press("c")
@@ -192,8 +180,7 @@ async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
 @pilot_test
 async def test_read_only_footer_has_no_control_keys():
     app, _ = make(read_only=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         await wait_for(pilot, lambda: "metric" in _footer(app), "footer drawn")
         assert not {"pause", "resume", "ckpt", "abort", "tune"} & set(_footer(app))
 
@@ -214,8 +201,7 @@ async def test_start_up_phases_are_shown_before_the_first_step():
 @pilot_test
 async def test_memory_gauge_shows_predicted_against_measured_with_the_error():
     app, _ = make()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await loaded(pilot, app)
+    async with opened(app) as pilot:
         memory = app.dashboard.query_one("#memory")
         await wait_for(pilot, lambda: "err" in memory.text, "memory drawn")
         assert "meas 2.02[/] · [$primary]pred 2.05 GiB" in memory.text and " %[/b]" in memory.text

@@ -1,4 +1,5 @@
-"""Helpers for the dashboard tests: a scripted session (the demo memory model), and polling instead of sleeping.
+"""Helpers for the dashboard tests: a scripted session (the demo memory model), the app opened under Pilot with
+its history loaded, polling instead of sleeping, and a run's log written as the engine writes it.
 
 No pytest-asyncio here: ``pilot_test`` runs an async test body with asyncio.run.
 """
@@ -6,9 +7,15 @@ No pytest-asyncio here: ``pilot_test`` runs an async test body with asyncio.run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
+from pathlib import Path
+from typing import Iterable
 
+from engine import events as ev
+from engine.history import History, read_history
+from engine.sinks import JsonlSink
 from tui.app import DashboardApp
 from tui.scripted import ScriptedSession, demo_memory, demo_run
 
@@ -25,6 +32,28 @@ async def wait_for(pilot, predicate, what: str, timeout: float = 8.0) -> None:
 async def loaded(pilot, app: DashboardApp, steps: int = 300) -> None:
     """Wait until the scripted history is on the model and the session is connected."""
     await wait_for(pilot, lambda: app.model.step == steps and app.session is not None, "history loaded")
+
+
+@contextlib.asynccontextmanager
+async def opened(app: DashboardApp, size: tuple[int, int] = (120, 40), steps: int = 300):
+    """``app.run_test(size)`` with the scripted ``steps``-step history on the model and the session connected."""
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot, app, steps)
+        yield pilot
+
+
+async def on_screen(pilot, name: str) -> None:
+    """Wait until the top screen is the one called ``name`` (a modal opened, or closed back to the dashboard)."""
+    await wait_for(pilot, lambda: type(pilot.app.screen).__name__ == name, f"the {name}")
+
+
+def logged(events: Iterable[ev.Event], directory: Path) -> History:
+    """``events`` written to ``directory``/events.jsonl by the engine's sink, read back as a viewer reads them."""
+    sink = JsonlSink(Path(directory) / "events.jsonl")
+    for event in events:
+        sink(event)
+    sink.close()
+    return read_history(Path(directory) / "events.jsonl")
 
 
 def make(session: ScriptedSession | None = None, **kwargs) -> tuple[DashboardApp, ScriptedSession]:
