@@ -70,6 +70,7 @@ LM_WIDE = {"lm": {"model": {"hidden_size": 128, "layers": 2, "heads": 4, "kv_hea
 RANK_ROWS = [
     *[(f"lm full d128 V4096 b8, fsdp2 ×{w}", "lm", "demo", LM_WIDE, w) for w in (1, 2, 4)],
     ("sensorlm demo b16, fsdp2 ×2", "sensorlm", "demo", {"train": {"batch_size": 16}}, 2),
+    ("toy depth 4 b32, fsdp2 ×4", "toy", "demo", {"toy": {"depth": 4}}, 4),
 ]
 #: --quick: one row per kind of claim (plain, checkpointed — the bound's loosest —, long-sequence chunked, too big to run).
 QUICK = {"demo b16", "demo ckpt math b8", "N2304 d128 chunked c256 b2", "base b8 fp32", "lm LoRA T256 b4"}

@@ -190,7 +190,7 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
     from torch.distributed.fsdp import fully_shard
 
     from engine.budget import step as stepmod
-    from engine.distributed.fsdp import precision_policy
+    from engine.distributed.fsdp import precision_policy, vectorize_scalars
     from engine.tasks import load_task_class
 
     torch.set_num_threads(1)
@@ -210,6 +210,7 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
             # exactly as the fsdp2 strategy wraps it (engine.distributed.fsdp.Fsdp2.wrap): the task's shard
             # units, then the root, with the run's precision policy
             policy = precision_policy(config.train.precision, device.type)
+            vectorize_scalars(model)
             for unit in task.shard_units(model):
                 fully_shard(unit, mesh=mesh, mp_policy=policy)
             fully_shard(model, mesh=mesh, mp_policy=policy)

@@ -41,8 +41,10 @@ def stages(config, B: int, lp: int) -> tuple[list[Stage], list[Pending]]:
                  fwd_extra=lp * B * h, bwd_extra=lp * B * h, grad_in=lp * B * h)]
     for i in range(1, depth):
         drop = (B * h + F32 * B * h) if p > 0 else 0  # bool mask and the scaled output
+        # a hidden layer is an FSDP unit of its own (ToyTask.shard_units)
         out.append(Stage(f"layer {i}", saved={act: 2 * lp * B * h + drop}, grads=groups[f"layer {i}"],
-                         fwd_extra=lp * B * h, bwd_extra=2 * lp * B * h, grad_in=lp * B * h))
+                         fwd_extra=lp * B * h, bwd_extra=2 * lp * B * h, grad_in=lp * B * h,
+                         units=(h * h + h,), unit_grads=groups[f"layer {i}"]))
     out.append(Stage("head", saved={}, grads=groups["head"], fwd_extra=lp * B * S,
                      bwd_extra=2 * lp * B * h, grad_in=F32 * B * S))
     # The loss: diff kept; prediction, square and masked square at its peak; backward 3·B·S.
