@@ -94,3 +94,18 @@ def test_bad_layout_flags_are_one_line_and_exit_2(capsys, argv, says) -> None:
     assert plan_cli.main(parser.parse_args(["--task", "toy", *argv])) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err
+
+
+def test_a_ddp_refusal_offers_fsdp2_when_sharding_would_fit() -> None:
+    from engine.budget import plan as planner
+    from engine.budget.guard import refusal_options
+
+    config = _llama(batch_size=8)
+    ddp = planner.predictor_for(config, "cpu", Layout(2, "ddp"))
+    need_ddp, need_fsdp = ddp().total, analytic.estimate(config, device="cpu", layout=Layout(2, "fsdp2")).total
+    assert need_fsdp < need_ddp
+    budget = planner.Budget(bytes=(need_ddp + need_fsdp) // 2, total=need_ddp, safety=1.0, source="test")
+    options = refusal_options(config, ddp, budget, need_ddp, 0, Layout(2, "ddp"))
+    assert any(o.startswith("--strategy fsdp2:") and "per rank" in o for o in options), options
+    tight = planner.Budget(bytes=need_fsdp - 1, total=need_fsdp, safety=1.0, source="test")
+    assert not any("--strategy" in o for o in refusal_options(config, ddp, tight, need_ddp, 0, Layout(2, "ddp")))
