@@ -109,7 +109,8 @@ class CheckpointConfig(_Section):
     """When and what to checkpoint."""
 
     every_steps: int = Field(100, ge=0, description="Write `last` every N steps (and at every eval); 0 = evals only.")
-    keep_last: int = Field(0, ge=0, description="Also keep this many step-N checkpoints (0 = none).")
+    keep_last: int = Field(0, ge=0, description="Also keep this many step-N checkpoints (0 = none; fsdp2, "
+                           "where every save is a step-N directory: the newest max(2, keep_last) stay).")
     save_best: bool = Field(True, description="Write `best` when the primary metric improves.")
 
 

@@ -31,8 +31,9 @@ class ExportError(Exception):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `export` flags."""
     parser.add_argument("run", help="run directory (or a name under ./runs)")
-    parser.add_argument("--checkpoint", default=None, metavar="FILE",
-                        help="checkpoint to export from (default: the run's newest good one)")
+    parser.add_argument("--checkpoint", default=None, metavar="PATH",
+                        help="checkpoint file, or an fsdp2 run's step-N directory, to export from (default: the "
+                        "run's newest good one)")
     parser.add_argument("--kind", default=None, help="what to write, e.g. peft_adapter or pretrained "
                         "(default: the task's choice for the run)")
     parser.add_argument("--out", default=None, metavar="DIR", help="output directory (default RUN/exports/step-N)")
