@@ -32,7 +32,9 @@ Decisions (``plan``), in order:
    build needs to keep up (batch ÷ step, rounded up): the first on the headroom
    core, further ones taken from torch's share; a background thread when the step is long enough
    (``THREAD_STEP_S``) that its kernels leave the GIL free for the builder;
-   inline otherwise. ``train.data_workers`` (≥ 0) overrides, as does
+   inline otherwise. Batches cheaper than ``WORKER_MIN_BATCH_S`` never go to
+   workers: receiving one costs the trainer about what building it does.
+   ``train.data_workers`` (≥ 0) overrides, as does
    ``train.prefetch = false``.
 3. depth = two batches ahead per worker (DataLoader's ``prefetch_factor``: a
    worker descheduled for a moment does not stall the step), one for the
@@ -66,6 +68,11 @@ INLINE_BELOW = 0.02
 #: Seconds of batch building left in the run that justify worker processes: each costs ~1-3 s of CPU to start
 #: (spawn, import torch), on the spare core and without stalling the loop (it builds inline until they are up).
 WORKER_PAYBACK_S = 3.0
+#: Build cost (seconds a batch) below which worker processes are not used: the trainer's side of receiving a
+#: batch from a DataLoader worker (a shared-memory handle per tensor, unpickled) costs about as much as building
+#: a tiny one. Measured with the fast toy (2 × 60 inputs, batch 2) on 2 loaded cores: 1.1 ms of trainer CPU a
+#: batch received against 0.25 ms built inline (a one-off timing of 600 batches each way; load ~10, noisy).
+WORKER_MIN_BATCH_S = 0.002
 #: Step compute (seconds) from which a builder thread overlaps instead of contending for the GIL
 #: (Python's switch interval is 5 ms: a shorter step waits for the builder's turn every time).
 THREAD_STEP_S = 0.02
@@ -229,14 +236,16 @@ def _data_plan(costs: Costs, usable: int, steps_left: int) -> tuple[str, int, st
     spare = usable - 1  # torch keeps at least one core
     if spare < 1:
         return "inline", 0, f"{measured}: one core, nothing to overlap on"
-    if steps_left * costs.batch_s >= WORKER_PAYBACK_S:
+    if steps_left * costs.batch_s >= WORKER_PAYBACK_S and costs.batch_s >= WORKER_MIN_BATCH_S:
         n = min(spare, max(1, math.ceil(ratio)))
         return "workers", n, (f"{measured}: {n} worker process{'es' * (n != 1)} keep{'s' * (n == 1)} up without "
                               "sharing the GIL")
     if costs.step_s >= THREAD_STEP_S:
         return "thread", 0, f"{measured}: the step's kernels leave the GIL to a builder thread"
+    why = ("the run too short to repay worker processes" if costs.batch_s >= WORKER_MIN_BATCH_S else
+           f"batches under {WORKER_MIN_BATCH_S * 1e3:g} ms cost less to build than to receive from a worker process")
     return "inline", 0, (f"{measured}: steps of {costs.step_s * 1e3:.2g} ms are too short for a builder thread "
-                         "(it would hold the GIL the step needs) and the run too short to repay worker processes")
+                         f"(it would hold the GIL the step needs) and {why}")
 
 
 class PlannedPrefetcher:

@@ -78,10 +78,15 @@ def test_a_viewer_gets_its_own_core_on_a_bigger_box_and_shares_headroom_on_a_sma
 
 
 def test_fast_steps_build_inline_in_a_short_run_and_in_a_worker_in_a_long_one():
-    short = plan(Cores(2), viewer=False, costs=FAST, steps_left=1000)  # 0.6 s of building left
-    assert short.data == "inline" and "too short" in short.reason
-    long = plan(Cores(2), viewer=False, costs=FAST, steps_left=1_000_000)
+    short = plan(Cores(2), viewer=False, costs=Costs(0.004, 0.005), steps_left=500)  # 2 s of building left
+    assert short.data == "inline" and "too short to repay" in short.reason
+    long = plan(Cores(2), viewer=False, costs=Costs(0.004, 0.005), steps_left=1_000_000)
     assert (long.data, long.workers, long.depth, long.threads) == ("workers", 1, 2, 1)
+
+
+def test_tiny_batches_stay_inline_however_long_the_run():
+    p = plan(Cores(2), viewer=False, costs=FAST, steps_left=1_000_000)  # 0.6 ms: less than receiving it costs
+    assert p.data == "inline" and "cost less to build than to receive" in p.reason
 
 
 def test_slow_steps_in_a_short_run_use_the_builder_thread():
