@@ -49,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -162,11 +163,20 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
         out["summarize"] = [(time.perf_counter() - start, 0.0)]
         index = history_index.path_for(path)
 
+        def settle() -> None:
+            # An in-process open leaves the index being written on a thread: let it finish, or it would land
+            # after a cold open's unlink (that open would then be warm) or race a warm open's own save.
+            for thread in threading.enumerate():
+                if thread.name == "events-index":
+                    thread.join()
+
         def cold(fn):
+            settle()
             index.unlink(missing_ok=True)
             return fn(run, steps)
 
         def warm(fn):
+            settle()
             if not index.exists():
                 history_index.save(read_history(path, index=False))
             return fn(run, steps)
