@@ -2,11 +2,14 @@
 
 (a) a minimal hand-written loop: make_batch → forward → backward → clip → AdamW step, nothing else (the
     same optimizer groups and gradient clipping the config asks of the Trainer: the algorithm, not overhead);
-(b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off;
+(b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off, its
+    batches built ahead on one thread (``train.data_workers = 0``, engine.prefetch);
 (c) the same with ``train.prefetch = false``: every batch built inline, as the plain loop does, so
     (b)/(c) is what building the next batch on a background thread buys (1 torch thread, so the
-    prefetch thread has the second core);
-(d) ``train.data_workers = 1``: the batches built in a worker process instead (no GIL shared).
+    prefetch thread has the second core). This row is why the hand-written thread stays beside the
+    DataLoader: torch.utils.data has worker processes only, which the in-process dashboard cannot
+    start and a short run does not repay;
+(d) ``train.data_workers = 1``: the batches built in a DataLoader worker process instead (no GIL shared).
 Steps/s is timed between the end of the first and the end of the last step of each run, so set-up,
 the step-0 baseline eval and the checkpoints at both ends are outside the window in both variants.
 Goal: ratio (b)/(a) ≥ 0.98.
@@ -102,9 +105,10 @@ def run(quick: bool = False) -> Section:
         f"| plain PyTorch loop | {fmt_stats(results['plain'], '.2f')} |",
         f"| engine (Trainer, default logging) | {fmt_stats(results['engine'], '.2f')} |",
         f"| engine, `train.prefetch = false` | {fmt_stats(results['inline'], '.2f')} |",
-        f"| engine, `train.data_workers = 1` | {fmt_stats(results['worker'], '.2f')} |",
+        f"| engine, `train.data_workers = 1` (a DataLoader worker process) | {fmt_stats(results['worker'], '.2f')} |",
         f"| **ratio engine / plain** | **{fmt_stats(ratio)}** |",
-        f"| **ratio prefetch on / off** | **{fmt_stats(gain)}** |",
+        f"| **ratio prefetch on / off** (the builder thread's gain: why engine.prefetch is kept beside the "
+        f"DataLoader, which has no thread mode) | **{fmt_stats(gain)}** |",
         f"| **ratio 1 data worker / prefetch off** | **{fmt_stats(process_gain)}** |",
     ])
     return Section("Engine overhead vs plain PyTorch", f"python -m bench --only engine_overhead{' --quick' if quick else ''}",
