@@ -22,6 +22,14 @@ steps and the progress panel on the last step. So the fold is split:
    assignments. Until then a chart's full-history window shows the tail and
    says it is loading.
 
+The first viewer of a long log has no ``events.index`` to load, and decoding
+every step line is most of its cost (~2.4 s CPU at 1M steps). So the worker
+reads a tail first (``RunClient.history_tail(TAIL_STEPS)``: every other event,
+only the newest ``TAIL_STEPS`` steps, enough for the preview and its EMAs'
+warm-up), and this fold's ``finish`` reads the whole log behind the first frame
+(``engine.history.read_rest``, which also leaves the index for the next viewer).
+The live poll starts only after ``finish``, so no step arrives in between.
+
 Torch- and Textual-free; ``finish`` touches nothing but its own arrays, so
 it may run on any thread.
 """
