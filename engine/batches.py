@@ -59,17 +59,19 @@ class TaskBatches(Dataset):
         the shared counters live in (handed to workers as they start)."""
         self._args = (config_json, task_state)
         self.trainer_pid = os.getpid()
-        #: The current generation (bumped by every re-cut) and how many workers have their task built.
+        #: The current generation (bumped by every re-cut), and a flag per worker set once its task is built.
+        #: Raw shared memory, no locks: a lock is a named semaphore the resource tracker reports as leaked when
+        #: the engine ends by os._exit (a signal's fast exit), and each value has one writer anyway.
         self.generation = context.Value("q", 0, lock=False)
-        self.ready = context.Value("i", 0)
+        self.ready = context.RawArray("b", workers)
         self.workers = workers
         self._task = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_task": None}
 
-    def open(self) -> None:
-        """In a worker: rebuild the task, then count this worker ready."""
+    def open(self, worker_id: int) -> None:
+        """In worker ``worker_id``: rebuild the task, then flag this worker ready."""
         if os.getppid() != self.trainer_pid:
             os._exit(0)  # the trainer died while this worker was starting: init is not its trainer
         _exit_with_parent(self.trainer_pid)
@@ -80,8 +82,7 @@ class TaskBatches(Dataset):
         task = make_task(cfg.validate(config_json, "data worker"))
         task.setup(task_state)
         self._task = task
-        with self.ready.get_lock():
-            self.ready.value += 1
+        self.ready[worker_id] = 1
 
     def __getitem__(self, ticket: tuple[int, tuple]) -> tuple[tuple, Any]:
         generation, key = ticket
@@ -91,7 +92,7 @@ class TaskBatches(Dataset):
 
 
 def _open_worker(worker_id: int) -> None:
-    get_worker_info().dataset.open()
+    get_worker_info().dataset.open(worker_id)
 
 
 def _as_is(item):
@@ -168,7 +169,7 @@ class WorkerBatches:
     @property
     def ready(self) -> bool:
         """Every worker has its task built."""
-        return self.dataset.ready.value >= self.workers
+        return all(self.dataset.ready)
 
     def take(self, key: tuple) -> Any:
         """``key``'s batch: the loader's next one when it is ``key``'s, else built here (and the sampler re-cut)."""
