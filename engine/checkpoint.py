@@ -43,6 +43,13 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be used (missing, truncated, tampered, wrong shape); one-line message."""
 
 
+class CheckpointMismatch(CheckpointError):
+    """An intact checkpoint that is not this run's state (optimizer state that does not hash to its recorded
+    digest, another frozen base model): the resume is refused outright rather than skipped for an older file,
+    since an edit or a bug is something to look at, not damage to work around (and a base shared by every file
+    would refuse them all anyway)."""
+
+
 class CheckpointWriteError(Exception):
     """A save failed (disk full, read-only, I/O error); the previous checkpoint is untouched."""
 
@@ -72,6 +79,20 @@ def optimizer_digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(name.encode())
         h.update(bytes.fromhex(_digest(tensors[name])))
     return h.hexdigest()
+
+
+def verify_optimizer(optimizer: torch.optim.Optimizer, loaded: Loaded) -> str:
+    """Recompute the digest of ``optimizer`` as loaded from ``loaded`` and compare it with the one the file
+    recorded: CheckpointMismatch when they differ; else the line saying what was checked."""
+    want = loaded.meta.get("optimizer_digest")
+    if want is None:
+        return f"{loaded.path} records no optimizer digest (older format); optimizer state not verified"
+    got = optimizer_digest(optimizer_tensors(optimizer)[0])
+    if got != want:
+        raise CheckpointMismatch(f"{loaded.path}: optimizer state as loaded has sha256 {got[:16]}…, the checkpoint "
+                                 f"recorded {str(want)[:16]}…; refusing to resume from optimizer state that is not "
+                                 "what was saved")
+    return f"optimizer state sha256 {got[:16]}… matches {loaded.path}"
 
 
 def fsync_dir(path: Path) -> None:

@@ -14,7 +14,14 @@ this component owns the policy around it:
 - restore: the candidates newest first (last, last.prev, step-N, best); each
   must verify (checksums), pass the metadata check (types, ranges) and the
   caller's check against the live model and optimizer (shapes), or it is
-  skipped with a note for the run's log.
+  skipped with a note for the run's log. An intact file that is not this
+  run's state (``CheckpointMismatch``: optimizer state that does not hash to
+  its recorded digest, another frozen base) refuses the resume instead.
+- the optimizer digest: every file records the sha256 of its optimizer
+  state (``optimizer_digest``, seed 001's reproducibility check); a restore
+  recomputes it from the optimizer as loaded and says it matched
+  (``announce``), or refuses. One hash of the optimizer state per save and
+  per resume (~1 s per GB of state).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ class Checkpointer:
         self.error = ""
         #: True when ``last`` on disk is known good, so a save may rotate it to ``last.prev``.
         self.last_trusted = False
+        #: What the last restore verified of the optimizer digest (a line for the run's log).
+        self.verified = ""
 
     def final_failed(self, reason: str) -> str:
         """``reason`` for a run whose final save failed: the end state is not on disk, so say where the newest
@@ -72,6 +81,8 @@ class Checkpointer:
         name = f"step-{step:08d}" if which == "step" else which
         path = self.directory / f"{name}.safetensors"
         tensors, meta = state
+        digest = ckpt.optimizer_digest(tensors)
+        meta = {**meta, "optimizer_digest": digest}
         rotate = which == "last" and self.last_trusted
         try:
             size, seconds = ckpt.timed_write(path, tensors, meta, keep_previous=rotate)
@@ -85,7 +96,7 @@ class Checkpointer:
             self.saved_last_at, self.last_trusted = step, True
         self.last_checkpoint = str(path)
         self.emit(ev.CheckpointSaved(step=step, path=str(path), kind=kind or which, seconds=seconds, bytes=size,
-                                     digest=ckpt.optimizer_digest(tensors), request_id=request_id))
+                                     digest=digest, request_id=request_id))
         return str(path)
 
     def _prune(self) -> None:
@@ -108,6 +119,8 @@ class Checkpointer:
         while loaded is not None:
             try:
                 apply(loaded)
+            except ckpt.CheckpointMismatch:
+                raise
             except ckpt.CheckpointError as exc:
                 skipped.append(str(exc))
                 loaded = self._older_than(loaded.path, skipped)
@@ -163,15 +176,26 @@ class Checkpointer:
     def bind(self, model, optimizer) -> None:
         """The live model and optimizer (a file's state comes with each save; FSDP2's manager reads them)."""
 
-    @staticmethod
-    def weights(loaded: ckpt.Loaded, model, optim) -> Callable[[], None]:
+    def announce(self, loaded: ckpt.Loaded | None, step: int) -> None:
+        """Tell the run's log what a resume from ``loaded`` passed over (a warning per skipped file) and what it
+        verified (the optimizer digest); nothing for a fresh run."""
+        if loaded is None:
+            return
+        for note in loaded.skipped:
+            self.emit(ev.Warning(text=f"skipped damaged checkpoint: {note}", step=step))
+        if self.verified:
+            self.emit(ev.LogLine(text=f"resume: {self.verified}", stream="engine"))
+
+    def weights(self, loaded: ckpt.Loaded, kept, optim) -> Callable[[], None]:
         """Check ``loaded``'s model and optimizer state against the live ones now (CheckpointError naming the
-        first misfit) and return what loads them. A DCP directory is checked by DCP as it loads, resharded."""
+        first misfit, CheckpointMismatch for another frozen base) and return what loads them, then checks the
+        optimizer digest. ``kept`` is the model's engine.weights.Weights. A DCP directory is checked by DCP as it
+        loads, resharded."""
         if Path(loaded.path).is_dir():
             from engine.distributed import dcp
 
-            return lambda: dcp.load(loaded, model, optim.optimizer)
-        state = ckpt.model_state(loaded, model.state_dict())
+            return lambda: dcp.load(loaded, kept.model, optim.optimizer)
+        state = kept.check(loaded)
         try:
             optim.check(loaded.tensors, loaded.meta)
         except ValueError as exc:
@@ -179,8 +203,9 @@ class Checkpointer:
                 from None
 
         def load() -> None:
-            model.load_state_dict(state, strict=True)
+            kept.load(state)
             ckpt.restore_optimizer(optim.optimizer, loaded.tensors, loaded.meta["optimizer"])
+            self.verified = ckpt.verify_optimizer(optim.optimizer, loaded)  # CheckpointMismatch: not what was saved
         return load
 
     def _older_than(self, path: Path, skipped: list[str]) -> ckpt.Loaded | None:

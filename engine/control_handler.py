@@ -47,6 +47,9 @@ class Steerable(Protocol):
     settings: Any
     #: The torch device it trains on (free_memory acts only on CUDA).
     device: Any
+    #: The model and its exporter (engine.exporter.Exporter): a checkpoint now also writes the task's export.
+    model: Any
+    exporter: Any
     #: The batch source (engine.threads.PlannedPrefetcher): ``task_changed`` after a task setting changes.
     prefetch: Any
 
@@ -120,6 +123,7 @@ class ControlHandler:
             path = self.run.checkpoint("manual", request_id=request.id)
             if path is None:
                 return self.refuse(request, "checkpoint failed; see the checkpoint_failed event")
+            self.run.exporter.export(self.run.model, self.run.step, "manual")  # the task's export with it, if any
             return self.ack(request, "checkpoint", None, path)
         if action == "abort":  # the stop itself comes from the events Controls.submit set (boundary above)
             return self.ack(request, "state", self.state, "aborting", reason=f"abort ({request.mode}) by request")

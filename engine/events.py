@@ -94,6 +94,10 @@ class StepLogged(Event):
     batch_size: int = 0
     components: dict = field(default_factory=dict)
     skipped: bool = False
+    #: Tokens a second, for a task that counts tokens (engine.throughput); 0 otherwise.
+    tokens_per_s: float = 0.0
+    #: Model FLOPs utilisation, a fraction of the device's dense bf16 peak; 0 when unknown (CPU, no FLOP count).
+    mfu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,17 @@ class CheckpointSaved(Event):
     bytes: int = 0
     digest: str = ""
     request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportWritten(Event):
+    """The task's export (an adapter, a model directory) reached disk atomically; ``kind`` is final / manual."""
+
+    type: ClassVar[str] = "export"
+    step: int = 0
+    path: str = ""
+    kind: str = "final"
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -293,12 +308,14 @@ class RunFinished(Event):
     checkpoint: str | None = None
     resume_command: str | None = None
     exit_code: int = 0
+    #: The export written as the run finished (ExportWritten), None when the task exports nothing.
+    export: str | None = None
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
-        Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved,
+        Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved, ExportWritten,
         CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine, RanksSampled, RunFinished,
     )
 }

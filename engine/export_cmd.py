@@ -1,8 +1,10 @@
 """`sensorlm-tui export RUN`: a task's export (PEFT adapter, pretrained directory, …) from any checkpoint.
 
 The checkpoint is the whole recipe: its metadata holds the resolved config
-and the task's state, its tensors the model. So the command rebuilds the
-task from them, loads the weights strictly, and asks the task's ``export``
+and the task's state, its tensors the model (a LoRA run's: the adapters, and
+the frozen base's identity, engine.weights). So the command rebuilds the task
+and the model from them, checks the base is the one trained on, loads the
+weights strictly, and asks the task's ``export``
 hook to write ``kind`` (default: the task's own choice, e.g. an adapter for
 a LoRA run) into ``RUN/exports/step-N`` (``<kind>-step-N`` with ``--kind``) or ``--out``. The task writes
 atomically; a failure leaves nothing under the final name. Works on a live
@@ -82,7 +84,7 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
             except ckpt.CheckpointError as exc:
                 raise TaskError(str(exc)) from None
         else:
-            _load_file_weights(loaded, model)
+            _load_file_weights(loaded, model, task.model_source())
         exports = get_spec(config.task.name).capabilities.exports
         if kind is not None and kind not in exports:
             raise TaskError(f"--kind {kind!r}; task {config.task.name!r} exports: {', '.join(exports) or 'nothing'}")
@@ -96,16 +98,19 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
     return Path(written)
 
 
-def _load_file_weights(loaded, model) -> None:
-    """A single-file checkpoint's ``model.*`` tensors into ``model``, strictly (TaskError when they do not fit)."""
+def _load_file_weights(loaded, model, source: str | None) -> None:
+    """A single-file checkpoint's ``model.*`` tensors into ``model``, strictly: all of them, or (a LoRA run's) all
+    that train onto the rebuilt base, whose identity must match ``source`` and the file's (engine.weights).
+    TaskError when they do not fit."""
+    from engine import checkpoint as ckpt
     from engine.tasks.base import TaskError
+    from engine.weights import Weights
 
-    state = {k[len("model."):]: v for k, v in loaded.tensors.items() if k.startswith("model.")}
+    weights = Weights(model, source)
     try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise TaskError(f"{loaded.path}: weights do not fit the model its config builds "
-                        f"({str(exc).splitlines()[-1].strip()[:160]})") from None
+        weights.load(weights.check(loaded))
+    except ckpt.CheckpointError as exc:
+        raise TaskError(f"{str(exc).splitlines()[0]} (the model its config builds)") from None
 
 
 def main(args: argparse.Namespace) -> int:

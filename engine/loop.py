@@ -10,6 +10,7 @@
 - ``ControlHandler`` (engine.control_handler): viewers' requests at step boundaries, pause, stops.
 - ``LiveSettings`` (engine.live_settings) and ``BudgetHook`` (engine.budget.hook): the live knobs and the
   memory prediction every change to them is judged by.
+- ``Weights`` / ``Throughput`` / ``Exporter``: a checkpoint's model part, tokens/s and MFU, the task's exports.
 
 The Trainer keeps the step count and assembles a checkpoint from its components' states; ``load``
 validates all of it against the live model first, so a checkpoint loads whole or is skipped.
@@ -42,6 +43,9 @@ from engine.distributed.parallel import Single
 from engine.sample_order import SampleOrder
 from engine.sinks import EventBus
 from engine.tasks import get_spec, make_task
+from engine.throughput import Throughput
+from engine.exporter import Exporter
+from engine.weights import Weights
 
 
 class Trainer:
@@ -79,6 +83,7 @@ class Trainer:
         self.params = sum(p.numel() for p in self.model.parameters())
         # DDP: the same parameters, gradients synchronised; FSDP2 shards them in place, so before the optimizer.
         self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
+        self.weights, self.rates, self.exporter = Weights.of(self), Throughput.of(self), Exporter.of(self)
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self.order.size // t.batch_size))
         self.optim = Optimization(t, self.model, self.task.param_groups(self.model), self.device, self.total_steps)
         self.checkpoints.bind(self.model, self.optim.optimizer)
@@ -205,7 +210,7 @@ class Trainer:
         self.bus.emit(ev.StepLogged(
             step=step, epoch=self.order.epoch, loss=loss, lr=lr, grad_norm=grad_norm,
             samples_per_s=n / elapsed, steps_per_s=1.0 / elapsed, batch_size=self.settings.batch_size,
-            components=parts, skipped=skipped))
+            components=parts, skipped=skipped, **self.rates.rates(n, elapsed)))
         sample = self.budget.sample(step)
         if sample is not None:
             self.bus.emit(sample)
@@ -235,22 +240,21 @@ class Trainer:
 
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict]:
         """(tensors, JSON metadata) of the whole run, as one checkpoint holds it."""
-        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        tensors, model_meta = self.weights.state_dict()  # only what trains, plus the frozen base's identity
         optim_tensors, optim_meta = self.optim.state_dict()
         rng_tensors, rng_meta = ckpt.rng_capture()
         meta = {"step": self.step, **self.order.state_dict(), "world": self.parallel.world,
                 **self.settings.state_dict(), **optim_meta,
                 "total_steps": self.total_steps, "config": self.settings.config.model_dump(mode="json"),
                 "rng": rng_meta, "task_state": self.task.state_dict(), **self.evaluator.state_dict(),
-                "nan": self.nan.state_dict(), "params": self.params}
+                "nan": self.nan.state_dict(), "params": self.params, **model_meta}
         return {**tensors, **optim_tensors, **rng_tensors}, meta
 
     def load(self, loaded: ckpt.Loaded) -> None:
-        """Validate a checkpoint against this run (types, ranges, shapes), then load it; CheckpointError if it
-        does not fit, with nothing changed."""
+        """Check a checkpoint against this run (all of it before any loads), load it, verify its optimizer digest."""
         meta, tensors = loaded.meta, loaded.tensors
         ckpt.validate_meta(loaded)
-        weights = self.checkpoints.weights(loaded, self.model, self.optim)  # a file's shapes checked here
+        weights = self.checkpoints.weights(loaded, self.weights, self.optim)  # a file's shapes checked here
         try:
             order = SampleOrder.state_for_world(meta, self.parallel.world)
             self.order.check(order)
@@ -275,8 +279,7 @@ class Trainer:
             total_steps=self.total_steps, start_step=self.step, pid=os.getpid(),
             resumed_from=str(self.resume.path) if self.resume else None,
             capabilities=get_spec(self.config.task.name).capabilities.to_dict()))
-        for note in self.resume.skipped if self.resume else ():
-            self.bus.emit(ev.Warning(text=f"skipped damaged checkpoint: {note}", step=self.step))
+        self.checkpoints.announce(self.resume, self.step)  # the files it skipped, the optimizer digest it checked
 
     def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool) -> Outcome:
         self.prefetch.close()
@@ -291,6 +294,7 @@ class Trainer:
         outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)
         resume = f"sensorlm-tui train --resume {self.run_dir}" if status != "finished" and self.run_dir else None
         self.bus.emit(ev.RunFinished(status=status, best=self.evaluator.abort.best, steps=self.step, reason=reason,
-                                     checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code)))
+                                     checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code),
+                                     export=self.exporter.final(self.model, self.step, status)))
         return outcome
 

@@ -18,10 +18,11 @@ from typing import Callable, Iterable, TextIO
 
 from engine import events as ev
 from engine.tasks.spec import Capabilities
+from engine.throughput import format_mfu
 
 #: Event types written through to disk immediately (everything else within a second).
-URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "state", "setting", "refused",
-          "warning", "run_finished"}
+URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "export", "state", "setting",
+          "refused", "warning", "run_finished"}
 
 
 class EventBus:
@@ -292,7 +293,7 @@ class ConsoleSink:
             elif event.step % self.print_every == 0 or event.step == self.total:
                 self._out("step ", f"{event.step:>7}/{self.total} epoch {event.epoch} loss {event.loss:.5f} "
                           f"lr {event.lr:.2e} gnorm {_fmt(event.grad_norm, '.3f')} "
-                          f"{event.steps_per_s:.2f} steps/s {event.samples_per_s:.1f} samples/s")
+                          f"{event.steps_per_s:.2f} steps/s {event.samples_per_s:.1f} samples/s{_tokens(event)}")
         elif kind == "eval":
             primary = getattr(self, "primary", None)
             unit = f" {primary.unit}" if primary is not None and primary.name == event.primary and primary.unit else ""
@@ -307,6 +308,8 @@ class ConsoleSink:
         elif kind == "checkpoint":
             self._out("ckpt ", f"step {event.step} {event.kind} {event.path} {_human_bytes(event.bytes)} "
                       f"{event.seconds:.2f} s", "32")
+        elif kind == "export":
+            self._out("exprt", f"step {event.step} {event.kind} {event.path} {event.seconds:.2f} s", "32")
         elif kind == "checkpoint_failed":
             self._out("ckpt!", f"step {event.step} save failed, previous checkpoint kept: {event.error}", "31")
         elif kind == "state":
@@ -327,10 +330,17 @@ class ConsoleSink:
                 line += f" best {event.best:.4g}"
             if event.checkpoint:
                 line += f" checkpoint {event.checkpoint}"
+            if event.export:
+                line += f" export {event.export}"
             self._out("done ", line, "1")
             if event.resume_command:
                 self._event = None  # no clock fields: the line stays a command to copy
                 self._out("done ", f"resume with: {event.resume_command}")
+
+
+def _tokens(event: ev.StepLogged) -> str:
+    """" 812 tok/s MFU 41.2 %" for a task that counts tokens ("–" where MFU is unknown), else ""."""
+    return f" {event.tokens_per_s:.0f} tok/s MFU {format_mfu(event.mfu)}" if event.tokens_per_s else ""
 
 
 class LineCapture(io.TextIOBase):

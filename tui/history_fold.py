@@ -52,7 +52,9 @@ PREVIEW_ROWS = 4096
 #: Weight below which an old point no longer moves an EMA in float64 (the warm-up of a tail's EMA).
 FORGET = 1e-17
 #: Numeric StepLogged fields kept per step besides the loss (the model's scalar rings).
-STEP_FIELDS = ("grad_norm", "lr", "samples_per_s", "steps_per_s")
+STEP_FIELDS = ("grad_norm", "lr", "samples_per_s", "steps_per_s", "tokens_per_s", "mfu")
+#: Step fields where 0 means "not known" (engine.throughput: no tokens counted, no peak on a CPU): kept as NaN.
+ZERO_UNKNOWN = ("tokens_per_s", "mfu")
 #: Newest steps kept of each per-step scalar besides the loss: 2 × 8 bytes a step, 4 MiB a scalar.
 SCALAR_CAPACITY = 1 << 18
 # Columns of the step ring: step, raw loss, then one EMA per non-zero smoothing level.
@@ -91,6 +93,11 @@ def warm_up(a: float) -> int:
 TAIL_STEPS = PREVIEW_ROWS + warm_up(max(LEVELS))
 
 
+def known(name: str, values: np.ndarray) -> np.ndarray:
+    """``values`` of step field ``name`` with its "not known" zeros as NaN (ZERO_UNKNOWN), so none is plotted."""
+    return np.where(values > 0, values, np.nan) if name in ZERO_UNKNOWN else values
+
+
 def scalar_ring(capacity: int, step: np.ndarray, values: np.ndarray) -> Ring:
     """A (step, value) ring of a scalar holding the newest rows that fit."""
     ring = Ring(min(capacity, SCALAR_CAPACITY), 2)
@@ -113,7 +120,7 @@ class HistoryFold:
         step = history.column("step", "step")
         names = list(STEP_FIELDS) + [c for c in history.step_columns() if c.startswith("components.")]
         columns = {"step": step, "loss": history.column("step", "loss"), "t": history.column("step", "t")}
-        columns.update({name: history.column("step", name) for name in names})
+        columns.update({name: known(name, history.column("step", name)) for name in names})
         keep = latest_attempts(step)
         if keep is not None:
             columns = {name: values[keep] for name, values in columns.items()}

@@ -24,7 +24,7 @@ from tui.ema import LEVELS, EmaState, ema_extend
 from tui.format import human_bytes, short_float
 from tui.history import Ring
 from tui.history_fold import LOSS as _LOSS, STEP as _STEP  # columns of the step ring
-from tui.history_fold import STEP_FIELDS, HistoryFold, StepRings, latest_attempts, scalar_ring
+from tui.history_fold import STEP_FIELDS, HistoryFold, StepRings, known, latest_attempts, scalar_ring
 
 #: States in which the engine no longer runs.
 ENDED_STATES = ("finished", "aborted", "failed")
@@ -247,6 +247,7 @@ class RunModel:
             extra = {k: v[keep] for k, v in (extra or {}).items()}
         rewound = self._rewind_to(float(step[0])) if len(step) else False
         for name, values in (extra or {}).items():
+            values = known(name, values)
             if name not in self.scalars:
                 if np.isfinite(values).any():  # else never logged (a NaN grad norm of a run that does not measure it)
                     self.scalars[name] = scalar_ring(self.capacity, step, values)
@@ -581,7 +582,7 @@ class RunModel:
         return next((sec[name] for sec in sections if isinstance(sec, dict) and name in sec), None)
 
     def summary(self) -> str:
-        """One line for after the app exits: how the run ended, its checkpoint and how to resume."""
+        """One line for after the app exits: how the run ended, its checkpoint, its export and how to resume."""
         name = self.started.name if self.started and self.started.name else "run"
         fin = self.finished
         status = fin.status if fin else self.state
@@ -593,6 +594,8 @@ class RunModel:
             parts.append(f"best {metric.label or metric.name} {short_float(best[1])}{unit} @ {best[0]}")
         checkpoint = (fin.checkpoint if fin else None) or (self.checkpoints[-1].path if self.checkpoints else None)
         parts.append(f"checkpoint {checkpoint}" if checkpoint else "no checkpoint")
+        if fin and fin.export:
+            parts.append(f"export {fin.export}")
         if fin and fin.resume_command:
             parts.append(f"resume: {fin.resume_command}")
         return " · ".join(parts)
@@ -695,6 +698,10 @@ def _on_checkpoint(m: RunModel, e: ev.CheckpointSaved) -> None:
     m.versions["header"] += 1
 
 
+def _on_export(m: RunModel, e: ev.ExportWritten) -> None:
+    m._log("checkpoint", f"export ({e.kind}) {e.path} in {e.seconds:.2f}s", e.step)
+
+
 def _on_checkpoint_failed(m: RunModel, e: ev.CheckpointFailed) -> None:
     m._log("error", f"checkpoint FAILED {e.path}: {e.error} (previous checkpoint intact)", e.step)
 
@@ -748,7 +755,7 @@ def _on_finished(m: RunModel, e: ev.RunFinished) -> None:
     m.finished = e
     m.state = _FINAL_STATE.get(e.status, "finished" if e.exit_code == 0 else "failed")
     m.state_reason = e.reason
-    where = f"; checkpoint {e.checkpoint}" if e.checkpoint else ""
+    where = (f"; checkpoint {e.checkpoint}" if e.checkpoint else "") + (f"; export {e.export}" if e.export else "")
     m._log("finished", f"run {e.status} after {e.steps} steps" + (f": {e.reason}" if e.reason else "") + where, e.steps)
     for area in ("header", "progress"):
         m.versions[area] += 1
@@ -765,6 +772,7 @@ _HANDLERS = {
     ev.RanksSampled: _on_ranks,
     ev.CheckpointSaved: _on_checkpoint,
     ev.CheckpointFailed: _on_checkpoint_failed,
+    ev.ExportWritten: _on_export,
     ev.StateChanged: _on_state,
     ev.SettingChanged: _on_setting,
     ev.Refused: _on_refused,

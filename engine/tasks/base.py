@@ -68,6 +68,19 @@ class Task(ABC):
         """A few facts for the dashboard header and RunStarted (tokens, channels, …)."""
         return {}
 
+    def tokens_per_sample(self) -> int:
+        """Tokens one training sample holds, for tokens/s and MFU in the step events (engine.throughput); 0: none."""
+        return 0
+
+    def flops_per_token(self, model: "nn.Module") -> float:
+        """Training FLOPs (forward + backward) per token of ``model``, for MFU; 0: not counted."""
+        return 0.0
+
+    def model_source(self) -> str | None:
+        """Where ``build_model`` takes weights that stay frozen from (a model directory, a random init's seed):
+        recorded in checkpoints that leave those weights out (engine.weights), compared on resume."""
+        return None
+
     # -- data ------------------------------------------------------------------------
     @abstractmethod
     def train_size(self) -> int:

@@ -1,4 +1,5 @@
-"""Progress: step/total with a bar, epoch, throughput, elapsed and ETA, LR, batch size, best primary metric.
+"""Progress: step/total with a bar, epoch, throughput (tokens/s and MFU for a task that counts tokens), elapsed
+and ETA, LR, batch size, best primary metric.
 
 The ETA appears only after warm-up (≥ 10 steps and > 10 s since the first
 step, Burn's rule): before that, start-up and the first evals make any
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from textual.markup import escape
 
+from engine.throughput import format_mfu
 from tui.format import human_duration, short_float
 from tui.widgets.panel import TextPanel
 
@@ -56,4 +58,6 @@ class ProgressPanel(TextPanel):
             lines.append(f"[$accent]{escape(model.phase_lines(model.clock())[-1])}[/]")
         if last is not None:
             lines.append(f"{short_float(rate, 3) if rate else '–'} steps/s · {last.samples_per_s:.0f} samples/s")
+            if last.tokens_per_s:  # a task that counts tokens; MFU "–" without a known peak (CPU)
+                lines.append(f"{last.tokens_per_s:.0f} tokens/s · MFU {format_mfu(last.mfu)}")
         return "\n".join(lines)

@@ -118,15 +118,25 @@ class LMTask(Task):
         if lmmodel.vocab_size(model) < self.vocab:
             raise TaskError(f"lm.model.path={self.lm.model.path}: embedding has {lmmodel.vocab_size(model)} rows, "
                             f"config.json says vocab_size {self.vocab}")
-        self._flops = self.flops_per_token(model)
         return model
 
+    def model_source(self) -> str | None:
+        """The base model's origin: its directory (resolved), or the random Llama's shape and train.seed."""
+        m = self.lm.model
+        if m.path:
+            return f"{Path(m.path).expanduser().resolve()}"
+        shape = m.model_dump(include={"hidden_size", "layers", "heads", "kv_heads", "intermediate_size",
+                                      "vocab_size", "tie_embeddings"})
+        return f"random Llama {json.dumps(shape, sort_keys=True)} seed {self.config.train.seed}"
+
     def describe(self) -> dict[str, Any]:
-        """Corpus size, tokens per sample and FLOPs per token: a viewer's tokens/s is samples/s × tokens_per_sample,
-        its MFU engine.tasks.lm.mfu.mfu(tokens/s, flops_per_token, device name)."""
-        return {"tokens": int(len(self.stream.train)), "seq_len": self.seq_len, "tokens_per_sample": self.seq_len,
-                "vocab": self.vocab, "corpus": self.where, "finetune": self.lm.finetune,
-                "flops_per_token": getattr(self, "_flops", None)}
+        """Corpus size, sequence length, vocabulary, corpus and fine-tuning mode."""
+        return {"tokens": int(len(self.stream.train)), "seq_len": self.seq_len, "vocab": self.vocab,
+                "corpus": self.where, "finetune": self.lm.finetune}
+
+    def tokens_per_sample(self) -> int:
+        """seq_len: every sample is one packed window (tokens/s and MFU in the step events)."""
+        return self.seq_len
 
     # -- data ----------------------------------------------------------------------------------
     def train_size(self) -> int:
@@ -203,7 +213,10 @@ class LMTask(Task):
         return write_export(_unwrap(model), out_dir, kind, tokenizer=self.tokenizer)
 
     def flops_per_token(self, model: nn.Module) -> float:
-        """Training FLOPs per token (engine.tasks.lm.mfu) for this model and seq_len."""
+        """Training FLOPs per token (engine.tasks.lm.mfu) for this model and seq_len; counted once per seq_len."""
+        cached = getattr(self, "_flops", None)
+        if cached is not None and cached[0] == self.seq_len:
+            return cached[1]
         base = _unwrap(model)
         embed = base.get_input_embeddings().weight
         matmul = trainable = 0
@@ -214,8 +227,10 @@ class LMTask(Task):
             trainable += p.numel() if p.requires_grad else 0
         cfg = base.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return mfu.flops_per_token(matmul, trainable, cfg.num_hidden_layers, cfg.num_attention_heads, head_dim,
-                                   self.seq_len)
+        flops = mfu.flops_per_token(matmul, trainable, cfg.num_hidden_layers, cfg.num_attention_heads, head_dim,
+                                    self.seq_len)
+        self._flops = (self.seq_len, flops)
+        return flops
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

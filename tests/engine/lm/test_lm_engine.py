@@ -44,6 +44,10 @@ def test_run_reports_perplexity(whole) -> None:
     assert [e["step"] for e in evals] == [0, 3, 6]
     for e in evals:
         assert e["metrics"]["perplexity"] == pytest.approx(2.718281828 ** e["metrics"]["val_loss"], rel=1e-9)
+    # The run's end exports the adapter (atomically, beside the checkpoints) and its last line says where.
+    final = whole / "exports" / f"step-{STEPS}"
+    assert events[-1]["type"] == "run_finished" and events[-1]["export"] == str(final)
+    assert (final / "adapter_model.safetensors").is_file() and (final / "adapter_config.json").is_file()
 
 
 def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, corpus_file, tmp_path) -> None:
@@ -55,14 +59,22 @@ def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, 
     assert after == {s: _steps(reference)[s] for s in range(4, STEPS + 1)}
     digests = [[e["digest"] for e in ev if e["type"] == "checkpoint" and e["step"] == STEPS] for ev in (events, reference)]
     assert digests[0] and digests[0][-1] == digests[1][-1]
+    # The engine itself recomputed the digest of the optimizer it loaded and found the checkpoint's.
+    assert any(e["type"] == "log" and e["text"].startswith("resume: optimizer state sha256 ")
+               and e["text"].endswith(f"matches {run / 'checkpoints' / 'last.safetensors'}") for e in events)
 
 
 def test_export_command_writes_from_any_checkpoint(whole, tmp_path) -> None:
-    result = run_cli("export", str(whole), "--checkpoint", str(whole / "checkpoints" / "best.safetensors"),
+    from safetensors.torch import load_file
+
+    result = run_cli("export", str(whole), "--checkpoint", str(whole / "checkpoints" / "last.safetensors"),
                      "--out", str(tmp_path / "adapter"), timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(tmp_path / "adapter")
-    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    # From the adapters-only checkpoint onto the rebuilt base: the same adapter the run exported from memory.
+    rebuilt = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    live = load_file(whole / "exports" / f"step-{STEPS}" / "adapter_model.safetensors")
+    assert rebuilt.keys() == live.keys() and all(torch.equal(rebuilt[k], live[k]) for k in live)
     bad = run_cli("export", str(whole), "--kind", "onnx", timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "--kind 'onnx'; task 'lm' exports: peft_adapter, pretrained" in bad.stderr
