@@ -156,7 +156,8 @@ class LMTask(Task):
 
     # -- objective -----------------------------------------------------------------------------
     def _token_losses(self, model: nn.Module, tokens: torch.Tensor, reduction: str) -> torch.Tensor:
-        logits = model(input_ids=tokens[:, :-1], use_cache=False).logits
+        with lmmodel.real_mask_path():  # a no-op outside the budget's fake-tensor trace
+            logits = model(input_ids=tokens[:, :-1], use_cache=False).logits
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1),
                                reduction=reduction)
 
