@@ -6,11 +6,10 @@
   through ``agree`` (identity in one process, an all-reduce when distributed).
 - ``Evaluator`` (engine.evaluator): validation passes, the best and abort rule, the overfit gate.
 - ``Checkpointer`` (engine.checkpointer; FSDP2's DCP directories: engine.distributed.sharded_checkpointer):
-  cadence, save, prune, restore with validation, rollback (agreed across ranks).
+  cadence, save, prune, restore with validation, rollback (agreed across ranks); ``Weights``: the model's part.
 - ``ControlHandler`` (engine.control_handler): viewers' requests at step boundaries, pause, stops.
 - ``LiveSettings`` (engine.live_settings) and ``BudgetHook`` (engine.budget.hook): the live knobs and the
-  memory prediction every change to them is judged by.
-- ``Weights`` / ``Throughput`` / ``Exporter``: a checkpoint's model part, tokens/s and MFU, the task's exports.
+  memory prediction every change to them is judged by. ``Throughput``: tokens/s, MFU; ``Exporter``: exports.
 
 The Trainer keeps the step count and assembles a checkpoint from its components' states; ``load``
 validates all of it against the live model first, so a checkpoint loads whole or is skipped.
