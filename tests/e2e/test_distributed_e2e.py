@@ -55,9 +55,7 @@ def test_killed_terminal_leaves_a_two_rank_job_training_and_attach_takes_control
         hung_up_at = status_step(run)
         wait_until(lambda: status_step(run) > hung_up_at + 20, 60, "training to go on after the hang-up")
 
-        # The tmux server inherits pytest's environment, where a plugin sets COLUMNS=80 LINES=24; the app would
-        # take those over the pane's 120x40 and hide the system panel (and the rank table in it) as too narrow.
-        tmux.start("attach", ["env", "-u", "COLUMNS", "-u", "LINES", *sensorlm("attach", str(run))])
+        tmux.start("attach", sensorlm("attach", str(run)))  # 120x40: wide enough for the system panel's rank table
         text = tmux.wait_for("attach", lambda s: _rank_rows(s) >= {0, 1}, 60, "both ranks' rows")
         assert "rank" in text
         tmux.keys("attach", "Space")

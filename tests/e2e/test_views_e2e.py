@@ -43,14 +43,14 @@ def test_phases_footer_chooser_compare(tmp_path: Path, tmux: Tmux, size) -> None
     tmux.start("v", sensorlm("train", "--preset", "demo", "--threads", "1", "--max-steps", "100000",
                              "--run-dir", str(run)), size=size)
     try:
-        _use_the_dashboard(tmux, run)
+        _use_the_dashboard(tmux, run, size)
     finally:  # the engine runs in its own session: a failed check must not leave it training for the rest
         pid = (RunDir(run).read_status() or {}).get("pid")
         if pid and pid_alive(pid):
             psutil.Process(pid).kill()
 
 
-def _use_the_dashboard(tmux: Tmux, run: Path) -> None:
+def _use_the_dashboard(tmux: Tmux, run: Path, size: tuple[int, int]) -> None:
     first = tmux.wait_for("v", lambda s: ("first evaluation" in s and _step(s) <= 0) or _step(s) >= 1, 180,
                           "a start-up phase or the first step")
     if _step(first) >= 1:
@@ -62,6 +62,11 @@ def _use_the_dashboard(tmux: Tmux, run: Path) -> None:
         assert evaluation and evaluation[0] < kinds.index("step:"), kinds
     text = tmux.wait_for("v", lambda s: _step(s) >= 3, 240, "training steps")
     assert "space pause" in _footer(text)
+    # The dashboard draws at the window's size, not at a COLUMNS/LINES leaked into the pane (tests/e2e/tmux.py):
+    # the footer sits on the window's last row and the header runs to its right edge.
+    rows = text.splitlines()
+    assert len(rows) == size[1] and "space pause" in rows[-1], text
+    assert max(len(row.rstrip()) for row in rows) == size[0], text
 
     tmux.keys("v", "Space")
     tmux.wait_for("v", lambda s: "PAUSED" in s and "space resume" in _footer(s), 30, "resume in the footer")

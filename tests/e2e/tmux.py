@@ -4,6 +4,13 @@ Each Tmux object uses its own server socket (``tmux -L <name>``) so tests
 never touch anyone else's tmux sessions, and ``close`` kills only that
 server. Killing a session closes its pty: the kernel hangs up the pane's
 process group (SIGHUP), exactly what an SSH drop does to a viewer.
+
+The tmux server gets an explicit environment without COLUMNS and LINES. pytest's capture plugin imports
+``readline`` at start-up (``_pytest.capture._readline_workaround``), and GNU readline writes COLUMNS=80
+LINES=24 into the C-level process environment: ``os.environ`` never shows them, but a child started with
+the inherited environment (``env=None``) gets them, and so would every pane of the server. Textual (like
+``shutil.get_terminal_size``) prefers those variables to the pty's real size, so every dashboard here
+would draw at 80×24 whatever size the window has.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ class Tmux:
         self.cwd = Path(cwd)
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        # os.environ, not the C-level environment readline changed; the pane's size comes from its pty alone
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20,
-                              check=check)
+                              check=check, env=env)
 
     def start(self, session: str, command: list[str], size: tuple[int, int] = (120, 40)) -> int:
         """Run ``command`` (then report its exit code and linger) in a new ``size`` (columns, rows) session;
