@@ -54,11 +54,8 @@ class Tmux:
             "PYTHONPATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "PATH", "HOME"))
         # exec keeps the pane's pid = the app's pid (so a test can tell the viewer is gone after a hang-up)
         # only when we do not need the exit code; here we want the code, so the shell stays and prints it.
-        # COLUMNS/LINES go: a tmux server started by a client without a terminal (pytest's) puts COLUMNS=80 and
-        # LINES=24 into its global environment, and Textual (shutil.get_terminal_size) reads those before the
-        # pane's real size, so every app drew at 80×24 whatever ``size`` said.
-        line = (f"unset COLUMNS LINES; export {exports}; cd {shlex.quote(str(self.cwd))}; {shlex.join(command)}; "
-                "echo EXIT=$?; sleep 600")
+        # No COLUMNS/LINES reach the pane (``_tmux`` and the module note say why), so the app draws at ``size``.
+        line = f"export {exports}; cd {shlex.quote(str(self.cwd))}; {shlex.join(command)}; echo EXIT=$?; sleep 600"
         self._tmux("new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), line)
         return int(self._tmux("display-message", "-p", "-t", session, "#{pane_pid}").stdout.strip())
 
