@@ -103,6 +103,9 @@ class TrainConfig(_Section):
     strategy: Literal["ddp", "fsdp2"] = Field(
         "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
         "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
+    collective_timeout_s: float = Field(
+        300.0, ge=1, le=86_400, description="Across ranks: seconds a collective waits for a stuck rank before the "
+        "job stops and names the hang (exit 3).")
 
 
 class CheckpointConfig(_Section):

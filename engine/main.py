@@ -250,6 +250,7 @@ def _run_prepared(prepared: Prepared, console: bool = True, install_signals: boo
     from engine.sinks import ConsoleSink, EventBus, JsonlSink
 
     from engine.checkpoint import CheckpointError
+    from engine.distributed.parallel import CollectiveTimeout
     from engine.tasks.base import TaskError
 
     config, run_dir = prepared.config, prepared.run_dir
@@ -334,6 +335,13 @@ def _run_prepared(prepared: Prepared, console: bool = True, install_signals: boo
         bus.emit(ev.RunFinished(status="interrupted", steps=trainer.step, reason="second SIGINT: stopped at once",
                                 checkpoint=trainer.checkpoints.last_checkpoint,
                                 resume_command=resume_command(run_dir), exit_code=int(exit_code)))
+    except CollectiveTimeout as exc:  # a rank hung: nothing can be saved (a save may be collective); say which
+        exit_code, final_state = ExitCode.HUNG, "failed"
+        status.update(hung=exc.record())
+        bus.emit(ev.Warning(text=f"{exc} ({exc.detail})", step=trainer.step))
+        bus.emit(ev.RunFinished(status="failed", steps=trainer.step, reason=str(exc),
+                                checkpoint=trainer.checkpoints.last_checkpoint,
+                                resume_command=resume_command(run_dir) + _launch(parallel), exit_code=int(exit_code)))
     except Exception as exc:  # training crashed: say so everywhere, save what can be saved
         text = traceback.format_exc()
         sys.stderr.write(text)
@@ -357,6 +365,12 @@ def _run_prepared(prepared: Prepared, console: bool = True, install_signals: boo
     bus.close()
     lock.release()
     return int(exit_code)
+
+
+def _launch(parallel) -> str:
+    """The resume command's tail for a torchrun job (its processes per node, from torchrun's environment)."""
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "1") if parallel is not None and parallel.world > 1 else "1"
+    return f" --nproc-per-node {per_node}" if per_node != "1" else ""
 
 
 def _log_crash(run_dir: RunDir, text: str) -> None:

@@ -54,7 +54,8 @@ class AgreedControls(Controls):
         import torch.distributed as dist
 
         everyone: list = [None] * self.group.world
-        dist.all_gather_object(everyone, wish)
+        with self.group.collective("control agreement"):
+            dist.all_gather_object(everyone, wish)
         for w in everyone:
             if w["stop"] and not self.stop_event.is_set():
                 self.stop_reason = w["stop"]

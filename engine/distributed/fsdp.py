@@ -102,7 +102,8 @@ class Fsdp2(Ddp):
             time.sleep(self._delay)  # test hook (telemetry.SLOW_ENV), as under DDP
         if self._root is not None:
             self._root.set_requires_gradient_sync(final)
-        yield
+        with self.collective("gradient reduce-scatter"):  # a hung peer's timeout is reported, not raised raw
+            yield
 
     def checkpointer(self, directory, config, emit):
         """The DCP checkpoint manager (every rank writes its shards; rank 0 the sidecar and the links)."""

@@ -13,6 +13,15 @@ step. Every rank's loss is a mean over its equal share and DDP averages the
 gradients, so the update equals one process's over the whole batch up to float
 summation order (the all-reduce adds the two halves' gradients; one process
 sums all samples in one reduction).
+
+A hung rank (alive but stuck: SIGSTOP'd, a deadlocked data worker) must not
+leave the others waiting forever. Every collective here runs under the process
+group's timeout (``train.collective_timeout_s``); gloo fails a send or receive
+that waits longer with a RuntimeError ("Timed out waiting ...ms"), so no
+watchdog thread is needed. ``collective(name)`` turns that error into a
+``CollectiveTimeout`` naming the collective, the last completed step and the
+rank that did not arrive (known with two ranks: the other one; gloo does not
+say which peer it waited for in a larger group).
 """
 
 from __future__ import annotations
@@ -21,6 +30,21 @@ import os
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective waited past the process group's timeout: which one, after which step, who did not arrive."""
+
+    def __init__(self, collective: str, step: int, missing: list[int] | None, timeout_s: float, detail: str) -> None:
+        self.collective, self.step, self.missing, self.timeout_s = collective, step, missing, timeout_s
+        who = f"rank {', '.join(map(str, missing))} did not arrive" if missing else "a rank did not arrive"
+        super().__init__(f"collective '{collective}' timed out after {timeout_s:g} s waiting after step {step}; "
+                         f"{who} (stopped or hung); the job stopped")
+        self.detail = detail
+
+    def record(self) -> dict:
+        """The status.json ``hung`` record: collective, step, missing ranks, timeout."""
+        return {"collective": self.collective, "step": self.step, "missing": self.missing, "timeout_s": self.timeout_s}
 
 
 @dataclass
@@ -56,6 +80,10 @@ class Single:
     def mean(self, tensor):
         """``tensor`` averaged over ranks."""
         return tensor
+
+    def collective(self, name: str):
+        """Context for one named collective (a timeout becomes ``CollectiveTimeout``; here: nothing to wait on)."""
+        return nullcontext()
 
     def mean_losses(self, total, parts: dict) -> tuple:
         """(the job's loss, its parts): this rank's averaged over ranks in one stacked all-reduce (here: as is)."""
@@ -106,6 +134,8 @@ class Ddp(Single):
         if not dist.is_initialized():
             # The timeout bounds a collective whose peer hangs (a dead peer fails at once on gloo).
             dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=timeout_s))
+        self.timeout_s = timeout_s
+        self._done = 0  # the last step observe() saw: where a hang is reported
         self._ddp = None
         from engine.distributed import telemetry
 
@@ -136,8 +166,20 @@ class Ddp(Single):
         """DDP's ``no_sync`` on every micro-batch but a step's last: one all-reduce a step, not one a micro-batch."""
         if self._delay and final:
             time.sleep(self._delay)  # test hook (telemetry.SLOW_ENV): a rank slower at its own work
-        with nullcontext() if final or self._ddp is None else self._ddp.no_sync():
+        with self.collective("gradient all-reduce") if final else nullcontext():
+            with nullcontext() if final or self._ddp is None else self._ddp.no_sync():
+                yield
+
+    @contextmanager
+    def collective(self, name: str):
+        """Run one named collective; gloo's (or nccl's) timeout error leaves as ``CollectiveTimeout``."""
+        try:
             yield
+        except RuntimeError as exc:
+            if isinstance(exc, CollectiveTimeout) or "timed out" not in str(exc).lower():
+                raise
+            missing = [1 - self.rank] if self.world == 2 else None
+            raise CollectiveTimeout(name, self._done, missing, self.timeout_s, str(exc).splitlines()[0]) from exc
 
     def fetch(self, prefetch, key):
         """The host batch for ``key``, its wait counted as this step's data wait."""
@@ -149,6 +191,7 @@ class Ddp(Single):
 
     def observe(self, step: int, started: float, step_s: float):
         """Record the step; every ``telemetry.EVERY_STEPS`` steps gather every rank's means to rank 0."""
+        self._done = step
         work = (self._ready - started) if self._ready is not None else step_s
         self._window.add(step_s, work, self._data_s)
         self._ready, self._data_s = None, 0.0
@@ -160,7 +203,7 @@ class Ddp(Single):
         """Gather every rank's record (a collective: every rank calls it at the same step); the event on rank 0."""
         from engine import events as ev
 
-        records = self.gather(self._window.record(self.rank, step, _memory()))
+        records = self.gather(self._window.record(self.rank, step, _memory()), "telemetry gather")
         if records is None:
             return None
         slow, median, cost = self._telemetry.straggler(records)
@@ -170,7 +213,8 @@ class Ddp(Single):
     def mean(self, tensor):
         """All-reduced average (one small collective a step: the logged loss and its parts, stacked)."""
         out = tensor.detach().clone()
-        self._dist.all_reduce(out, op=self._dist.ReduceOp.SUM)
+        with self.collective("loss all-reduce"):
+            self._dist.all_reduce(out, op=self._dist.ReduceOp.SUM)
         return out / self.world
 
     def agree(self, flag: bool) -> bool:
@@ -180,19 +224,22 @@ class Ddp(Single):
         value = torch.tensor([1 if flag else 0], dtype=torch.int32)
         if self.backend == "nccl":
             value = value.cuda()
-        self._dist.all_reduce(value, op=self._dist.ReduceOp.MAX)
+        with self.collective("flag agreement"):
+            self._dist.all_reduce(value, op=self._dist.ReduceOp.MAX)
         return bool(value.item())
 
-    def gather(self, obj) -> list | None:
+    def gather(self, obj, name: str = "gather") -> list | None:
         """Every rank's ``obj`` on rank 0 (None elsewhere); a pickle over the group, for small records."""
         out = [None] * self.world if self.rank == 0 else None
-        self._dist.gather_object(obj, out, dst=0)
+        with self.collective(name):
+            self._dist.gather_object(obj, out, dst=0)
         return out
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` on every rank."""
         box = [obj]
-        self._dist.broadcast_object_list(box, src=0)
+        with self.collective("broadcast"):
+            self._dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def close(self) -> None:

@@ -52,7 +52,8 @@ def main(argv: list[str]) -> int:
     from engine import device as dev
     from engine.distributed.controls import AgreedControls
     from engine.distributed.fsdp import Fsdp2
-    from engine.distributed.parallel import Ddp, env_world
+    from engine.distributed.parallel import CollectiveTimeout, Ddp, env_world
+    from engine.exit_codes import ExitCode
     from engine.main import UsageError, build_parser, prepare, run_prepared
 
     args, _ = build_parser().parse_known_args(argv[1:] if argv[:1] == ["train"] else argv)  # view flags are not ours
@@ -74,10 +75,11 @@ def main(argv: list[str]) -> int:
             import torch
 
             torch.cuda.set_device(local_rank)  # one GPU per rank on this node
+    timeout_s = prepared.config.train.collective_timeout_s if error is None else 300.0
     if error is None and prepared.config.train.strategy == "fsdp2":
-        parallel = Fsdp2(device, prepared.config.train.precision)
+        parallel = Fsdp2(device, prepared.config.train.precision, timeout_s)
     else:  # also when the flags were refused: the group only agrees on that, then closes
-        parallel = Ddp(device)
+        parallel = Ddp(device, timeout_s)
     if parallel.agree(error is not None):  # also the barrier before rank 0 creates the run directory
         if rank == 0:
             sys.stderr.write(f"sensorlm-tui: error: {error or 'another rank refused the flags'}\n")
@@ -92,6 +94,13 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
         parallel.close()  # as above: a clean exit 2, not gloo's abort
         return 2
+    except CollectiveTimeout as exc:  # a rank other than 0 waited past the timeout (rank 0 returns HUNG itself)
+        sys.stderr.write(f"sensorlm-tui: rank {rank}: {exc}\n")
+        code = ExitCode.HUNG
+    if code == ExitCode.HUNG:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # leaving the group would wait on the hung peer, and gloo's threads abort a normal exit
     parallel.close()
     return code
 

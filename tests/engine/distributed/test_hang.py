@@ -1,0 +1,67 @@
+"""A hung rank under torchrun (2 CPU processes, gloo): the job stops after the collective timeout and says so.
+
+Rank 1 is SIGSTOP'd mid-run (alive, holding its sockets, answering nothing): rank 0's next collective
+fails after ``train.collective_timeout_s`` (5 s here), rank 0 records which collective hung after which
+step and that rank 1 did not arrive, and the supervisor kills the stopped rank instead of waiting the
+agent's 30 s for a SIGTERM a stopped process cannot act on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import ROOT, cli_env, read_events
+from tests.engine.distributed.test_ddp import TOY, _rank_pid, _stepped
+
+
+def test_a_stopped_rank_is_reported_as_a_hang_within_the_timeout(tmp_path):
+    run = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "100000", "--run-dir", str(run),
+                            "--set", "train.collective_timeout_s=5", "--nproc-per-node", "2"], cwd=ROOT,
+                           env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not _stepped(run):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.2)
+        pid = _rank_pid(run, 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        out, err = job.communicate(timeout=60)
+        assert time.monotonic() - stopped < 5 + 20, err[-2000:]
+    finally:
+        if pid is not None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 3, (out[-2000:], err[-2000:])
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and status["exit_code"] == 3
+    hung = status["hung"]
+    assert hung["missing"] == [1] and hung["timeout_s"] == 5 and hung["step"] >= 1 and hung["collective"]
+    finished = [e for e in read_events(run) if e.get("type") == "run_finished"][-1]
+    assert finished["exit_code"] == 3 and f"collective '{hung['collective']}' timed out" in finished["reason"]
+    assert "rank 1 did not arrive" in finished["reason"]
+    assert finished["resume_command"].endswith(f"--resume {run} --nproc-per-node 2")
+
+
+def test_collective_timeout_is_validated(tmp_path):
+    from tests.conftest import run_cli
+
+    bad = run_cli("--task", "toy", "--max-steps", "1", "--run-dir", str(tmp_path / "r"),
+                  "--set", "train.collective_timeout_s=0", module="engine")
+    assert bad.returncode == 2 and "collective_timeout_s" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "r").exists()
