@@ -337,11 +337,12 @@ def _run_prepared(prepared: Prepared, console: bool = True, install_signals: boo
                                 resume_command=resume_command(run_dir), exit_code=int(exit_code)))
     except CollectiveTimeout as exc:  # a rank hung: nothing can be saved (a save may be collective); say which
         exit_code, final_state = ExitCode.HUNG, "failed"
-        status.update(hung=exc.record())
+        resume = resume_command(run_dir) + _launch(parallel)
+        status.update(hung=exc.record(), reason=str(exc), resume_command=resume)
         bus.emit(ev.Warning(text=f"{exc} ({exc.detail})", step=trainer.step))
         bus.emit(ev.RunFinished(status="failed", steps=trainer.step, reason=str(exc),
-                                checkpoint=trainer.checkpoints.last_checkpoint,
-                                resume_command=resume_command(run_dir) + _launch(parallel), exit_code=int(exit_code)))
+                                checkpoint=trainer.checkpoints.last_checkpoint, resume_command=resume,
+                                exit_code=int(exit_code)))
     except Exception as exc:  # training crashed: say so everywhere, save what can be saved
         text = traceback.format_exc()
         sys.stderr.write(text)
