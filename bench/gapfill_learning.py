@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -38,9 +39,10 @@ def _key(method: str, gap: str) -> str:
     return f"psnr{suffix}_db" if method == "model" else f"baseline_{method}{suffix}_db"
 
 
-def train(seed: int, run_dir: Path, cache: Path, steps: int | None) -> tuple[dict, float]:
-    """One headless demo run; (its last eval's metrics, wall seconds)."""
+def train(seed: int, run_dir: Path, cache: Path, steps: int | None) -> tuple[dict, float, float]:
+    """One headless demo run; (its last eval's metrics, wall seconds, CPU seconds of it and its data workers)."""
     started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     command = [python(), "-m", "tui.cli", "train", "--headless", "--task", "gapfill", "--preset", "demo",
                "--run-dir", str(run_dir), "--seed", str(seed), "--threads", "1"]
     if steps is not None:
@@ -48,24 +50,27 @@ def train(seed: int, run_dir: Path, cache: Path, steps: int | None) -> tuple[dic
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800,
                    env={**os.environ, "SENSORLM_TUI_CACHE": str(cache)})
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     last = {}
     for line in (run_dir / "events.jsonl").read_text().splitlines():
         event = json.loads(line)
         if event.get("type") == "eval":
             last = {"step": event["step"], **(event.get("metrics") or {})}
-    return last, wall
+    return last, wall, cpu
 
 
 def run(quick: bool = False) -> Section:
     """Suite entry: seeds 0-2 at the demo's length, quick or not (smoke: seed 0, 2 steps, numbers meaningless)."""
     seeds = [0] if smoke() else [0, 1, 2]
     steps = 2 if smoke() else None
-    results, walls = [], []
+    results, walls, cpus = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-gapfill-") as tmp:
         for seed in seeds:
-            metrics, wall = train(seed, Path(tmp) / f"seed{seed}", Path(tmp) / "cache", steps)
+            metrics, wall, cpu = train(seed, Path(tmp) / f"seed{seed}", Path(tmp) / "cache", steps)
             results.append(metrics)
             walls.append(wall)
+            cpus.append(cpu)
 
     def cell(method: str, gap: str) -> str:
         values = [r[_key(method, gap)] for r in results]
@@ -90,7 +95,8 @@ def run(quick: bool = False) -> Section:
         *rows, "",
         "Learned − best baseline, per seed: short gaps " + ", ".join(f"{m:+.2f}" for m in margins)
         + " dB; long gaps " + ", ".join(f"{m:+.2f}" for m in long_margins) + " dB. Wall per seed: "
-        + ", ".join(f"{w:.0f} s" for w in walls) + ".",
+        + ", ".join(f"{w:.0f} s" for w in walls) + "; CPU (user + sys, the run and its data worker) per seed: "
+        + ", ".join(f"{c:.0f} s" for c in cpus) + " (on a loaded box the wall time grows, the CPU time barely).",
     ])
     return Section("Gap-filler demo: learned filler against baselines", "python -m bench --only gapfill_learning"
                    f"{' --quick' if quick else ''}", body, verdicts)

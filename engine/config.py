@@ -83,6 +83,9 @@ class TrainConfig(_Section):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
     overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
     overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x the untrained one.")
+    overfit_gate: int = Field(0, ge=0, le=1024, description="If > 0: before training, a copy of the model must "
+                              "learn this many frozen samples (engine.overfit_gate) or the run stops, exit 1.")
+    overfit_gate_steps: int = Field(300, ge=1, le=100_000, description="Steps the overfit gate trains its copy.")
     abort_drop: float = Field(1.5, ge=0, description="Abort when the primary metric sits this much worse than its "
                               "best, in its own unit...")
     abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort).")

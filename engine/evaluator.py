@@ -14,7 +14,6 @@ validation loss (the overfit gate's reference).
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable
 
@@ -22,15 +21,23 @@ import torch
 
 from engine import events as ev
 from engine.config import TrainConfig
+from engine.control_handler import GracefulStop
+from engine.exit_codes import ExitCode
+from engine.overfit_gate import OverfitGate, verdict
 from engine.policies import AbortPolicy
 
 
 class Evaluator:
     """Runs validation passes for one task and judges them (best, abort, overfit gate)."""
 
-    def __init__(self, train: TrainConfig, task) -> None:
+    def __init__(self, train: TrainConfig, task, emit: Callable[[ev.Event], None] = lambda event: None,
+                 agree: Callable[[bool], bool] = bool) -> None:
+        """``emit`` takes the overfit gate's events; ``agree`` makes its verdict every rank's (engine.policies)."""
         self.train = train
         self.task = task
+        self.emit, self.agree = emit, agree
+        #: The preflight a fresh run passes before its first evaluation (``train.overfit_gate``).
+        self.gate = OverfitGate(train)
         from engine.tasks import get_spec
 
         #: The task's declared primary metric (engine.tasks.spec.Metric): decides best and the abort rule.
@@ -45,7 +52,16 @@ class Evaluator:
 
     def run(self, model, step: int, micro: int, autocast: Callable, device: torch.device,
             interrupted: Callable[[], bool]) -> ev.EvalDone | None:
-        """One pass in micro-batches of ``micro``; the EvalDone, or None when ``interrupted()`` cut it short."""
+        """One pass in micro-batches of ``micro``; the EvalDone, or None when ``interrupted()`` cut it short.
+
+        The first pass of a fresh run (step 0, no reference loss yet: a resumed run has one) is preceded by
+        the overfit gate when ``train.overfit_gate`` asks for it; a failed gate raises GracefulStop (status
+        failed, exit 1, the verdict as the reason, no checkpoint)."""
+        if step == 0 and self.first_val_loss is None:
+            failed = self.gate.check(self.task, model, device, self.emit, autocast)
+            if self.agree(bool(failed)):  # every rank stops, or none
+                raise GracefulStop(failed or "overfit gate failed on another rank", ExitCode.POLICY,
+                                   checkpoint=False, status="failed")
         started = time.perf_counter()
         overfit = self.train.overfit
         indices = list(range(overfit)) if overfit else self.task.val_indices()
@@ -89,14 +105,9 @@ class Evaluator:
 
     def overfit_verdict(self) -> tuple[bool, str]:
         """(failed, the line that says so) for an overfit run; (False, "") otherwise."""
-        t = self.train
-        if not t.overfit:
+        if not self.train.overfit:
             return False, ""
-        first, last = self.first_val_loss, self.last_val_loss
-        failed = first is not None and last is not None and not last <= t.overfit_target * first
-        ratio = (last if last is not None else math.nan) / max(first if first is not None else math.nan, 1e-30)
-        return failed, (f"overfit gate {'FAILED' if failed else 'passed'}: val loss {last:.3g} is {ratio:.3f} of "
-                        f"the untrained {first:.3g} (must be <= {t.overfit_target})")
+        return verdict(self.first_val_loss, self.last_val_loss, self.train.overfit_target)
 
     def state_dict(self) -> dict:
         """JSON for a checkpoint: ``abort`` (the policy's state) and ``first_val_loss``."""

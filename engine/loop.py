@@ -89,7 +89,7 @@ class Trainer:
         self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
         self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
         self.oom = OomPolicy(t.oom_recovery, self.agree)
-        self.evaluator = Evaluator(t, self.task)
+        self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree)  # also the overfit gate preflight
         self.budget = BudgetHook(self.config, self.task, self.device)
         self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         if self.resume:

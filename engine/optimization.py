@@ -25,6 +25,8 @@ from engine import checkpoint as ckpt
 from engine.config import TrainConfig
 from engine.schedule import lr_at
 
+#: Test hook (engine.tasks.faults' ``lr@A-B=F``): ``lr_fault(step)`` multiplies step ``step``'s LR. None in real runs.
+lr_fault: Callable[[int], float] | None = None
 
 def accumulate(total: torch.Tensor | None, value: torch.Tensor, weight: float) -> torch.Tensor:
     """``total + value * weight`` without the ops a single micro-batch does not need (×1.0 and 0 + x are exact,
@@ -68,8 +70,9 @@ class Optimization:
     def lr(self, step: int) -> float:
         """The LR for optimizer step ``step``."""
         t = self.train
-        return self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, t.schedule, t.warmup_frac,
-                                                    t.cooldown_frac, t.min_lr_frac)
+        lr = self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, t.schedule, t.warmup_frac,
+                                                  t.cooldown_frac, t.min_lr_frac)
+        return lr if lr_fault is None else lr * lr_fault(step)
 
     def step(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor], skip: Callable[[bool], bool]
              ) -> tuple[tuple[float, float, dict[str, float]], float, bool]:

@@ -1,4 +1,4 @@
-"""Fault injection for tests: NaN losses, out-of-memory, crashes and slow checkpoint writes, on request.
+"""Fault injection for tests: NaN losses, out-of-memory, crashes, a too-high LR and slow checkpoint writes.
 
 A TEST hook, off unless the environment variable ``SENSORLM_TUI_FAULTS`` is
 set. It lives in the task layer, not the loop: the task registry
@@ -16,6 +16,10 @@ Spec: comma-separated items, e.g. ``SENSORLM_TUI_FAULTS="nan@12,nan@13,oom@20,sl
 - A trailing ``*`` (``nan@A-B*``) makes a fault fire every time the step is
   computed (data that is always bad); without it each fires once, so a step
   redone after a rollback or an OOM retry goes through.
+- ``lr@N=F`` / ``lr@A-B=F``: the learning rate of step N (each of steps A..B)
+  is multiplied by F, on top of the schedule: a run made to regress on
+  purpose (what the abort rule is for). It reaches the loop through
+  ``engine.optimization.lr_fault``, so the step events log the LR it ran at.
 - ``slow_save=S``: every checkpoint write sleeps S seconds between its fsynced
   temp file and the rename, so a kill can land mid-write.
 
@@ -37,7 +41,8 @@ from engine.tasks.base import TaskError
 ENV = "SENSORLM_TUI_FAULTS"
 
 _STEP_ITEM = re.compile(r"^(nan|oom|raise)@(\d+)(?:-(\d+))?(\*?)$")
-_KINDS = "nan@N, nan@A-B, oom@N, raise@N (a trailing * repeats), slow_save=SECONDS"
+_LR_ITEM = re.compile(r"^lr@(\d+)(?:-(\d+))?=(.+)$")
+_KINDS = "nan@N, nan@A-B, oom@N, raise@N (a trailing * repeats), lr@A-B=FACTOR, slow_save=SECONDS"
 
 
 class FaultSpecError(TaskError):
@@ -51,6 +56,7 @@ class FaultInjector:
     spec: str = ""
     steps: dict[int, list[tuple[str, bool]]] = field(default_factory=dict)  # step -> [(kind, sticky)]
     slow_save_s: float = 0.0
+    lr_factors: dict[int, float] = field(default_factory=dict)  # step -> LR multiplier
     fired: set[tuple[str, int]] = field(default_factory=set)
 
     @classmethod
@@ -68,14 +74,21 @@ class FaultInjector:
                 if not 0 <= injector.slow_save_s <= 600:
                     raise FaultSpecError(f"{ENV}: {item!r}: slow_save takes seconds in [0, 600]")
                 continue
+            if match := _LR_ITEM.match(item):
+                try:
+                    factor = float(match.group(3))
+                except ValueError:
+                    factor = -1.0
+                if not 0 < factor <= 1e6:
+                    raise FaultSpecError(f"{ENV}: {item!r}: lr takes a factor in (0, 1e6]")
+                for step in _steps(item, match.group(1), match.group(2)):
+                    injector.lr_factors[step] = factor
+                continue
             match = _STEP_ITEM.match(item)
             if not match:
                 raise FaultSpecError(f"{ENV}: {item!r}: unknown fault; allowed: {_KINDS}")
-            kind, first, last, sticky = match.group(1), int(match.group(2)), match.group(3), bool(match.group(4))
-            last_step = int(last) if last else first
-            if first < 1 or last_step < first or last_step - first > 1_000_000:
-                raise FaultSpecError(f"{ENV}: {item!r}: steps start at 1 and a range must be A-B with A <= B")
-            for step in range(first, last_step + 1):
+            kind, sticky = match.group(1), bool(match.group(4))
+            for step in _steps(item, match.group(2), match.group(3)):
                 injector.steps.setdefault(step, []).append((kind, sticky))
         return injector
 
@@ -96,6 +109,18 @@ class FaultInjector:
                 raise RuntimeError(f"injected crash at step {number} ({ENV})")
         return loss
 
+    def lr_factor(self, step: int) -> float:
+        """The LR multiplier of the optimizer step after ``step`` steps done (1.0 where no lr fault is set)."""
+        return self.lr_factors.get(step + 1, 1.0)
+
+    def install_lr_fault(self) -> None:
+        """Make engine.optimization scale the LR of the steps an ``lr@`` item names (no-op without one)."""
+        if not self.lr_factors:
+            return
+        from engine import optimization
+
+        optimization.lr_fault = self.lr_factor
+
     def install_save_delay(self) -> None:
         """Make engine.checkpoint.write sleep before its rename (no-op without slow_save)."""
         if self.slow_save_s <= 0:
@@ -113,4 +138,14 @@ def from_env(environ: dict | None = None) -> FaultInjector | None:
         return None
     injector = FaultInjector.parse(spec)
     injector.install_save_delay()
+    injector.install_lr_fault()
     return injector
+
+
+def _steps(item: str, first: str, last: str | None) -> range:
+    """Steps ``first`` (..``last``) of an item, 1-based; FaultSpecError for a range that is not A <= B."""
+    start = int(first)
+    stop = int(last) if last else start
+    if start < 1 or stop < start or stop - start > 1_000_000:
+        raise FaultSpecError(f"{ENV}: {item!r}: steps start at 1 and a range must be A-B with A <= B")
+    return range(start, stop + 1)

@@ -36,6 +36,9 @@ class Metric:
     higher_is_better: bool = True
     #: "train" (a loss component in StepLogged.components) or "val" (a key in EvalDone.metrics).
     kind: Literal["train", "val"] = "val"
+    #: Reference lines for this metric's chart: (label, validation metric whose latest value is the line),
+    #: e.g. a baseline scored on the same validation set.
+    guides: tuple[tuple[str, str], ...] = ()
 
     def title(self) -> str:
         """Label with unit, e.g. "accuracy (%)"."""
@@ -109,7 +112,9 @@ class Capabilities:
         data = dict(data or {})
 
         def metric(d: Mapping[str, Any]) -> Metric:
-            return Metric(**{k: v for k, v in d.items() if k in Metric.__dataclass_fields__})
+            kw = {k: v for k, v in d.items() if k in Metric.__dataclass_fields__}
+            kw["guides"] = tuple((str(label), str(name)) for label, name in kw.get("guides", ()))
+            return Metric(**kw)
 
         def setting(d: Mapping[str, Any]) -> Setting:
             kw = {k: v for k, v in d.items() if k in Setting.__dataclass_fields__}

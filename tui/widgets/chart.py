@@ -24,10 +24,11 @@ from tui.braille import BrailleCanvas
 
 # Theme variable behind each data role ("default": the widget's CSS colour, the same as the axes).
 _ROLE_VARIABLE = {"raw": "default", "ema": "primary", "val": "warning", "marker": "default",
-                  "best": "success", "threshold": "error", "line": "primary", "compare": "secondary"}
+                  "best": "success", "threshold": "error", "line": "primary", "compare": "secondary",
+                  "guide": "accent"}
 # The same roles in the terminal's own palette (ansi themes).
 _ROLE_ANSI = {"raw": "default", "ema": "blue", "val": "yellow", "marker": "default", "best": "green",
-              "threshold": "red", "line": "blue", "compare": "magenta"}
+              "threshold": "red", "line": "blue", "compare": "magenta", "guide": "cyan"}
 
 
 class Chart(Widget):

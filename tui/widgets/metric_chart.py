@@ -6,7 +6,10 @@ scalar and its validation partner are one picture (val_loss dots over the
 loss, whichever of the two is chosen). The task's primary metric comes with
 its best value (★, by its declared direction) and the abort guide line
 (``train.abort_drop`` away from the best): the engine's abort policy stops a
-run that sits past that line for ``abort_patience`` evals. A compare run
+run that sits past that line for ``abort_patience`` evals. A metric the task
+declares with guides (``Metric.guides``: a baseline scored on the same
+validation set) gets a dotted line at each guide's latest value, labelled in
+the title, so the curve is always read against its floor. A compare run
 (``attach --compare``, the run picker) is drawn behind, aligned by step.
 
 ``h`` switches between the most recent ~1000 steps and the full history
@@ -168,6 +171,10 @@ class MetricChart(Chart):
             if threshold is not None:
                 worse = "<" if model.primary.higher_is_better else ">"
                 parts.append(f"[$error]abort {worse}{short_float(threshold)}[/]")
+        guides = _guides(model, name) if val is not None else []
+        if guides:
+            parts.append("[$accent]┄ " + " ".join(f"{escape(label)} {short_float(value)}" for label, value in guides)
+                         + "[/]")
         compare = getattr(model, "compare", None)
         if compare is not None:
             parts.append(f"[$secondary]┄ {escape(compare.started.name if compare.started else 'compare')}[/]")
@@ -228,6 +235,11 @@ class MetricChart(Chart):
             if threshold is not None:
                 plot.horizontal_line(threshold, color=self.color("threshold"))
                 ys.append(np.array([threshold]))
+        if val is not None:
+            for _, value in _guides(model, name):
+                if value > 0 or not self.log_y:
+                    plot.horizontal_line(value, color=self.color("guide"))
+                    ys.append(np.array([value]))
         if ys and not self.log_y:
             low = min(float(np.nanmin(y)) for y in ys)
             high = max(float(np.nanmax(y)) for y in ys)
@@ -240,6 +252,17 @@ class MetricChart(Chart):
         if hi > lo:
             plot.xlim(float(lo), float(hi))
             step_ticks(plot, float(lo), float(hi), count=5 if width >= 50 else 4)
+
+
+def _guides(model, name: str) -> list[tuple[str, float]]:
+    """(label, latest finite value) of each reference line the task declares for metric ``name``."""
+    out = []
+    for label, reference in model.describe(name).guides:
+        values = model.val_series(reference)[1]
+        values = values[np.isfinite(values)]
+        if len(values):
+            out.append((label, float(values[-1])))
+    return out
 
 
 def _positive(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 
 from engine.tasks.gapfill.model import blend, prior_log_weights
-
-METHODS = ("nearest", "linear", "blend")
+from engine.tasks.gapfill.spec import METHODS  # noqa: F401 - the keys of all_methods, declared with the spec
 
 
 def nearest(unaligned: torch.Tensor, present: torch.Tensor, hours: torch.Tensor) -> torch.Tensor:

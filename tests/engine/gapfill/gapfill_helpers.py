@@ -6,6 +6,7 @@ namespace with ``task_config`` (the [gapfill] section), ``train`` and ``data``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from engine.config import TrainConfig
@@ -25,3 +26,27 @@ def make_config(data_path=None, **sections):
     train = TrainConfig(**sections.pop("train", {}))
     return SimpleNamespace(task_config=GapfillConfig.model_validate(gap), train=train,
                            data=SimpleNamespace(path=str(data_path) if data_path else None))
+
+
+#: The tiny data set's sample shape and a tiny U-Net, as a TOML file for engine runs.
+TOML = """
+[gapfill.model]
+base = 8
+depth = 1
+
+[gapfill.samples]
+neighbours = 2
+short_max = 2
+long_min = 4
+long_max = 12
+max_hours = 48
+val_samples = 8
+"""
+
+
+def cli_flags(tmp_path: Path, data: Path, *more: str) -> list[str]:
+    """`train` flags for a headless gap-filler run on ``data`` with TOML's tiny model, batch 4, one thread."""
+    config = tmp_path / "gapfill.toml"
+    config.write_text(TOML)
+    return ["train", "--task", "gapfill", "--headless", "--threads", "1", "--config", str(config),
+            "--set", f"data.path={data}", "--batch-size", "4", *more]

@@ -1,47 +1,38 @@
-"""The overfit gate: 8 frozen samples are learned; a model whose conditioning is cut cannot learn them.
+"""The overfit gate, run by the engine (``train.overfit_gate``): 8 frozen samples are learned and the run goes on;
+with the model's conditioning cut they are not, and the run stops before its first step: one line, exit 1.
 
-The gate's rule is the engine's (train.overfit_target: final val loss ≤ target × the untrained
-one, on the frozen samples, validated on themselves). The frozen samples are what the engine
-uses for ``train.overfit = 8``: training indices 0-7 with step-0 damage.
+The pass threshold is the task's: the gap-filler's presets set ``train.overfit_target`` (its untrained model is
+already the blend, so the gate asks for a relative cut, not a loss near 0).
 """
 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from engine.tasks.gapfill.task import GapfillTask
-from gapfill_helpers import make_config  # pytest puts this test directory on sys.path
-
-STEPS = 300
-TARGET = 0.75  # the untrained model is already the blend, so the gate asks for a relative cut, not ~0
+from engine.tasks.gapfill.spec import PRESETS
+from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.path
+from tests.conftest import read_events, run_cli
 
 
-def _gate_ratio(tiny_data, conditioned: bool) -> float:
-    config = make_config(tiny_data, gapfill={"model": {"conditioned": conditioned}},
-                         train={"overfit": 8, "overfit_target": TARGET, "lr": 3e-3})
-    task = GapfillTask(config)
-    task.setup()
-    torch.manual_seed(0)
-    model = task.build_model()
-    frozen = task.make_batch(list(range(config.train.overfit)), 0, train=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr, weight_decay=0.0)
-
-    def val_loss() -> float:
-        with torch.no_grad():
-            return task.eval_batch(model, frozen)["val_loss"]
-
-    first = val_loss()
-    for _ in range(STEPS):
-        loss, _ = task.loss(model, frozen, 0)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return val_loss() / first
-
-
-@pytest.mark.parametrize("conditioned", [True, False])
-def test_overfit_gate_passes_and_fails_with_conditioning_cut(tiny_data, conditioned):
-    ratio = _gate_ratio(tiny_data, conditioned)
-    passed = ratio <= TARGET
-    assert passed == conditioned, f"val loss ratio {ratio:.3f} (gate {TARGET})"
+@pytest.mark.parametrize("conditioned", [True, False], ids=["conditioned", "conditioning-cut"])
+def test_overfit_gate_passes_on_8_frozen_samples_and_fails_with_conditioning_cut(tmp_path, tiny_data, conditioned):
+    run = tmp_path / "r"
+    result = run_cli(*cli_flags(tmp_path, tiny_data, "--max-steps", "2", "--eval-every", "0", "--run-dir", str(run),
+                                "--set", "train.overfit_gate=8",
+                                "--set", f"gapfill.model.conditioned={str(conditioned).lower()}"), timeout=300)
+    target = PRESETS["demo"]["train"]["overfit_target"]
+    events = read_events(run)
+    steps = [e for e in events if e["type"] == "step"]
+    finished = events[-1]
+    assert finished["type"] == "run_finished"
+    if conditioned:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "overfit gate passed" in result.stdout and f"(must be <= {target})" in result.stdout
+        assert len(steps) == 2 and finished["status"] == "finished"
+    else:
+        assert result.returncode == 1, result.stdout + result.stderr
+        reason = finished["reason"]  # one line: the verdict, also the console's `done` line
+        assert reason.startswith("overfit gate FAILED") and f"(must be <= {target})" in reason and "\n" not in reason
+        assert f"done  failed at step 0 {reason}" in result.stdout, result.stdout
+        assert finished["status"] == "failed" and finished["steps"] == 0 and not steps
+        assert "Traceback" not in result.stderr

@@ -1,0 +1,82 @@
+"""The gap-filler's dashboard in a real terminal: the PSNR chart with its baselines' guide lines (nearest, linear,
+blend, each at the value the evals report), and the metric chooser switching the chart between bands.
+
+A tiny data set and U-Net (the engine tests' own) keep it to seconds; 159 columns give chart 1 room for its
+title. The guide lines are generic: the task declares them (``Metric.guides``), the dashboard names no task.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.rundir import RunDir, pid_alive
+from tests.conftest import read_events
+from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.engine.gapfill.gapfill_helpers import TINY, TOML
+from tui.format import short_float
+
+pytestmark = [needs_tmux, pytest.mark.e2e]
+
+
+def _title(text: str) -> str:
+    """Chart 1's title row (the row under the header; chart 2's title follows on the same row)."""
+    rows = text.splitlines()
+    return rows[1].strip() if len(rows) > 1 else ""
+
+
+def test_psnr_chart_has_baseline_guides_and_switches_bands(tmp_path: Path, tmux: Tmux) -> None:
+    from engine.tasks.gapfill import synth
+
+    data, config, run = tmp_path / "data", tmp_path / "gapfill.toml", tmp_path / "runs" / "g"
+    synth.generate(data, **TINY)
+    config.write_text(TOML)
+    # COLUMNS/LINES can reach the pane's environment set to 80×24 (seen under pytest): the app would size
+    # itself by them, not by the terminal, so they are unset for it.
+    command = sensorlm("train", "--task", "gapfill", "--config", str(config), "--set", f"data.path={data}",
+                       "--threads", "1", "--batch-size", "4", "--eval-every", "2", "--max-steps", "100000",
+                       "--run-dir", str(run))
+    tmux.start("g", ["env", "-u", "COLUMNS", "-u", "LINES", *command], size=(159, 40))
+    try:
+        _look_at_the_charts(tmux, run)
+    finally:  # the engine runs in its own session: a failed check must not leave it training
+        pid = (RunDir(run).read_status() or {}).get("pid")
+        if pid and pid_alive(pid):
+            psutil.Process(pid).kill()
+
+
+def _choose(tmux: Tmux, *keys: str) -> None:
+    """Open the metric chooser, target chart 1, type ``keys`` and apply."""
+    tmux.keys("g", "m")
+    tmux.wait_for("g", lambda s: "Show in chart" in s, 20, "the metric chooser")
+    for key in ("1", *keys, "Enter"):  # one at a time, as typed: the chooser re-highlights when its target changes
+        tmux.keys("g", key)
+        time.sleep(0.3)
+
+
+def _look_at_the_charts(tmux: Tmux, run: Path) -> None:
+    def evals(_screen: str) -> int:
+        return len([e for e in read_events(run) if e["type"] == "eval"]) if (run / "events.jsonl").exists() else 0
+
+    tmux.wait_for("g", lambda s: evals(s) >= 2 and "RUNNING" in s, 120, "the run training, two evals done")
+
+    _choose(tmux, "d", "i", "s")  # "display PSNR (mean of bands)", the primary metric
+    text = tmux.wait_for("g", lambda s: "┄ nearest" in _title(s), 30, "the baselines' guide lines on the PSNR chart")
+    title = _title(text)
+    metrics = [e for e in read_events(run) if e["type"] == "eval"][-1]["metrics"]
+    assert title.startswith("display PSNR"), title
+    for method in ("nearest", "linear", "blend"):  # the same validation set every eval: the lines do not move
+        assert f"{method} {short_float(metrics[f'baseline_{method}_db'])}" in title, title
+
+    _choose(tmux, "p", "s", "n", "r", "Space")  # the first band's curve: "PSNR 094 Å"
+    tmux.wait_for("g", lambda s: _title(s).startswith("PSNR 094 Å dB"), 30, "band 094 charted")
+    _choose(tmux, "p", "s", "n", "r", "Space", "Down", "Down")  # two bands on: 171 Å
+    tmux.wait_for("g", lambda s: _title(s).startswith("PSNR 171 Å dB"), 30, "band 171 charted")
+
+    tmux.keys("g", "a")
+    tmux.wait_for("g", lambda s: "graceful" in s, 20, "the abort modal")
+    tmux.keys("g", "g")
+    assert "EXIT=0" in tmux.wait_for("g", lambda s: "EXIT=" in s, 60, "the app to exit after the abort")
