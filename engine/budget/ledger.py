@@ -247,5 +247,5 @@ class TaskLedger:
     #: A LoRA model trains a few percent of its tensors, and only those get optimizer state.
     trainable_tensors: list[int] | None = None
     #: Parameter elements inside FSDP units, each unit once (None: the sum of the stages' ``units``; a task
-    #: whose blocks run in two stages, like SensorLM's two encoder passes, says it here). The rest is the root.
+    #: whose blocks run in two stages (e.g. two encoder passes over shared blocks) says it here). The rest is the root.
     unit_elements: int | None = None
