@@ -101,6 +101,14 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # leaving the group would wait on the hung peer, and gloo's threads abort a normal exit
+    if rank != 0:
+        # Rank 0's process hosts the job's TCP store. A follower still leaving the group when rank 0 has
+        # gone finds the store closed, and gloo's threads abort the interpreter (SIGABRT, exit -6: seen on
+        # two nodes, where the ranks finish apart). A follower owns nothing in the run directory, so it
+        # leaves without tearing the group down; the cost is skipping Python's exit handlers.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     parallel.close()
     return code
 
