@@ -78,10 +78,11 @@ def _stepped(run: Path) -> bool:
     return (run / "events.jsonl").exists() and any(e.get("type") == "step" for e in read_events(run))
 
 
-def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
-    run = tmp_path / "run"
+def start_two_ranks_until_a_step(run: Path, *flags: str) -> tuple[subprocess.Popen, int]:
+    """A 2-rank toy job on ``run`` (long: it runs until stopped), waited on until its first step; returns the
+    job and rank 1's pid. The job is killed if it never steps."""
     job = subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "100000", "--run-dir", str(run),
-                            "--nproc-per-node", "2"], cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL,
+                            *flags, "--nproc-per-node", "2"], cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -90,6 +91,17 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
             time.sleep(0.2)
         pid = _rank_pid(run, 1)
         assert pid is not None
+    except BaseException:
+        if job.poll() is None:
+            job.kill()
+        raise
+    return job, pid
+
+
+def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
+    run = tmp_path / "run"
+    job, pid = start_two_ranks_until_a_step(run)
+    try:
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         out, err = job.communicate(timeout=60)

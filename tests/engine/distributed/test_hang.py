@@ -11,39 +11,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
-from tests.conftest import ROOT, cli_env, read_events
-from tests.engine.distributed.test_ddp import TOY, _rank_pid, _stepped
+from tests.conftest import read_events
+from tests.engine.distributed.test_ddp import start_two_ranks_until_a_step
 
 
 def test_a_stopped_rank_is_reported_as_a_hang_within_the_timeout(tmp_path):
     run = tmp_path / "run"
-    job = subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", "100000", "--run-dir", str(run),
-                            "--set", "train.collective_timeout_s=5", "--nproc-per-node", "2"], cwd=ROOT,
-                           env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-    pid = None
+    job, pid = start_two_ranks_until_a_step(run, "--set", "train.collective_timeout_s=5")
     try:
-        deadline = time.monotonic() + 120
-        while not _stepped(run):
-            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
-            time.sleep(0.2)
-        pid = _rank_pid(run, 1)
-        assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         stopped = time.monotonic()
         out, err = job.communicate(timeout=60)
         assert time.monotonic() - stopped < 5 + 20, err[-2000:]
     finally:
-        if pid is not None:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
         if job.poll() is None:
             job.kill()
             job.communicate()
