@@ -178,6 +178,21 @@ def _trainable_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
+def _prepared(config, device_type: str):
+    """The task set up (one torch thread), its batch template and the traced device: what both traces start from."""
+    import torch
+
+    from engine.budget import step as stepmod
+    from engine.tasks import load_task_class
+
+    torch.set_num_threads(1)
+    task = load_task_class(config.task.name)(config)
+    task.setup()
+    template = stepmod.batch_template(task)
+    device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+    return task, template, device
+
+
 def trace_fsdp(config, device_type: str, world: int) -> dict:
     """One rank of a ``world``-rank FSDP2 job, traced on a fake process group (module docstring)."""
     import torch
@@ -191,14 +206,9 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
 
     from engine.budget import step as stepmod
     from engine.distributed.fsdp import precision_policy, vectorize_scalars
-    from engine.tasks import load_task_class
 
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    task = load_task_class(config.task.name)(config)
-    task.setup()
-    template = stepmod.batch_template(task)
-    device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+    task, template, device = _prepared(config, device_type)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         mesh = init_device_mesh(device.type, (world,))
@@ -253,14 +263,9 @@ def trace(config, device_type: str = "cpu") -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from engine.budget import step as stepmod
-    from engine.tasks import load_task_class
 
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    task = load_task_class(config.task.name)(config)
-    task.setup()
-    template = stepmod.batch_template(task)
-    device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+    task, template, device = _prepared(config, device_type)
     with FakeTensorMode():
         torch.manual_seed(config.train.seed)
         with device, skipped_init():  # on the traced device: ``.to`` of a fake model cannot swap tensors
