@@ -97,15 +97,12 @@ def main(argv: list[str]) -> int:
     except CollectiveTimeout as exc:  # a rank other than 0 waited past the timeout (rank 0 returns HUNG itself)
         sys.stderr.write(f"sensorlm-tui: rank {rank}: {exc}\n")
         code = ExitCode.HUNG
-    if code == ExitCode.HUNG:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # leaving the group would wait on the hung peer, and gloo's threads abort a normal exit
-    if rank != 0:
-        # Rank 0's process hosts the job's TCP store. A follower still leaving the group when rank 0 has
-        # gone finds the store closed, and gloo's threads abort the interpreter (SIGABRT, exit -6: seen on
-        # two nodes, where the ranks finish apart). A follower owns nothing in the run directory, so it
-        # leaves without tearing the group down; the cost is skipping Python's exit handlers.
+    if code == ExitCode.HUNG or rank != 0:
+        # Leave without tearing the group down (the cost: Python's exit handlers are skipped). After a hang,
+        # leaving would wait on the hung peer. A follower owns nothing in the run directory, and rank 0's
+        # process hosts the job's TCP store: a follower still leaving the group when rank 0 has gone finds
+        # the store closed and gloo's threads abort the interpreter (SIGABRT, exit -6: seen on two nodes,
+        # where the ranks finish apart).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
