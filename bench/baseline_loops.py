@@ -14,15 +14,21 @@ and differ only in how they run:
 * ``inline``: every batch built in the loop itself (the old headline baseline: a
   lower bound, since nothing overlaps).
 
-Prints one JSON line: steps/s between steps ``lo`` and ``hi`` and the final loss.
+Prints one JSON line: steps/s between steps ``lo`` and ``hi``, the final loss,
+and the cores the loop's process tree (the loop and its DataLoader worker) used
+in that window with the steps it made per CPU-second (bench.cpu_share: read
+when steps ``lo`` and ``hi`` complete, ~1 ms each, twice a run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+from bench.cpu_share import tree_cpu_s
 
 
 def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
@@ -68,13 +74,34 @@ def _loader(task, order, batch: int, steps: int, workers: int, pin: bool = False
                       persistent_workers=workers > 0, prefetch_factor=2 if workers else None, pin_memory=pin)
 
 
-def _rate(marks: list[float], lo: int, hi: int) -> float:
-    return (hi - lo) / (marks[hi - 1] - marks[lo - 1])
+class Marks:
+    """Each finished step's time; when step ``lo`` or ``hi`` (1-based) finishes, also the tree's CPU seconds."""
+
+    def __init__(self, window: tuple[int, int] = (0, 0)) -> None:
+        self.times: list[float] = []
+        self.cpu: dict[int, float] = {}
+        self._window = set(window)
+
+    def step_done(self) -> None:
+        """Mark the step that just finished."""
+        self.times.append(time.perf_counter())
+        if len(self.times) in self._window:
+            self.cpu[len(self.times)] = tree_cpu_s(os.getpid())
+
+
+def window_rates(marks: list[float], cpu: dict[int, float], lo: int, hi: int) -> dict:
+    """{steps_per_s, cores, steps_per_cpu_s} between the ends of steps ``lo`` and ``hi`` (NaN where unread)."""
+    wall = marks[hi - 1] - marks[lo - 1]
+    used = cpu[hi] - cpu[lo] if lo in cpu and hi in cpu else float("nan")
+    rate = (hi - lo) / wall
+    return {"steps_per_s": rate, "cores": used / wall,
+            "steps_per_cpu_s": (hi - lo) / used if used > 0 else float("nan")}
 
 
 def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inline: bool = False,
-                    device: str = "cpu") -> dict:
-    """The careful user's loop (``inline``: batches built in the loop, no DataLoader) on ``device``."""
+                    device: str = "cpu", window: tuple[int, int] = (0, 0)) -> dict:
+    """The careful user's loop (``inline``: batches built in the loop, no DataLoader) on ``device``; the tree's CPU
+    read when the ``window``'s steps finish."""
     import torch
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
@@ -82,7 +109,7 @@ def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inlin
     clip = config.train.clip_grad_norm
     source = (Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else \
         _loader(task, order, batch, steps, workers, pin=device != "cpu")
-    marks, loss_value = [], float("nan")
+    marks, loss_value = Marks(window), float("nan")
     for step, data in enumerate(source):
         data = {k: v.to(device, non_blocking=True) for k, v in data.items()}
         loss, _ = task.loss(model, data, step)
@@ -93,16 +120,17 @@ def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inlin
         optimizer.step()
         schedule.step()
         loss_value = float(loss.detach())
-        marks.append(time.perf_counter())
-    return {"marks": marks, "loss": loss_value}
+        marks.step_done()
+    return {"marks": marks.times, "cpu": marks.cpu, "loss": loss_value}
 
 
-def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1) -> dict:
-    """Lightning's Trainer on the same model, batches, optimizer, clipping and schedule."""
+def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window: tuple[int, int] = (0, 0)) -> dict:
+    """Lightning's Trainer on the same model, batches, optimizer, clipping and schedule (CPU read as in
+    dataloader_loop)."""
     import lightning as L  # noqa: N812 (its documented alias)
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
-    marks: list[float] = []
+    marks = Marks(window)
     losses: list[float] = []
 
     class Module(L.LightningModule):
@@ -120,7 +148,7 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1) -> dic
     class Clock(L.Callback):
         def on_train_batch_end(self, trainer, module, outputs, data, index) -> None:
             losses.append(float(outputs["loss"].detach()))  # what its progress bar / logger read each step
-            marks.append(time.perf_counter())
+            marks.step_done()
 
     trainer = L.Trainer(max_steps=steps, accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -128,7 +156,7 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1) -> dic
                         callbacks=[Clock()])
     pin = trainer.strategy.root_device.type == "cuda"
     trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers, pin=pin))
-    return {"marks": marks, "loss": losses[-1] if losses else float("nan")}
+    return {"marks": marks.times, "cpu": marks.cpu, "loss": losses[-1] if losses else float("nan")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,12 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    lo, hi = window = tuple(args.window)
     if args.kind == "lightning":
-        result = lightning_loop(args.preset, args.steps, args.batch)
+        result = lightning_loop(args.preset, args.steps, args.batch, window=window)
     else:
-        result = dataloader_loop(args.preset, args.steps, args.batch, inline=args.kind == "inline", device=device)
-    lo, hi = args.window
-    print(json.dumps({"steps_per_s": _rate(result["marks"], lo, hi), "loss": result["loss"],
+        result = dataloader_loop(args.preset, args.steps, args.batch, inline=args.kind == "inline", device=device,
+                                 window=window)
+    print(json.dumps({**window_rates(result["marks"], result["cpu"], lo, hi), "loss": result["loss"],
                       "steps": len(result["marks"])}))
     return 0
 

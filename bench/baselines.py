@@ -21,11 +21,32 @@ quiet, then again with a CPU-bound load generator (one busy process the bench
 starts and stops) beside them. Goals (performance issue): engine ÷ DataLoader
 loop ≥ 1.00 and engine ÷ Lightning ≥ 1.05, quiet; loaded, the engine default
 keeps ≥ 0.9 of its quiet rate.
+
+What load can take is the kernel's to decide, so each run also measures the
+CPU its process tree (the variant and its data worker) used in the window
+(bench.cpu_share): steps/s = cores used × steps per CPU-second, and loaded ÷
+quiet steps/s splits into the CPU share (cores loaded ÷ quiet: the scheduler's
+decision, a bound for any plan that wastes no CPU quietly) times the steps per
+CPU-second kept (the plan's part: ≈ 1 when it wastes no CPU; threads spinning at
+barriers for cores they are not given push it down). With autogroup on, every
+variant and the load generator start sessions of their own (``setsid``), so
+CFS splits the CPU between sessions: a variant that keeps both cores of a
+2-core box busy quietly gets about one beside the neighbour, ~0.5 of its
+quiet rate at best. The loops read their tree's CPU when steps ``lo`` and
+``hi`` finish; the engine is polled from here every ``POLL_S`` (events.jsonl,
+~50 µs; its tree's CPU only at the first poll past ``lo`` and past ``hi``).
+The engine flushes events about once a second, so its CPU window can sit up
+to ~1 s after the steps' window; its steps per CPU-second is therefore its
+steps/s (from the events' own times) ÷ its cores (CPU rate over the polled
+window), which a steady run makes the same number as Δsteps ÷ ΔCPU without
+that offset's error. For the loops the two are the same by construction.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -36,6 +57,7 @@ import uuid
 from pathlib import Path
 
 from bench.common import ROOT, Section, fmt_stats, ratios, smoke, standalone, stats, verdict
+from bench.cpu_share import AUTOGROUP, autogroup, tree_cpu_s
 from bench.run_events import EventsFile, steps_per_s
 
 PRESET, BATCH = "demo", 16
@@ -45,6 +67,8 @@ VARIANTS = (ENGINE, DATALOADER, LIGHTNING, ENGINE_T2, INLINE)
 #: The variants run again beside the load generator (the inline lower bound says nothing more there).
 LOADED = (ENGINE, DATALOADER, LIGHTNING, ENGINE_T2)
 TIMEOUT_S = 900.0
+#: How often the bench reads a running engine's events.jsonl (each read ~50 µs of the bench's CPU).
+POLL_S = 0.1
 
 
 def _env() -> dict:
@@ -55,7 +79,7 @@ def _env() -> dict:
 
 
 def loop_rate(kind: str, steps: int, window: tuple[int, int], threads: int) -> dict:
-    """One bench.baseline_loops process: {steps_per_s, loss}."""
+    """One bench.baseline_loops process: {steps_per_s, cores, steps_per_cpu_s, loss}."""
     out = subprocess.run([sys.executable, "-m", "bench.baseline_loops", kind, "--preset", PRESET, "--steps",
                           str(steps), "--batch", str(BATCH), "--threads", str(threads), "--window", *map(str, window)],
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
@@ -67,7 +91,7 @@ def loop_rate(kind: str, steps: int, window: tuple[int, int], threads: int) -> d
 
 def engine_rate(steps: int, window: tuple[int, int], root: Path, flags: tuple[str, ...] = (),
                 cap_s: float = TIMEOUT_S) -> dict:
-    """One headless engine run: {steps_per_s, loss, plan} (the plan: its thread line).
+    """One headless engine run: {steps_per_s, cores, steps_per_cpu_s, loss, plan, capped} (plan: its thread line).
 
     A run still going after ``cap_s`` (a thread setting that collapses under load: 10× slower) is killed
     and measured over the steps it reached (``capped``: its last step), so one variant cannot eat the bench.
@@ -76,19 +100,14 @@ def engine_rate(steps: int, window: tuple[int, int], root: Path, flags: tuple[st
     argv = [sys.executable, "-m", "tui.cli", "train", "--headless", "--preset", PRESET, "--max-steps", str(steps),
             "--batch-size", str(BATCH), "--eval-every", "0", "--checkpoint-every", "0", "--set",
             "data.val_samples=16", "--run-dir", str(run_dir), *flags]
+    events = EventsFile(run_dir / "events.jsonl")
     with open(os.devnull, "w") as devnull, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=devnull, stderr=err, text=True,
                                 start_new_session=True)
-        try:
-            code = proc.wait(timeout=cap_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its session: the engine and any data workers
-            proc.wait(30)
-            code = None
+        code, samples = _watch(proc, events, window, cap_s)
         err.seek(0)
         if code not in (0, None):
             raise RuntimeError(f"engine exited {code}: {err.read()[-600:]}")
-    events = EventsFile(run_dir / "events.jsonl")
     events.read()
     records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     plan = next((r["text"] for r in reversed(records) if r["type"] == "log" and r.get("stream") == "engine"), "")
@@ -97,8 +116,56 @@ def engine_rate(steps: int, window: tuple[int, int], root: Path, flags: tuple[st
     if code is None:  # killed at the cap: the window it reached (a third of it warm-up at most)
         last = events.last_step()
         lo, hi = min(lo, max(1, last // 3)), min(hi, last)
-    return {"steps_per_s": steps_per_s(events.steps, lo, hi) if hi > lo else float("nan"), "loss": loss,
-            "plan": plan, "capped": events.last_step() if code is None else None}
+    rate = steps_per_s(events.steps, lo, hi) if hi > lo else float("nan")
+    cores = _cores(samples.get("lo"), samples.get("hi") or samples.get("end"))
+    return {"steps_per_s": rate, "cores": cores, "steps_per_cpu_s": rate / cores if cores > 0 else float("nan"),
+            "loss": loss, "plan": plan, "capped": events.last_step() if code is None else None}
+
+
+def _watch(proc: subprocess.Popen, events: EventsFile, window: tuple[int, int],
+           cap_s: float) -> tuple[int | None, dict]:
+    """Wait for the engine (killing its session at ``cap_s``): (exit code, or None when killed; its CPU samples).
+
+    A sample is (wall, tree CPU seconds), taken at the first poll whose newest logged step reaches the window's
+    ``lo``, and its ``hi``; ``end`` is the last poll before a kill. One taken as the engine exits is dropped: its
+    worker may already be gone from the tree.
+    """
+    samples: dict[str, tuple[float, float]] = {}
+    deadline = time.monotonic() + cap_s
+    try:
+        while True:
+            events.read()
+            due = [key for key, target in zip(("lo", "hi"), window)
+                   if key not in samples and events.last_step() >= target]
+            if due:  # one reading for both ends when one flush crossed both: no window, no number
+                sample = (time.perf_counter(), tree_cpu_s(proc.pid))
+                if proc.poll() is None:
+                    samples.update(dict.fromkeys(due, sample))
+            code = proc.poll()
+            if code is not None:
+                return code, samples
+            if time.monotonic() >= deadline:
+                samples["end"] = (time.perf_counter(), tree_cpu_s(proc.pid))
+                _kill_session(proc)
+                return None, samples
+            time.sleep(POLL_S)
+    except BaseException:  # interrupted: never leave an engine running
+        _kill_session(proc)
+        raise
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL the engine's session (the engine and any data workers) and reap the engine."""
+    with contextlib.suppress(ProcessLookupError):  # all of it already gone
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def _cores(start: tuple[float, float] | None, end: tuple[float, float] | None) -> float:
+    """CPU seconds per wall second between two (wall, CPU seconds) samples; NaN without both."""
+    if start is None or end is None or end[0] <= start[0]:
+        return float("nan")
+    return (end[1] - start[1]) / (end[0] - start[0])
 
 
 class Load:
@@ -121,14 +188,16 @@ def best_threads(steps: int, window: tuple[int, int], cores: int) -> tuple[int, 
 
 def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = True,
             variants: tuple[str, ...] = VARIANTS, cap_s: float = TIMEOUT_S) -> dict:
-    """``variants``, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [..], "load": [..]}}."""
+    """``variants``, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [steps/s ..], "load": [..],
+    "cores": {"quiet": [..], "load": [..]}, "steps_per_cpu_s": {"quiet": [..], "load": [..]}}} (NaN: not read)."""
     from engine.threads import usable_cores
 
     cores = usable_cores().usable
     threads, tried = best_threads(max(window[1] + 5, steps // 2), (window[0] // 2 or 1, window[1] // 2), cores)
-    results: dict = {name: {"quiet": [], "load": []} for name in VARIANTS}  # the ones not run stay empty
+    results: dict = {name: {"quiet": [], "load": [], "cores": {"quiet": [], "load": []},  # the ones not run stay empty
+                            "steps_per_cpu_s": {"quiet": [], "load": []}} for name in VARIANTS}
     results["_threads"], results["_tried"], results["_plans"], results["_loss"] = threads, tried, [], {}
-    results["_capped"] = []
+    results["_capped"], results["_autogroup"], results["_cores"] = [], autogroup(), cores
     with tempfile.TemporaryDirectory(prefix="bench-baselines-") as tmp:
         root = Path(tmp)
         run = {DATALOADER: lambda: loop_rate("dataloader", steps, window, threads),
@@ -142,8 +211,9 @@ def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = 
             row = run[name]()
             took = time.perf_counter() - began
             capped = f", killed at the {cap_s:g} s cap at step {row['capped']}" if row.get("capped") else ""
-            print(f"   round {index + 1}/{rounds} {condition:5} {name}: {row['steps_per_s']:.2f} steps/s "
-                  f"({took:.0f} s{capped})", flush=True)
+            print(f"   round {index + 1}/{rounds} {condition:5} {name}: {row['steps_per_s']:.2f} steps/s, "
+                  f"{row['cores']:.2f} cores, {row['steps_per_cpu_s']:.2f} steps per CPU-s ({took:.0f} s{capped})",
+                  flush=True)
             if row.get("capped"):
                 results["_capped"].append(f"{condition}, {name}: killed after {cap_s:g} s at step {row['capped']}")
             return row
@@ -159,6 +229,8 @@ def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = 
                     rows = {name: timed(name, condition) for name in names}
                 for name, row in rows.items():
                     results[name][condition].append(row["steps_per_s"])
+                    for key in ("cores", "steps_per_cpu_s"):
+                        results[name][key][condition].append(row[key])
                     results["_loss"].setdefault(name, row["loss"])
                     if row.get("plan"):
                         results["_plans"].append(f"{condition}, {name}: {row['plan']}")
@@ -185,6 +257,18 @@ WHY_MISSED = {
                   "so it can at best tie; the difference is inside the run-to-run spread",
     "lightning": "Lightning and the engine both run the same kernels with one worker; ≥ 1.05 needs the engine's "
                  "plan to find overlap Lightning's defaults miss, which a 2-core box has no room for",
+    "efficiency": "each CPU-second under load bought fewer steps than quiet: CPU went to threads that waited or "
+                  "spun for cores the neighbour held",
+}
+#: What the kernel's autogroup setting means for a neighbour's load (the table's preamble).
+AUTOGROUP_MEANS = {
+    "on": "CFS shares the CPU between sessions, not threads, and every variant and the load generator start a "
+          "session of their own, so beside one busy neighbour a variant is sure of only half the box whatever its "
+          "thread plan (the neighbour's session gets the other half while it can use it): on 2 cores, one that keeps "
+          "both busy quietly can keep ~0.5 of its quiet rate at best",
+    "off": "CFS shares the CPU between threads, so a variant with more busy threads than the neighbour takes more "
+           "of it",
+    "unknown": "whether CFS shares the CPU between sessions or between threads is not known here",
 }
 
 
@@ -213,6 +297,8 @@ def section(results: dict, steps: int, window: tuple[int, int], rounds: int, qui
         lines.append("Loaded ratios (engine ÷ DataLoader loop with the neighbour): "
                      f"**{fmt_stats(ratios(load[ENGINE], load[DATALOADER]))}**; engine ÷ Lightning: "
                      f"**{fmt_stats(ratios(load[ENGINE], load[LIGHTNING]))}**.")
+    if any(_finite(results[name].get("cores", {}).get("quiet", [])) for name in VARIANTS):
+        lines += ["", *_cpu_lines(results)]
     if results.get("_capped"):
         lines += ["", "Runs killed at the time cap (measured over the steps they reached): "
                   + "; ".join(results["_capped"]) + "."]
@@ -222,12 +308,80 @@ def section(results: dict, steps: int, window: tuple[int, int], rounds: int, qui
     verdicts = [_why(verdict("engine default ÷ DataLoader loop steps/s (quiet)", engine_dl, 1.0), "dataloader"),
                 _why(verdict("engine default ÷ Lightning steps/s (quiet)", engine_l, 1.05), "lightning")]
     if load[ENGINE]:
-        verdicts.append(verdict("engine default: loaded ÷ quiet steps/s", stats(ratios(load[ENGINE],
-                                                                                          quiet[ENGINE]))[1], 0.9))
+        kept = verdict("engine default: loaded ÷ quiet steps/s", stats(ratios(load[ENGINE], quiet[ENGINE]))[1], 0.9)
+        verdicts.append(f"{kept} — why: {_share_reason(results)}" if "MISSED" in kept else kept)
         verdicts.append(f"engine --threads 2: loaded ÷ quiet steps/s: "
                         f"{stats(ratios(load[ENGINE_T2], quiet[ENGINE_T2]))[1]:.3g} (the fixed setting, for contrast)")
+        efficiency = _median(_kept(results, ENGINE, "steps_per_cpu_s"))
+        if math.isfinite(efficiency):
+            verdicts.append(_why(verdict("engine default: steps per CPU-second, loaded ÷ quiet", efficiency, 0.9),
+                                 "efficiency"))
+            verdicts.append(f"engine --threads 2: steps per CPU-second, loaded ÷ quiet: "
+                            f"{_median(_kept(results, ENGINE_T2, 'steps_per_cpu_s')):.3g} (the fixed setting, for "
+                            f"contrast)")
     return Section("Fair baselines: engine vs a careful DataLoader loop and Lightning",
                    f"python -m bench --only baselines{' --quick' if quick else ''}", "\n".join(lines), verdicts)
+
+
+def _cpu_lines(results: dict) -> list[str]:
+    """The CPU table: cores each variant's processes used, the share load left them, steps per CPU-second kept."""
+    group = results.get("_autogroup", "unknown")
+    cores = results.get("_cores")
+    lines = [f"Where loaded ÷ quiet goes: steps/s = cores used × steps per CPU-second (CPU time of the variant's "
+             f"process tree in the window), so loaded ÷ quiet steps/s = the CPU share load left it × the steps per "
+             f"CPU-second it kept. The share is the kernel's decision and bounds loaded ÷ quiet for any plan that "
+             f"wastes no CPU quietly; the plan's part is the second factor, ≈ 1 when it wastes no CPU. Autogroup is "
+             f"**{group}** here (`{AUTOGROUP}`){f' on {cores} usable cores' if cores else ''}: "
+             f"{AUTOGROUP_MEANS[group]}.", "",
+             "| variant | cores used quiet / loaded | CPU share loaded ÷ quiet (the bound) | steps per CPU-second "
+             "quiet | steps per CPU-second loaded ÷ quiet |", "|---|---:|---:|---:|---:|"]
+    for name in VARIANTS:
+        cpu = results[name].get("cores", {})
+        per_cpu = results[name].get("steps_per_cpu_s", {})
+        if not _finite(cpu.get("quiet", [])):
+            continue
+        lines.append(f"| {name} | {_cell(cpu['quiet'], '.2f')} / {_cell(cpu.get('load', []), '.2f')} | "
+                     f"{_cell(_kept(results, name, 'cores'))} | {_cell(per_cpu.get('quiet', []), '.2f')} | "
+                     f"{_cell(_kept(results, name, 'steps_per_cpu_s'))} |")
+    return lines
+
+
+def _share_reason(results: dict) -> str:
+    """Why the engine default kept less than 0.9 of its quiet steps/s under load, from its measured CPU."""
+    cpu = results[ENGINE].get("cores", {})
+    share = _median(_kept(results, ENGINE, "cores"))
+    efficiency = _median(_kept(results, ENGINE, "steps_per_cpu_s"))
+    if not math.isfinite(share):
+        return "its CPU use was not measured, so the kernel's share cannot be told from the plan's waste"
+    if share >= 0.9:
+        return (f"not the kernel's share (its processes kept {share:.2f} of their quiet CPU): each CPU-second bought "
+                f"{efficiency:.2f} of its quiet steps")
+    return (f"the kernel's share: beside the neighbour the engine's processes got {share:.2f} of the CPU they used "
+            f"quiet ({_median(cpu['quiet']):.2f} → {_median(cpu.get('load', [])):.2f} cores; autogroup "
+            f"{results.get('_autogroup', 'unknown')}), which bounds loaded ÷ quiet steps/s for any plan that wastes "
+            f"no CPU quietly; per CPU-second it kept {efficiency:.2f} of its quiet steps")
+
+
+def _kept(results: dict, name: str, key: str) -> list[float]:
+    """Round-by-round loaded ÷ quiet of a variant's ``key`` ("cores", "steps_per_cpu_s"), rounds without a reading
+    left out."""
+    series = results[name].get(key, {})
+    return [a / b for a, b in zip(series.get("load", []), series.get("quiet", []))
+            if math.isfinite(a) and math.isfinite(b) and b]
+
+
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _median(values: list[float]) -> float:
+    finite = _finite(values)
+    return stats(finite)[1] if finite else float("nan")
+
+
+def _cell(values: list[float], spec: str = ".3f") -> str:
+    finite = _finite(values)
+    return fmt_stats(finite, spec) if finite else "—"
 
 
 def _why(line: str, key: str) -> str:

@@ -179,15 +179,61 @@ def test_baselines_table_reports_misses_with_their_reason():
     assert "tried: 1: 10.00 steps/s, 2: 8.00 steps/s" in section.body
 
 
+def test_baselines_cpu_table_splits_the_loaded_rate_into_the_kernels_share_and_the_plans_efficiency():
+    from bench import baselines as b
+
+    def series(quiet, load, cores_quiet, cores_load):
+        return {"quiet": quiet, "load": load, "cores": {"quiet": cores_quiet, "load": cores_load},
+                "steps_per_cpu_s": {"quiet": [r / c for r, c in zip(quiet, cores_quiet)],
+                                    "load": [r / c for r, c in zip(load, cores_load)]}}
+
+    # the shape measured on a 2-core box with autogroup: the engine keeps its steps per CPU-second, gets half the CPU
+    results = {b.ENGINE: series([14.0] * 3, [7.0] * 3, [2.0] * 3, [1.0] * 3),
+               b.DATALOADER: series([14.0] * 3, [7.7] * 3, [2.0] * 3, [1.0, 1.0, float("nan")]),
+               b.LIGHTNING: series([14.0] * 3, [7.0] * 3, [2.0] * 3, [1.0] * 3),
+               b.ENGINE_T2: series([8.0] * 3, [0.3] * 3, [2.0] * 3, [1.5] * 3),
+               b.INLINE: {"quiet": [7.0] * 3, "load": []}, "_threads": 1, "_tried": {1: 14.0, 2: 8.0},
+               "_plans": [], "_loss": {name: 7.9747 for name in b.VARIANTS}, "_autogroup": "on", "_cores": 2}
+    section = b.section(results, 100, (20, 80), 3, quick=False)
+    text = "\n".join(section.verdicts)
+    assert ("engine default: loaded ÷ quiet steps/s: 0.5 — goal ≥ 0.9 MISSED by 0.4 — why: the kernel's share: "
+            "beside the neighbour the engine's processes got 0.50 of the CPU they used quiet (2.00 → 1.00 cores; "
+            "autogroup on)") in text
+    assert "engine default: steps per CPU-second, loaded ÷ quiet: 1 — goal ≥ 0.9 met" in text
+    assert "engine --threads 2: steps per CPU-second, loaded ÷ quiet: 0.05 (the fixed setting, for contrast)" in text
+    assert "Autogroup is **on** here (`/proc/sys/kernel/sched_autogroup_enabled`) on 2 usable cores" in section.body
+    assert ("| engine, defaults | 2.00 (2.00–2.00) / 1.00 (1.00–1.00) | 0.500 (0.500–0.500) | 7.00 (7.00–7.00) | "
+            "1.000 (1.000–1.000) |") in section.body
+    # a round without a CPU reading is left out of the ratios, not counted as 0
+    assert "| DataLoader loop (1 worker) | 2.00 (2.00–2.00) / 1.00 (1.00–1.00) | 0.500 (0.500–0.500) |" in section.body
+    assert "| inline loop (lower bound) | 2.00" not in section.body  # no CPU readings: no row
+
+
+def test_baselines_loaded_rate_missed_with_the_cpu_kept_blames_the_plan():
+    from bench import baselines as b
+
+    kept_cpu = {"quiet": [10.0] * 3, "load": [5.0] * 3, "cores": {"quiet": [1.0] * 3, "load": [1.0] * 3},
+                "steps_per_cpu_s": {"quiet": [10.0] * 3, "load": [5.0] * 3}}
+    results = {name: kept_cpu for name in b.VARIANTS} | {"_threads": 1, "_tried": {1: 10.0}, "_plans": [],
+                                                         "_loss": {}, "_autogroup": "off"}
+    text = "\n".join(b.section(results, 100, (20, 80), 3, quick=False).verdicts)
+    assert ("loaded ÷ quiet steps/s: 0.5 — goal ≥ 0.9 MISSED by 0.4 — why: not the kernel's share (its processes kept "
+            "1.00 of their quiet CPU): each CPU-second bought 0.50 of its quiet steps") in text
+    assert "engine default: steps per CPU-second, loaded ÷ quiet: 0.5 — goal ≥ 0.9 MISSED by 0.4 — why:" in text
+
+
 def test_baseline_loops_reach_the_same_loss():
     from bench import baseline_loops
 
     pytest.importorskip("lightning", reason="the bench extra: pip install -e '.[bench]'")
     inline = baseline_loops.dataloader_loop("demo", 3, 4, inline=True)
-    loader = baseline_loops.dataloader_loop("demo", 3, 4, workers=0)
+    loader = baseline_loops.dataloader_loop("demo", 3, 4, workers=0, window=(1, 3))
     lightning = baseline_loops.lightning_loop("demo", 3, 4, workers=0)
     assert len(inline["marks"]) == len(loader["marks"]) == len(lightning["marks"]) == 3
     assert inline["loss"] == loader["loss"] == pytest.approx(lightning["loss"], rel=1e-6)
+    assert set(loader["cpu"]) == {1, 3} and loader["cpu"][3] >= loader["cpu"][1] > 0  # the tree's CPU at the ends
+    rates = baseline_loops.window_rates(loader["marks"], loader["cpu"], 1, 3)
+    assert rates["steps_per_s"] > 0 and rates["cores"] >= 0
 
 
 def test_only_rewrites_its_sections_and_keeps_the_rest(tmp_path, monkeypatch):

@@ -1,0 +1,46 @@
+"""bench.cpu_share counts the CPU of a whole process tree, and a gone process as nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.cpu_share import autogroup, tree_cpu_s
+
+#: Burns 0.3 s of its own CPU, then idles until killed (so it is still in the tree when read).
+BURN = "import time\nwhile time.process_time() < 0.3: pass\ntime.sleep(60)"
+
+
+def test_a_grandchild_burning_cpu_is_counted_for_its_idle_ancestor():
+    # sh only waits: without following descendants the tree would read ~0 s
+    shell = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" & wait', BURN], start_new_session=True)
+    try:
+        deadline, used = time.monotonic() + 10, 0.0
+        while used < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            used = tree_cpu_s(shell.pid)
+        assert used >= 0.25
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait(10)
+
+
+def test_a_gone_process_reads_zero_and_a_live_one_counts_its_own_time():
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait(10)
+    assert tree_cpu_s(done.pid) == 0.0
+    before = tree_cpu_s(os.getpid())
+    began = time.process_time()
+    while time.process_time() - began < 0.1:
+        pass
+    assert tree_cpu_s(os.getpid()) - before >= 0.05
+
+
+def test_autogroup_reads_the_kernels_setting():
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    setting = path.read_text().strip() if path.exists() else ""
+    assert autogroup() == {"1": "on", "0": "off"}.get(setting, "unknown")
