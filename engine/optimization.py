@@ -23,10 +23,22 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.config import TrainConfig
+from engine.fused_optimizer import fused_adamw
 from engine.schedule import lr_at
 
 #: Test hook (engine.tasks.faults' ``lr@A-B=F``): ``lr_fault(step)`` multiplies step ``step``'s LR. None in real runs.
 lr_fault: Callable[[int], float] | None = None
+
+def adamw(groups: list[dict], train: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with the run's betas/eps over ``groups``: fused where ``engine.fused_optimizer`` says the run allows it
+    and every parameter is a plain tensor on a device with the kernel (not a DTensor shard)."""
+    params = [p for group in groups for p in group["params"]]
+    fused = bool(params) and fused_adamw(train.precision, sharded=False) and all(
+        not hasattr(p, "placements") and p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point
+        for p in params)
+    return torch.optim.AdamW(groups, lr=train.lr, betas=tuple(train.betas), eps=train.eps,
+                             **({"fused": True} if fused else {}))
+
 
 def accumulate(total: torch.Tensor | None, value: torch.Tensor, weight: float) -> torch.Tensor:
     """``total + value * weight`` without the ops a single micro-batch does not need (×1.0 and 0 + x are exact,
@@ -50,7 +62,7 @@ class Optimization:
         #: optimizer's state is indexed by (the groups' order).
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.params = [p for group in groups for p in group["params"]]
-        self.optimizer = torch.optim.AdamW(groups, lr=train.lr, betas=tuple(train.betas), eps=train.eps)
+        self.optimizer = adamw(groups, train)
         self.scaler = torch.amp.GradScaler(device.type, enabled=train.precision == "fp16")
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.precision)
         self._autocast: Callable = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext

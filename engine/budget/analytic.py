@@ -23,7 +23,9 @@ Static terms (bytes):
 - autocast weight copies: under bf16/fp16 every matmul weight is cast once
   per forward and kept (saved for backward), lp · those parameters.
 
-Optimizer transient: the single-tensor AdamW torch uses on CPU computes
+Optimizer transient: none with fused AdamW (engine.fused_optimizer: one kernel,
+no parameter-sized temporaries), which every run uses but FSDP2 and fp16 ones.
+Otherwise the single-tensor AdamW torch uses on CPU computes
 ``denom = (exp_avg_sq.sqrt() / bias_correction).add_(eps)``, two
 parameter-sized temporaries of the largest tensor at once; the foreach AdamW
 it uses on CUDA takes the sqrt of every exp_avg_sq of a parameter group at
@@ -61,6 +63,7 @@ from engine.budget import settings as knobs
 from engine.budget.estimate import Estimate
 from engine.budget.layout import SINGLE, Layout
 from engine.config import RunConfig
+from engine.fused_optimizer import fused_adamw
 
 F32 = 4
 CUDA_BLOCK = 512
@@ -153,6 +156,9 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
         if dev == "cuda":
             static["allocator rounding"] = CUDA_BLOCK * (4 * len(tensors) + tl.activation_tensors)
             static["cuBLAS/cuDNN workspaces"] = CUDA_WORKSPACE
+        if fused_adamw(prec, layout.sharded):
+            opt_extra = 0  # one kernel over every tensor, in place
+        elif dev == "cuda":
             opt_extra = trainable  # foreach: sqrt of a whole group's exp_avg_sq at once
         else:
             opt_extra = 2 * F32 * -(-max(trained or [0]) // W)

@@ -32,13 +32,14 @@ BatchFn = Callable[[int, list], dict]
 
 
 def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.Optimizer:
-    """AdamW as the Trainer builds it: weight decay on ≥2-D parameters only; foreach/fused left to torch."""
+    """AdamW as the Trainer builds it (``engine.optimization.adamw``: fused where it can be, so the traced step
+    allocates what the real one does): weight decay on ≥2-D parameters only."""
+    from engine.optimization import adamw
+
     t = config.train
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}],
-                             lr=t.lr, betas=tuple(t.betas), eps=t.eps)
+    return adamw([{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], t)
 
 
 def autocast_for(config: RunConfig, device_type: str):
