@@ -14,6 +14,13 @@ and differ only in how they run:
 * ``inline``: every batch built in the loop itself (the old headline baseline: a
   lower bound, since nothing overlaps).
 
+The optimizer is the one a careful user writes, ``torch.optim.AdamW(groups,
+lr=…, betas=…, eps=…)`` with torch's default implementation (on CPU a loop over
+the tensors). ``--engine-settings`` gives a loop the two process settings the
+engine makes for itself (engine.fused_optimizer: fused AdamW;
+engine.allocator: freed memory kept for the next step), so the page can show
+how much of the engine's lead they are.
+
 Prints one JSON line: steps/s between steps ``lo`` and ``hi``, the final loss,
 and the cores the loop's process tree (the loop and its DataLoader worker) used
 in that window with the steps it made per CPU-second (bench.cpu_share: read
@@ -31,12 +38,17 @@ import time
 from bench.cpu_share import tree_cpu_s
 
 
+#: Set by ``--engine-settings``: fused AdamW and the engine's allocator settings in this loop too.
+ENGINE_SETTINGS = False
+
+
 def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
     import numpy as np
     import torch
 
     from engine import config as cfg
-    from engine.budget.step import make_optimizer
+    from engine.allocator import keep_freed_memory
+    from engine.optimization import adamw
     from engine.schedule import lr_at
     from engine.tasks import load_task_class
 
@@ -46,7 +58,13 @@ def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
     task = load_task_class(config.task.name)(config)
     task.setup(None)
     model = task.build_model()
-    optimizer = make_optimizer(model, config)
+    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": t.weight_decay},
+              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+    if ENGINE_SETTINGS:
+        keep_freed_memory()  # before the DataLoader forks its worker: the worker inherits it
+        optimizer = adamw(groups, t)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), eps=t.eps)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(
         s, steps, 1.0, t.schedule, t.warmup_frac, t.cooldown_frac, t.min_lr_frac))
     order = np.random.default_rng((t.seed, 0)).permutation(task.train_size())
@@ -169,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--window", type=int, nargs=2, default=(20, 80))
     parser.add_argument("--device", default="auto", help="auto: cuda when available (as the engine picks)")
+    parser.add_argument("--engine-settings", action="store_true",
+                        help="fused AdamW and the engine's allocator settings (module docstring)")
     args = parser.parse_args(argv)
+    global ENGINE_SETTINGS
+    ENGINE_SETTINGS = args.engine_settings
     import logging
 
     import torch

@@ -76,6 +76,9 @@ class TaskBatches(Dataset):
             os._exit(0)  # the trainer died while this worker was starting: init is not its trainer
         _exit_with_parent(self.trainer_pid)
         from engine import config as cfg
+        from engine.allocator import keep_freed_memory
+
+        keep_freed_memory()  # its batch arrays churn like the trainer's step (engine.allocator)
         from engine.tasks import make_task
 
         config_json, task_state = self._args

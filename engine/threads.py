@@ -284,7 +284,8 @@ class PlannedPrefetcher:
         self._plan: Plan | None = None
         self._said: tuple | None = None
         self._no_workers = spawn_blocker()
-        self._pending_line: str | None = None
+        #: Lines said at the end of the next take (the training thread, sinks attached by then).
+        self._pending_lines: list[str] = []
         self.hits = 0
         self.misses = 0
         # Overrides are final now; an automatic plan is said once it has measured (the bus has no sinks yet).
@@ -330,9 +331,8 @@ class PlannedPrefetcher:
         if measuring and len(self._builds) >= MEASURE_TAKES and len(self._gaps) >= MEASURE_TAKES - 1:
             self._costs = Costs(statistics.median(self._builds), statistics.median(self._gaps))
             self._apply(self._make_plan(), say=True)
-        if self._pending_line is not None:
-            self._emit(self._pending_line)
-            self._pending_line = None
+        while self._pending_lines:
+            self._emit(self._pending_lines.pop(0))
         return batch
 
     def ahead(self, upcoming: Callable[[], Iterable[Hashable]] | Sequence[Hashable]) -> None:
@@ -352,6 +352,10 @@ class PlannedPrefetcher:
             first = (str(exc).strip().splitlines() or [""])[0][:100]
             self._no_workers = f"worker processes could not start: {type(exc).__name__} {first}".rstrip()
             self._apply(self._make_plan(), say=True)
+
+    def say(self, line: str) -> None:
+        """Log ``line`` at the end of the next take (sinks are attached by then)."""
+        self._pending_lines.append(line)
 
     def task_changed(self) -> None:
         """A live task setting changed how batches are built: worker processes (each holding the task as it was
@@ -414,7 +418,7 @@ class PlannedPrefetcher:
         choice = (new.threads, new.data, new.workers)
         if say and choice != self._said:
             self._said = choice
-            self._pending_line = new.line()  # said at the end of a take: the training thread, sinks attached
+            self._pending_lines.append(new.line())
 
 
 def spawn_blocker() -> str:
@@ -444,9 +448,13 @@ def prefetcher_for(trainer) -> PlannedPrefetcher:
     def worker_args() -> tuple:
         return trainer.settings.config.model_dump(mode="json"), trainer.task.state_dict()  # live settings included
 
+    from engine.allocator import keep_freed_memory
     from engine.batches import build_batch
 
-    return PlannedPrefetcher(lambda key: build_batch(trainer.task, key), worker_args, trainer.config,
-                             steps_left=lambda: trainer.total_steps - trainer.step,
-                             emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")),
-                             pin_memory=trainer.device.type == "cuda")
+    allocator = keep_freed_memory()  # the step's buffers from here on come from the tuned heap (engine.allocator)
+    source = PlannedPrefetcher(lambda key: build_batch(trainer.task, key), worker_args, trainer.config,
+                               steps_left=lambda: trainer.total_steps - trainer.step,
+                               emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")),
+                               pin_memory=trainer.device.type == "cuda")
+    source.say(allocator)
+    return source

@@ -187,7 +187,9 @@ def test_a_toy_run_logs_its_plan():
     sink = MemorySink()
     Trainer(config, EventBus([sink]), Controls()).run()
     notes = [e.text for e in sink.drain() if e.type == "log" and e.stream == "engine"]
-    assert len(notes) == 1 and notes[0].startswith("threads: ") and "batch " in notes[0], notes
+    threads_notes = [n for n in notes if n.startswith("threads: ")]
+    assert len(threads_notes) == 1 and "batch " in threads_notes[0], notes
+    assert [n for n in notes if n.startswith("allocator: ")], "the allocator setting is said too"
 
 
 def test_workers_that_cannot_start_fall_back_without_ending_the_run(monkeypatch):
