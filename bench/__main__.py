@@ -88,9 +88,10 @@ MISS_REASONS: dict[str, str] = {
                                                        "newest steps and every other event (cold) or loads "
                                                        "events.index (warm), then folds the newest 4,096 steps; "
                                                        "the rest is interpreter start, imports and the first render",
-    "engine process: steps/s with": "with the batch prefetch thread the engine keeps both cores of this box busy "
-                                    "(1 torch thread + the builder), so the viewer's ~2 % CPU comes out of "
-                                    "training; before prefetch (one core idle) the same slices measured 1.03",
+    "engine process: steps/s with": "the engine's plan keeps both cores of this box busy (1 torch thread + 1 data "
+                                    "worker process), so the viewer's ~2 % CPU and the engine's serving of it come "
+                                    "out of training; before prefetch (one core idle) the same slices measured "
+                                    "1.03; the slice-to-slice spread is wider than the goal's margin",
 }
 
 

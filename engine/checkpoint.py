@@ -343,7 +343,13 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
     for param, values in optimizer.state.items():  # as in model_state: a 0-dim state of a (1,) parameter
         for key, value in values.items():
             if key != "step" and torch.is_tensor(value) and value.dim() == 0 and tuple(param.shape) == (1,):
-                values[key] = value.reshape(1)
+                values[key] = value = value.reshape(1)
+            if torch.is_tensor(value) and value.shape == param.shape and value.stride() != param.stride():
+                # Files hold tensors row-major; AdamW made its state in the parameter's layout (``zeros_like``;
+                # e.g. a channels-last conv weight). Fused AdamW pairs parameter and state by memory position,
+                # so a state restored row-major beside a channels-last weight steps differently (measured: the
+                # gap-filler's resume stopped being bit-exact): each state goes back into its parameter's layout.
+                values[key] = torch.empty_like(param).copy_(value)
 
 
 def seed_all(seed: int) -> None:

@@ -44,6 +44,14 @@ The worker processes are ``torch.utils.data`` DataLoader workers over a
 Sampler of the loop's keys (engine.batches); the thread is engine.prefetch
 (the DataLoader has no thread mode; why it is kept is in its docstring).
 
+Not done, measured: when the worker is the slower side (the SensorLM demo on
+2 cores: the trainer waits ~5-15 ms a step), letting the trainer build one
+batch in N itself while the worker builds ahead. Within-run slices alternating
+it on and off (400 steps, 20-step blocks) measured N = 7: 0.96-0.98, N = 10:
+0.91-0.94, N = 14: 1.01-1.03 of the rate without it: the inline build costs
+the trainer more than its wait saves (the two builders contend for the same
+memory and caches), so the trainer only waits.
+
 Re-planned when a live batch-size change alters the batch ÷ step balance (the
 next batches are measured again; running worker processes are kept, the
 sampler re-cut) and when a viewer attaches or leaves. Every
