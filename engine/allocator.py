@@ -5,7 +5,7 @@ Why. A step allocates and frees the same large buffers every time
 blocks above its mmap threshold back to the kernel when they are freed, and
 trims the top of the heap past its trim threshold, so the next step takes
 every page again: a minor page fault and a zeroed 4 KiB page each. Measured on
-the SensorLM demo (1 thread, CPU): ~1,100–2,900 page faults a step by default,
+the bundled sensor demo (1 thread, CPU): ~1,100–2,900 page faults a step by default,
 ~30–140 with the settings below; the step ran ~5 % faster (6 interleaved
 process pairs, 0.99–1.13, on a noisy shared 2-core VM; bench engine_overhead
 has the engine-level rows). What it costs: freed memory up to

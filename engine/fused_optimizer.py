@@ -2,7 +2,7 @@
 
 Why fused. torch's default AdamW on CPU is a Python loop over the parameter
 tensors (``foreach`` is its default on CUDA only). The fused kernel updates
-every tensor in one call: on the SensorLM demo (86 tensors, 0.53 M
+every tensor in one call: on the bundled sensor demo (86 tensors, 0.53 M
 parameters, 1 thread) ``step()`` takes 1.0 ms against 5.7 ms for the loop
 (4.4 ms with ``foreach``), ~8 % of the step. It also allocates no
 parameter-sized temporaries (the loop's ``denom`` of the largest tensor, two

@@ -44,7 +44,7 @@ The worker processes are ``torch.utils.data`` DataLoader workers over a
 Sampler of the loop's keys (engine.batches); the thread is engine.prefetch
 (the DataLoader has no thread mode; why it is kept is in its docstring).
 
-Not done, measured: when the worker is the slower side (the SensorLM demo on
+Not done, measured: when the worker is the slower side (the sensor demo on
 2 cores: the trainer waits ~5-15 ms a step), letting the trainer build one
 batch in N itself while the worker builds ahead. Within-run slices alternating
 it on and off (400 steps, 20-step blocks) measured N = 7: 0.96-0.98, N = 10:
