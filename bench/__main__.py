@@ -19,6 +19,7 @@ from bench.common import ROOT, Section, machine
 #: Benchmark modules in the order they appear on the results page.
 MODULES = [
     "bench.baselines",
+    "bench.allocator",
     "bench.engine_overhead",
     "bench.engine_overhead_fast",
     "bench.sensorlm_throughput",

@@ -7,7 +7,7 @@ trims the top of the heap past its trim threshold, so the next step takes
 every page again: a minor page fault and a zeroed 4 KiB page each. Measured on
 the bundled sensor demo (1 thread, CPU): ~1,100–2,900 page faults a step by default,
 ~30–140 with the settings below; the step ran ~5 % faster (6 interleaved
-process pairs, 0.99–1.13, on a noisy shared 2-core VM; bench engine_overhead
+process pairs, 0.99–1.13, on a noisy shared 2-core VM; bench.allocator
 has the engine-level rows). What it costs: freed memory up to
 ``TRIM_THRESHOLD`` stays in the process (its resident size stays at the step's
 peak, which the next step needs again anyway).

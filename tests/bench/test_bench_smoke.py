@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 
 import pytest
@@ -318,3 +319,21 @@ def test_gpu_probe_output_parsing():
     assert gpu_probe.peak_tflops("Some GPU") is None
     assert len(gpu.MEMORY_ROWS) >= 6 and {"sdpa", "math", "chunked"} <= {
         label.split()[2] for label, task, *_ in gpu.MEMORY_ROWS if task == "sensorlm"}
+
+
+def test_allocator_bench_runs_the_default_variant_with_the_engine_deferring_and_restores_the_env(monkeypatch):
+    from bench import allocator, baselines
+
+    seen = []
+
+    def fake_rate(steps, window, root):
+        seen.append(os.environ.get("MALLOC_ARENA_MAX"))
+        return {"steps_per_s": 12.0 if seen[-1] is None else 10.0, "steps_per_cpu_s": 6.0}
+
+    monkeypatch.setattr(baselines, "engine_rate", fake_rate)
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setenv("BENCH_SMOKE", "0")
+    results = allocator.measure(8, (3, 7), 2)
+    assert seen == [None, "16", "16", None]  # interleaved A B, B A
+    assert "MALLOC_ARENA_MAX" not in os.environ
+    assert [r["steps_per_s"] for r in results[allocator.TUNED]] == [12.0, 12.0]
