@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 
@@ -40,18 +41,10 @@ TRIM_THRESHOLD = 1 << 30
 USER_TUNABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX",
                  "GLIBC_TUNABLES", "LD_PRELOAD")
 
-_applied: str | None = None
 
-
+@functools.cache
 def keep_freed_memory() -> str:
     """Apply the settings in this process (once); a one-line description of what was done or why not."""
-    global _applied
-    if _applied is None:
-        _applied = _apply()
-    return _applied
-
-
-def _apply() -> str:
     chosen = [name for name in USER_TUNABLES if os.environ.get(name)]
     if chosen:
         return f"allocator: left as set ({chosen[0]} is in the environment)"
