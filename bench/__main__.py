@@ -162,12 +162,20 @@ def merge_page(text: str, sections: list[Section], command: str, facts: str) -> 
         if title not in order:
             order.append(title)
     note = f"Sections {', '.join(s.title for s in sections)} re-measured by `{command}` on: {facts}."
-    header = [line for line in header if not line.startswith("Sections ")]
+    # An earlier partial run's note stays until every section it names has been measured again.
+    now = {s.title for s in sections}
+    header = [line for line in header if not line.startswith("Sections ") or not _covered(line, order, now)]
     header = header[:-1] + [note, ""] if header and header[-1] == "" else header + [note, ""]
     out = list(header)
     for title in order:
         out += [title, *blocks[title]]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _covered(note: str, order: list[str], titles: set[str]) -> bool:
+    """Whether every page section an earlier "Sections … re-measured" ``note`` names is among ``titles``."""
+    named = [title[3:] for title in order if title.startswith("## ") and f"{title[3:]} " in note]
+    return bool(named) and set(named) <= titles
 
 
 if __name__ == "__main__":

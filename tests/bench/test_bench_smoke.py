@@ -251,6 +251,15 @@ def test_only_rewrites_its_sections_and_keeps_the_rest(tmp_path, monkeypatch):
     assert "new body" in text and "old redo body" not in text and "redo: 0.5" not in text and "redo: 1.2" in text
     assert text.index("## Redo") < text.index("## New one")
     assert "Sections Redo, New one re-measured by `python -m bench --only redo` on: box." in text
+    # a later partial run of another section keeps this note; one that measures Redo and New one again drops it
+    suite.write_page([Section("Kept", "cmd", "kept again", [])], quick=False, argv=["--only", "kept"], facts="box 2",
+                     partial=True)
+    text = page.read_text()
+    assert "Sections Redo, New one re-measured" in text and "Sections Kept re-measured" in text
+    suite.write_page([Section("Redo", "cmd", "b", []), Section("New one", "cmd", "c", [])], quick=False,
+                     argv=["--only", "redo"], facts="box 3", partial=True)
+    text = page.read_text()
+    assert "on: box." not in text and "Sections Kept re-measured" in text and "on: box 3." in text
 
 
 def test_gpu_without_cuda_says_so_in_one_line(capsys, monkeypatch):
