@@ -77,9 +77,9 @@ class TaskBatches(Dataset):
         _exit_with_parent(self.trainer_pid)
         from engine import config as cfg
         from engine.allocator import keep_freed_memory
+        from engine.tasks import make_task
 
         keep_freed_memory()  # its batch arrays churn like the trainer's step (engine.allocator)
-        from engine.tasks import make_task
 
         config_json, task_state = self._args
         task = make_task(cfg.validate(config_json, "data worker"))

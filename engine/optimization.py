@@ -29,6 +29,7 @@ from engine.schedule import lr_at
 #: Test hook (engine.tasks.faults' ``lr@A-B=F``): ``lr_fault(step)`` multiplies step ``step``'s LR. None in real runs.
 lr_fault: Callable[[int], float] | None = None
 
+
 def adamw(groups: list[dict], train: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with the run's betas/eps over ``groups``: fused where ``engine.fused_optimizer`` says the run allows it
     and every parameter is a plain tensor on a device with the kernel (not a DTensor shard)."""
