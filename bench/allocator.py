@@ -14,13 +14,14 @@ events.jsonl (bench.baselines.engine_rate), with the CPU its process tree used.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from bench.common import Section, fmt_stats, ratios, smoke, standalone, stats, verdict
 
 TUNED, DEFAULT = "engine (allocator kept, its default)", "engine, glibc malloc defaults (MALLOC_ARENA_MAX=16)"
+#: What each variant's engine process finds in its environment, beside this process's own.
+VARIANT_ENV = {TUNED: {}, DEFAULT: {"MALLOC_ARENA_MAX": "16"}}
 
 
 def measure(steps: int, window: tuple[int, int], rounds: int) -> dict[str, list[dict]]:
@@ -31,15 +32,7 @@ def measure(steps: int, window: tuple[int, int], rounds: int) -> dict[str, list[
     with tempfile.TemporaryDirectory(prefix="bench-allocator-") as tmp:
         for index in range(rounds):
             for name in ((TUNED, DEFAULT) if index % 2 == 0 else (DEFAULT, TUNED)):
-                before = os.environ.pop("MALLOC_ARENA_MAX", None)
-                try:
-                    if name == DEFAULT:
-                        os.environ["MALLOC_ARENA_MAX"] = "16"
-                    results[name].append(engine_rate(steps, window, Path(tmp)))
-                finally:
-                    os.environ.pop("MALLOC_ARENA_MAX", None)
-                    if before is not None:
-                        os.environ["MALLOC_ARENA_MAX"] = before
+                results[name].append(engine_rate(steps, window, Path(tmp), env=VARIANT_ENV[name]))
                 row = results[name][-1]
                 print(f"   round {index + 1}/{rounds} {name}: {row['steps_per_s']:.2f} steps/s, "
                       f"{row['steps_per_cpu_s']:.2f} steps per CPU-s", flush=True)

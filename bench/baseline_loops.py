@@ -58,8 +58,7 @@ def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
     task = load_task_class(config.task.name)(config)
     task.setup(None)
     model = task.build_model()
-    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": t.weight_decay},
-              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+    groups = task.param_groups(model)  # the groups the engine trains: decay on matrices, none on the rest
     if ENGINE_SETTINGS:
         keep_freed_memory()  # before the DataLoader forks its worker: the worker inherits it
         optimizer = adamw(groups, t)

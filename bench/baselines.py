@@ -75,8 +75,8 @@ TIMEOUT_S = 900.0
 POLL_S = 0.1
 
 
-def _env() -> dict:
-    env = dict(os.environ)
+def _env(extra: dict[str, str] | None = None) -> dict:
+    env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("NO_COLOR", "1")
     return env
@@ -95,8 +95,9 @@ def loop_rate(kind: str, steps: int, window: tuple[int, int], threads: int, *fla
 
 
 def engine_rate(steps: int, window: tuple[int, int], root: Path, flags: tuple[str, ...] = (),
-                cap_s: float = TIMEOUT_S) -> dict:
-    """One headless engine run: {steps_per_s, cores, steps_per_cpu_s, loss, plan, capped} (plan: its thread line).
+                cap_s: float = TIMEOUT_S, env: dict[str, str] | None = None) -> dict:
+    """One headless engine run: {steps_per_s, cores, steps_per_cpu_s, loss, plan, capped} (plan: its thread line);
+    ``env``: variables added to its environment.
 
     A run still going after ``cap_s`` (a thread setting that collapses under load: 10× slower) is killed
     and measured over the steps it reached (``capped``: its last step), so one variant cannot eat the bench.
@@ -107,7 +108,7 @@ def engine_rate(steps: int, window: tuple[int, int], root: Path, flags: tuple[st
             "data.val_samples=16", "--run-dir", str(run_dir), *flags]
     events = EventsFile(run_dir / "events.jsonl")
     with open(os.devnull, "w") as devnull, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=devnull, stderr=err, text=True,
+        proc = subprocess.Popen(argv, cwd=ROOT, env=_env(env), stdout=devnull, stderr=err, text=True,
                                 start_new_session=True)
         code, samples = _watch(proc, events, window, cap_s)
         err.seek(0)

@@ -330,13 +330,13 @@ def test_gpu_probe_output_parsing():
         label.split()[2] for label, task, *_ in gpu.MEMORY_ROWS if task == "sensorlm"}
 
 
-def test_allocator_bench_runs_the_default_variant_with_the_engine_deferring_and_restores_the_env(monkeypatch):
+def test_allocator_bench_runs_the_default_variant_with_the_engine_deferring_and_leaves_its_own_env(monkeypatch):
     from bench import allocator, baselines
 
     seen = []
 
-    def fake_rate(steps, window, root):
-        seen.append(os.environ.get("MALLOC_ARENA_MAX"))
+    def fake_rate(steps, window, root, env=None):
+        seen.append(baselines._env(env).get("MALLOC_ARENA_MAX"))  # what the engine process would find
         return {"steps_per_s": 12.0 if seen[-1] is None else 10.0, "steps_per_cpu_s": 6.0}
 
     monkeypatch.setattr(baselines, "engine_rate", fake_rate)
