@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--window", type=int, nargs=2, default=(20, 80))
+    parser.add_argument("--workers", type=int, default=1, help="DataLoader num_workers (the careful loop: 1)")
     parser.add_argument("--device", default="auto", help="auto: cuda when available (as the engine picks)")
     parser.add_argument("--engine-settings", action="store_true",
                         help="fused AdamW and the engine's allocator settings (module docstring)")
@@ -201,10 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     lo, hi = window = tuple(args.window)
     if args.kind == "lightning":
-        result = lightning_loop(args.preset, args.steps, args.batch, window=window)
+        result = lightning_loop(args.preset, args.steps, args.batch, args.workers, window=window)
     else:
-        result = dataloader_loop(args.preset, args.steps, args.batch, inline=args.kind == "inline", device=device,
-                                 window=window)
+        result = dataloader_loop(args.preset, args.steps, args.batch, args.workers, inline=args.kind == "inline",
+                                 device=device, window=window)
     print(json.dumps({**window_rates(result["marks"], result["cpu"], lo, hi), "loss": result["loss"],
                       "steps": len(result["marks"])}))
     return 0

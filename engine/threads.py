@@ -29,8 +29,14 @@ Decisions (``plan``), in order:
    (overlap would save less than a thread contending for the GIL costs);
    worker processes when a spare core exists and the run is long enough to repay
    starting them (``WORKER_PAYBACK_S`` of batch building ahead), as many as the
-   build needs to keep up (batch ÷ step, rounded up): the first on the headroom
-   core, further ones taken from torch's share; a background thread when the step is long enough
+   build needs to keep up (batch ÷ step × ``SIDE_BY_SIDE``, rounded up, at most
+   one per core): the first on the headroom core, further ones taken from
+   torch's share; when torch is down to one thread, the last one shares the
+   trainer's core and builds while the trainer waits for data (measured on the
+   2-core box, demo batch 16, 3 interleaved rounds: 2 workers ÷ 1 worker
+   1.06, 1.09, 1.00 of the engine's rate; the trainer's waits were idle CPU that a
+   worker process fills, where the trainer building inline itself cost more
+   than it saved, see below); a background thread when the step is long enough
    (``THREAD_STEP_S``) that its kernels leave the GIL free for the builder;
    inline otherwise. Batches cheaper than ``WORKER_MIN_BATCH_S`` never go to
    workers: receiving one costs the trainer about what building it does.
@@ -84,6 +90,11 @@ WORKER_MIN_BATCH_S = 0.002
 #: Step compute (seconds) from which a builder thread overlaps instead of contending for the GIL
 #: (Python's switch interval is 5 ms: a shorter step waits for the builder's turn every time).
 THREAD_STEP_S = 0.02
+#: How much slower a batch builds in a worker beside the running step than alone (both timed alone when
+#: measuring): they share caches and memory bandwidth. On the 2-core box the demo's build went from 53 ms alone
+#: to 81-95 ms beside the step, and the step from 52 ms to 68-76 ms, so the ratio measured alone understates
+#: the one that paces the run by ~15 %: a build 0.87× the step alone already makes the trainer wait.
+SIDE_BY_SIDE = 1.15
 #: Batches each worker process keeps built ahead (DataLoader's prefetch_factor).
 WORKER_AHEAD = 2
 #: Seconds between checks whether a viewer attached or left.
@@ -245,9 +256,10 @@ def _data_plan(costs: Costs, usable: int, steps_left: int) -> tuple[str, int, st
     if spare < 1:
         return "inline", 0, f"{measured}: one core, nothing to overlap on"
     if steps_left * costs.batch_s >= WORKER_PAYBACK_S and costs.batch_s >= WORKER_MIN_BATCH_S:
-        n = min(spare, max(1, math.ceil(ratio)))
+        n = min(usable, max(1, math.ceil(ratio * SIDE_BY_SIDE)))
+        shared = (f"; the last on the trainer's core, building in its waits for data" if n > spare else "")
         return "workers", n, (f"{measured}: {n} worker process{'es' * (n != 1)} keep{'s' * (n == 1)} up without "
-                              "sharing the GIL")
+                              f"sharing the GIL{shared}")
     if costs.step_s >= THREAD_STEP_S:
         return "thread", 0, f"{measured}: the step's kernels leave the GIL to a builder thread"
     why = ("the run too short to repay worker processes" if costs.batch_s >= WORKER_MIN_BATCH_S else

@@ -104,6 +104,19 @@ def test_data_bound_runs_get_enough_workers_taken_from_torch():
     assert (p.data, p.workers, p.threads) == ("workers", 4, 12)  # 16 - 1 headroom - 3 beyond it
 
 
+def test_a_data_bound_run_on_two_cores_adds_a_worker_on_the_trainers_core():
+    # The demo measured alone: build 55 ms, step 52 ms. Beside the step the build is slower still, so one worker
+    # paces the run and the trainer waits; a second worker fills those waits on the trainer's core.
+    p = plan(Cores(2), viewer=False, costs=Costs(0.055, 0.052), steps_left=10**6)
+    assert (p.data, p.workers, p.threads, p.depth) == ("workers", 2, 1, 4)
+    assert "trainer's core" in p.reason
+    # Just under the step alone is still the slower side beside it (×1.15)...
+    assert plan(Cores(2), viewer=False, costs=Costs(0.046, 0.052), steps_left=10**6).workers == 2
+    # ...while a build well under the step keeps one worker on the headroom core, and never more than a core each.
+    assert plan(Cores(2), viewer=False, costs=Costs(0.030, 0.052), steps_left=10**6).workers == 1
+    assert plan(Cores(2), viewer=False, costs=Costs(0.500, 0.052), steps_left=10**6).workers == 2
+
+
 def test_overrides_win():
     assert plan(Cores(2), False, FAST, 10**6, threads=2).threads == 2
     p = plan(Cores(2), False, None, 10, workers=0)
