@@ -33,10 +33,12 @@ Decisions (``plan``), in order:
    one per core): the first on the headroom core, further ones taken from
    torch's share; when torch is down to one thread, the last one shares the
    trainer's core and builds while the trainer waits for data (measured on the
-   2-core box, demo batch 16, 3 interleaved rounds: 2 workers ÷ 1 worker
-   1.06, 1.09, 1.00 of the engine's rate; the trainer's waits were idle CPU that a
-   worker process fills, where the trainer building inline itself cost more
-   than it saved, see below); a background thread when the step is long enough
+   2-core box, demo batch 16, separate runs interleaved: 2 workers ÷ 1 worker
+   median 1.06, 1.11 and 1.05 in three sessions of 3, 3 and 8 pairs, range
+   0.81-1.35 on this noisy VM; steps per CPU-second 0.99: the gain is CPU the
+   trainer's waits left idle, which a worker process fills, where the trainer
+   building inline itself cost more than it saved, see below; the cost is one
+   more process, ~250 MiB resident with torch imported); a background thread when the step is long enough
    (``THREAD_STEP_S``) that its kernels leave the GIL free for the builder;
    inline otherwise. Batches cheaper than ``WORKER_MIN_BATCH_S`` never go to
    workers: receiving one costs the trainer about what building it does.
