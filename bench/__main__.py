@@ -89,10 +89,13 @@ MISS_REASONS: dict[str, str] = {
                                                        "newest steps and every other event (cold) or loads "
                                                        "events.index (warm), then folds the newest 4,096 steps; "
                                                        "the rest is interpreter start, imports and the first render",
-    "engine process: steps/s with": "the engine's plan keeps both cores of this box busy (1 torch thread + 1 data "
-                                    "worker process), so the viewer's ~2 % CPU and the engine's serving of it come "
-                                    "out of training; before prefetch (one core idle) the same slices measured "
+    "engine process: steps/s with": "the engine's plan keeps both cores of this box busy (1 torch thread + 2 data "
+                                    "worker processes), so the viewer's ~3 % CPU and the engine's serving of it "
+                                    "come out of training; before prefetch (one core idle) the same slices measured "
                                     "1.03; the slice-to-slice spread is wider than the goal's margin",
+    "--in-process ÷ headless": "an in-process dashboard cannot spawn data workers (Textual's stdio has no file "
+                               "descriptors, engine.threads.spawn_blocker), so it builds on a thread sharing the "
+                               "trainer's GIL, while headless builds in 2 worker processes",
 }
 
 
