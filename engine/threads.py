@@ -38,8 +38,9 @@ Decisions (``plan``), in order:
    0.81-1.35 on this noisy VM; steps per CPU-second 0.99: the gain is CPU the
    trainer's waits left idle, which a worker process fills, where the trainer
    building inline itself cost more than it saved, see below; the cost is one
-   more process, ~250 MiB resident with torch imported); a background thread when the step is long enough
-   (``THREAD_STEP_S``) that its kernels leave the GIL free for the builder;
+   more process, ~250 MiB resident with torch imported); a background thread
+   when the step is long enough (``THREAD_STEP_S``) that its kernels leave the
+   GIL free for the builder;
    inline otherwise. Batches cheaper than ``WORKER_MIN_BATCH_S`` never go to
    workers: receiving one costs the trainer about what building it does.
    ``train.data_workers`` (≥ 0) overrides, as does
@@ -259,7 +260,7 @@ def _data_plan(costs: Costs, usable: int, steps_left: int) -> tuple[str, int, st
         return "inline", 0, f"{measured}: one core, nothing to overlap on"
     if steps_left * costs.batch_s >= WORKER_PAYBACK_S and costs.batch_s >= WORKER_MIN_BATCH_S:
         n = min(usable, max(1, math.ceil(ratio * SIDE_BY_SIDE)))
-        shared = (f"; the last on the trainer's core, building in its waits for data" if n > spare else "")
+        shared = ("; the last on the trainer's core, building in its waits for data" if n > spare else "")
         return "workers", n, (f"{measured}: {n} worker process{'es' * (n != 1)} keep{'s' * (n == 1)} up without "
                               f"sharing the GIL{shared}")
     if costs.step_s >= THREAD_STEP_S:
