@@ -24,6 +24,16 @@ the loader has yielded up to, but the engine's checkpoint already holds the
 exact position (``SampleOrder``), taken at step boundaries; a resume re-cuts
 the sampler there, which is all the state there is.
 
+Under the in-process dashboard. Textual replaces ``sys.stdout``/``sys.stderr``
+with objects whose ``fileno()`` is -1, and the first spawn starts
+multiprocessing's resource tracker with ``sys.stderr.fileno()`` among the fds
+it keeps: "bad value(s) in fds_to_keep". So the loader is started with both
+streams pointed at ``os.devnull`` for the few milliseconds the spawns take
+(``_stdio_for_spawn``; a ``print`` from another thread in that window is lost),
+and each worker points its own fds 1 and 2 at ``os.devnull``, since they are
+the dashboard's terminal: a warning written there would tear the screen. A
+worker's exception still reaches the trainer, which DataLoader re-raises there.
+
 Exactness: every batch the loader yields is checked against the key the loop
 asks for (``take``); anything else is built inline and the sampler is re-cut.
 Tickets carry a *generation*; a re-cut bumps it, and a worker handed a ticket
@@ -35,8 +45,10 @@ more on a busy box) the loop builds inline and never waits on them.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -65,6 +77,9 @@ class TaskBatches(Dataset):
         self.generation = context.Value("q", 0, lock=False)
         self.ready = context.RawArray("b", workers)
         self.workers = workers
+        #: Set when the trainer's stdio is not a terminal it may share (the in-process dashboard's): each worker
+        #: then sends its fds 1 and 2 to os.devnull.
+        self.silent = False
         self._task = None
 
     def __getstate__(self) -> dict:
@@ -75,6 +90,8 @@ class TaskBatches(Dataset):
         if os.getppid() != self.trainer_pid:
             os._exit(0)  # the trainer died while this worker was starting: init is not its trainer
         _exit_with_parent(self.trainer_pid)
+        if self.silent:
+            _silence_stdio()
         from engine import config as cfg
         from engine.allocator import keep_freed_memory
         from engine.tasks import make_task
@@ -100,6 +117,37 @@ def _open_worker(worker_id: int) -> None:
 
 def _as_is(item):
     return item
+
+
+def _has_descriptor(stream) -> bool:
+    try:
+        return stream is not None and stream.fileno() >= 0
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def _stdio_for_spawn():
+    """Yields whether stdio had to be replaced: ``sys.stdout``/``sys.stderr`` point at ``os.devnull`` inside when
+    either has no file descriptor (the module docstring says why), and are put back after."""
+    if _has_descriptor(sys.stdout) and _has_descriptor(sys.stderr):
+        yield False
+        return
+    saved = sys.stdout, sys.stderr
+    with open(os.devnull, "w") as devnull:
+        sys.stdout = sys.stderr = devnull
+        try:
+            yield True
+        finally:
+            sys.stdout, sys.stderr = saved
+
+
+def _silence_stdio() -> None:
+    """In a worker: fds 1 and 2 to os.devnull (they were the dashboard's terminal)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -194,7 +242,9 @@ class WorkerBatches:
         """Start the workers (first call), or re-cut the sampler at ``upcoming()`` once they are all up."""
         if self._iter is None:
             self.sampler.cut(upcoming())
-            self._iter = iter(self.loader)  # spawns the workers: RuntimeError / OSError / ValueError if it cannot
+            with _stdio_for_spawn() as replaced:
+                self.dataset.silent = replaced  # pickled into each worker as it spawns
+                self._iter = iter(self.loader)  # spawns the workers: RuntimeError / OSError / ValueError if it cannot
             self._recut = False
             return
         if self._recut and self.ready:

@@ -11,9 +11,9 @@ never a wrong batch.
 
 Why a hand-written thread next to the DataLoader: ``torch.utils.data`` has
 worker *processes* only (``num_workers=0`` builds in the caller, on demand),
-and the plan (engine.threads) cannot always use processes: inside the
-in-process dashboard stdio has no file descriptor and spawn fails, and a short
-run never repays starting them (1-3 s each). There a thread still overlaps the
+and the plan (engine.threads) cannot always use processes: a short run never
+repays starting them (1-3 s each), and where they fail to start (no fds or
+memory left) the run goes on without them. There a thread still overlaps the
 build with a step long enough (≥ ``threads.THREAD_STEP_S``) for torch's kernels
 to leave it the GIL: measured by ``bench engine_overhead`` (engine with the
 builder thread ÷ ``train.prefetch = false``, the row "prefetch on / off").

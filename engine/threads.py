@@ -306,7 +306,8 @@ class PlannedPrefetcher:
         self._inner = None
         self._plan: Plan | None = None
         self._said: tuple | None = None
-        self._no_workers = spawn_blocker()
+        #: Why worker processes cannot be used here (set when they failed to start), empty while they can.
+        self._no_workers = ""
         #: Lines said at the end of the next take (the training thread, sinks attached by then).
         self._pending_lines: list[str] = []
         self.hits = 0
@@ -442,26 +443,6 @@ class PlannedPrefetcher:
         if say and choice != self._said:
             self._said = choice
             self._pending_lines.append(new.line())
-
-
-def spawn_blocker() -> str:
-    """Why worker processes cannot be spawned from this process, or "" when they can.
-
-    spawn hands the child this process's stdio file descriptors; inside the in-process dashboard
-    Textual has replaced ``sys.stdout``/``sys.stderr`` with objects that have none, and every spawn
-    fails ("bad value(s) in fds_to_keep") — measured: the in-process run crashed at its first
-    planned worker. Checked once, so the plan never proposes workers that cannot start.
-    """
-    import sys
-
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name, None)
-        try:
-            if stream is None or stream.fileno() < 0:
-                raise ValueError
-        except (AttributeError, ValueError, OSError):
-            return f"sys.{name} has no file descriptor (an in-process dashboard): no worker processes"
-    return ""
 
 
 def prefetcher_for(trainer) -> PlannedPrefetcher:

@@ -73,3 +73,58 @@ def test_dataloader_workers_train_bit_identically_through_a_batch_change_and_a_r
     finally:
         resumed.prefetch.close()
     assert after == {s: reference[s] for s in range(9, 13)}
+
+
+#: Run in a fresh interpreter: the first spawn of a process starts multiprocessing's resource tracker, which is what
+#: failed, and in the test process an earlier test has long started it.
+_UNDER_TEXTUAL_STDIO = r"""
+import os, sys
+import torch
+from engine import config as cfg
+from engine.batches import WorkerBatches
+from engine.tasks import make_task
+
+
+class Capture:  # what Textual puts in sys.stdout / sys.stderr while an app runs: fileno() is -1
+    def write(self, text): return len(text)
+    def flush(self): pass
+    def fileno(self): return -1
+
+
+config = cfg.load(task="toy", overrides={"train": {"batch_size": 4}})
+task = make_task(config)
+task.setup(None)
+capture = Capture()
+sys.stdout = sys.stderr = capture
+keys = [((i, i + 1, i + 2, i + 3), i) for i in range(0, 40, 4)]
+source = WorkerBatches(lambda key: task.make_batch(list(key[0]), key[1], train=True), 1,
+                       (config.model_dump(mode="json"), task.state_dict()), wait=True)
+try:
+    source.ahead(lambda: keys)
+except Exception as exc:  # sys.stderr is the capture: say it down the pipe
+    os.write(int(sys.argv[1]), f"{type(exc).__name__}: {exc}".encode())
+    raise
+got = [source.take(key) for key in keys]
+same = all(torch.equal(a[name], b[name]) for key, a in zip(keys, got)
+           for b in [task.make_batch(list(key[0]), key[1], train=True)] for name in a)
+restored = sys.stdout is capture and sys.stderr is capture
+source.close()
+os.write(int(sys.argv[1]), f"hits={source.hits} same={same} restored={restored} silent={source.dataset.silent}".encode())
+"""
+
+
+def test_worker_processes_start_under_the_in_process_dashboards_stdio(tmp_path) -> None:
+    """Textual's stdio objects have fileno() -1; spawning the first worker used to fail with "bad value(s) in
+    fds_to_keep" (the resource tracker keeps sys.stderr's fd), so an in-process run had no worker processes."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    proc = subprocess.run([sys.executable, "-c", _UNDER_TEXTUAL_STDIO, str(write)], pass_fds=(write,), capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        report = pipe.read()
+    assert report == "hits=10 same=True restored=True silent=True", (report, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -225,21 +225,6 @@ def test_workers_that_cannot_start_fall_back_without_ending_the_run(monkeypatch)
         source.close()
 
 
-def test_no_worker_processes_where_stdio_has_no_descriptor(monkeypatch):
-    """Inside the in-process dashboard Textual replaces sys.stderr with an object without a file descriptor;
-    spawn then fails with ValueError ("bad value(s) in fds_to_keep"), which crashed the run at step 5."""
-    import io
-    import sys
-
-    monkeypatch.setattr(sys, "stderr", io.StringIO())  # fileno() raises io.UnsupportedOperation (an OSError)
-    source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010, steps_left=10**6)
-    try:
-        _measure(source, clock)
-        assert source.plan.data == "thread" and "no file descriptor" in source.plan.reason
-    finally:
-        source.close()
-
-
 def test_a_spawn_value_error_falls_back_to_a_thread(monkeypatch):
     from torch.utils.data import DataLoader
 
