@@ -93,9 +93,10 @@ MISS_REASONS: dict[str, str] = {
                                     "worker processes), so the viewer's ~3 % CPU and the engine's serving of it "
                                     "come out of training; before prefetch (one core idle) the same slices measured "
                                     "1.03; the slice-to-slice spread is wider than the goal's margin",
-    "--in-process ÷ headless": "an in-process dashboard cannot spawn data workers (Textual's stdio has no file "
-                               "descriptors, engine.threads.spawn_blocker), so it builds on a thread sharing the "
-                               "trainer's GIL, while headless builds in 2 worker processes",
+    "--in-process ÷ headless": "the trainer shares its process's GIL with the dashboard's rendering (the cost "
+                               "--in-process is documented with); its data workers are processes as in headless "
+                               "(engine.batches starts them under Textual's stdio), and separate runs on this VM "
+                               "spread wider than the goal's margin",
 }
 
 
