@@ -253,19 +253,24 @@ class WorkerBatches:
             self._recut = False
 
     def close(self) -> None:
-        """Stop the workers now (one still starting is terminated rather than waited for)."""
+        """Stop the workers now (one still starting is terminated rather than waited for).
+
+        The workers' pids leave torch's SIGCHLD watch first, whatever their state: DataLoader removes them only
+        after joining, so a worker that dies on its way out raised "DataLoader worker (pid …) is killed by
+        signal" in the training thread and turned a finished or aborted run into a failed one. Seen in CI: a
+        graceful abort at step 21, a worker's C++ runtime aborting at exit ("terminate called without an active
+        exception"). Every batch the run needs is taken by then, so how a worker ends no longer matters.
+        """
         it, self._iter = self._iter, None
         if it is None:
             return
-        if not self.ready:
-            # A worker importing torch reads no shutdown message for seconds: DataLoader would wait 5 s for each,
-            # so it is terminated. First its pid leaves torch's SIGCHLD watch (DataLoader's own shutdown order),
-            # or the handler raises "worker killed by signal" in the training thread.
-            if getattr(it, "_worker_pids_set", False):
-                from torch.utils.data._utils import signal_handling
+        if getattr(it, "_worker_pids_set", False):
+            from torch.utils.data._utils import signal_handling
 
-                signal_handling._remove_worker_pids(id(it))
-                it._worker_pids_set = False
+            signal_handling._remove_worker_pids(id(it))
+            it._worker_pids_set = False
+        if not self.ready:
+            # A worker importing torch reads no shutdown message for seconds: DataLoader would wait 5 s for each.
             for process in getattr(it, "_workers", ()):
                 process.terminate()
         shutdown = getattr(it, "_shutdown_workers", None)

@@ -128,3 +128,39 @@ def test_worker_processes_start_under_the_in_process_dashboards_stdio(tmp_path) 
         report = pipe.read()
     assert report == "hits=10 same=True restored=True silent=True", (report, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
+    """Seen in CI: at a graceful abort a worker's C++ runtime aborted on exit, torch's SIGCHLD handler raised
+    "DataLoader worker (pid …) is killed by signal: Aborted" inside the shutdown's join, and the run ended failed."""
+    import os
+    import signal
+    import time
+
+    from engine.batches import WorkerBatches
+    from engine.tasks import make_task
+
+    config = cfg.load(task="toy", overrides={"train": {"batch_size": 4}})
+    task = make_task(config)
+    task.setup(None)
+    keys = [((i, i + 1, i + 2, i + 3), i) for i in range(0, 24, 4)]
+    source = WorkerBatches(lambda key: task.make_batch(list(key[0]), key[1], train=True), 2,
+                           (config.model_dump(mode="json"), task.state_dict()), wait=True)
+    source.ahead(lambda: keys)
+    for key in keys[:3]:
+        source.take(key)
+    assert source.hits == 3
+    it = source._iter
+    shutdown = it._shutdown_workers
+
+    def abort_one_then_shut_down() -> None:  # a worker dies as the shutdown begins, its SIGCHLD lands meanwhile
+        it._shutdown_workers = shutdown  # once: the iterator's __del__ calls it again
+        victim = it._workers[0]
+        os.kill(victim.pid, signal.SIGABRT)
+        victim.join(5)
+        time.sleep(0.2)
+        shutdown()
+
+    it._shutdown_workers = abort_one_then_shut_down
+    source.close()  # raised RuntimeError("DataLoader worker (pid …) is killed by signal: Aborted.") before the fix
+    assert source._iter is None and not any(w.is_alive() for w in it._workers)
