@@ -87,7 +87,8 @@ def _eval_starts(mapped, points: int) -> list[int]:
         if at >= 0 and (not starts or at + 1 > starts[-1]):
             starts.append(at + 1)
     last = mapped.rfind(b"\n" + _EVAL, starts[-1] if starts else 0)
-    if last >= 0 and last + 1 > starts[-1]:
+    # ``not starts``: the only eval line can straddle a segment boundary, which every segment's search misses.
+    if last >= 0 and (not starts or last + 1 > starts[-1]):
         starts.append(last + 1)
     return starts
 

@@ -62,3 +62,15 @@ def test_runs_shows_the_sparkline_column(tmp_path: Path) -> None:
     assert "psnr_db ▁" in table[1] and "█" in table[1]
     record = json.loads(run_cli("runs", str(tmp_path), "--json").stdout)[0]
     assert record["trend"]["metric"] == "psnr_db" and record["trend"]["values"][-1] == 500
+
+
+def test_a_lone_eval_line_across_a_segment_boundary_is_found() -> None:
+    """Seen in CI (`runs --json` on a run with one eval): each segment's search stops at its end, so an eval line
+    whose start straddles a boundary is missed by all of them, and the newest-eval step then read ``starts[-1]``
+    of an empty list (IndexError)."""
+    from tui.trend import _EVAL, _eval_starts
+
+    line = b"\n" + _EVAL + b'"step":1}\n'
+    for pad in range(1, 40):  # the eval line's start moves across the middle boundary of a 2-segment search
+        data = b"x" * pad + line + b"y" * 20
+        assert _eval_starts(data, 2) == [pad + 1], pad
