@@ -586,6 +586,9 @@ class RunModel:
         name = self.started.name if self.started and self.started.name else "run"
         fin = self.finished
         status = fin.status if fin else self.state
+        if fin is None and status not in ENDED_STATES and self.liveness in ENDED_LIVENESS:
+            # The run dir's status (polled) said how the engine ended before its last events reached us.
+            status = self.liveness
         parts = [f"{name}: {status} at step {fin.steps if fin else self.step}"]
         best = self.best_primary()
         if best is not None:

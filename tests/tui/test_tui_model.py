@@ -150,3 +150,13 @@ def test_memory_panel_shows_predicted_against_measured_on_cpu_without_dashes():
     text = MemoryPanel.gauge_and_numbers(m, 40)
     assert "meas 110[/] · [$primary]pred 100 MiB" in text and "err [b]-9.1 %[/b]" in text
     assert "–" not in text, "unknown numbers are left out, not shown as dashes"
+
+
+def test_the_summary_says_how_the_engine_ended_when_its_last_events_have_not_arrived():
+    """Seen in CI (attach e2e): after a graceful abort the viewer left on the polled liveness ("aborted") before
+    the engine's final state and RunFinished reached it, and printed "running at step 244"."""
+    m = RunModel()
+    m.ingest(demo_run(20))
+    assert m.state == "running"
+    m.set_liveness("aborted")
+    assert m.ended and m.summary().startswith("demo-run: aborted at step 20")
