@@ -95,7 +95,7 @@ MISS_REASONS: dict[str, str] = {
                                     "1.03; the slice-to-slice spread is wider than the goal's margin",
     "--in-process ÷ headless": "the trainer shares its process's GIL with the dashboard's rendering (the cost "
                                "--in-process is documented with); its data workers are processes as in headless "
-                               "(engine.batches starts them under Textual's stdio), and separate runs on this VM "
+                               "(engine.training.batches starts them under Textual's stdio), and separate runs on this VM "
                                "spread wider than the goal's margin",
 }
 

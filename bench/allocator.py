@@ -1,6 +1,6 @@
 """The engine's allocator setting against glibc's defaults: `python -m bench.allocator [--quick]`.
 
-engine.allocator keeps the memory a step frees (glibc mmap threshold 32 MiB,
+engine.training.allocator keeps the memory a step frees (glibc mmap threshold 32 MiB,
 trim threshold 1 GiB) in the trainer and its data workers. This measures what
 that is worth end to end: headless engine runs of the SensorLM ``demo`` preset
 (batch 16, the engine's own thread plan), interleaved, with the setting and

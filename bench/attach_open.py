@@ -13,7 +13,7 @@ frame with the history drawn" two ways, each ``--repeat`` times:
 - in-process: ``AttachApp`` under ``App.run_test`` (no terminal, no process
   start) until the rendered screen shows the same text: reading + folding +
   rendering only; then on until the session worker's full fold of every step
-  is in the model (tui.history_fold: the first frame is drawn from the newest
+  is in the model (tui.model.history_fold: the first frame is drawn from the newest
   steps, the rest is folded after it).
 
 Both opens are timed cold (no ``events.index`` beside the log: the first
@@ -56,8 +56,8 @@ from pathlib import Path
 
 from bench.common import ROOT, Section, fmt_stats, smoke, verdict
 from bench.open_run import write_run
-from engine import history_index
-from engine.history import read_history
+from engine.run.history import index as history_index
+from engine.run.history.store import read_history
 
 #: Poll interval of both measurements (s).
 POLL_S = 0.05
@@ -99,8 +99,8 @@ def terminal_open(run: Path, steps: int) -> tuple[float, float]:
 def inprocess_open(run: Path, steps: int) -> tuple[tuple[float, float], tuple[float, float]]:
     """(wall, CPU) seconds from AttachApp start (run_test, no terminal) to the history on the rendered screen,
     and to every step folded into the model (the session worker's fold after the first frame)."""
-    from engine.client import RunClient
-    from tui.attach_app import AttachApp
+    from engine.run.control.client import RunClient
+    from tui.dashboard.attach_app import AttachApp
 
     async def body() -> tuple[tuple[float, float], tuple[float, float]]:
         start, cpu0 = time.perf_counter(), time.process_time()
@@ -156,7 +156,7 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
                                 text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         out["runs"] = [(time.perf_counter() - start, 0.0)]
         assert run.name in listed.stdout, listed.stdout + listed.stderr
-        from tui.run_index import summarize
+        from tui.model.run_index import summarize
 
         start = time.perf_counter()
         summarize(run)
@@ -219,12 +219,12 @@ def run(quick: bool = False) -> Section:
         f"Synthetic finished run with {steps:,} step events; time until the first frame shows the history "
         f"(`step {steps}/{steps}` on screen), {repeat} interleaved round(s), 120×40. Cold: no `events.index` "
         "(the first viewer of a run decodes the log and leaves one); warm: the index present. The first frame "
-        "draws the newest steps (tui.history_fold); the session worker folds every step after it "
+        "draws the newest steps (tui.model.history_fold); the session worker folds every step after it "
         "(the \"until every step is folded\" rows).", "",
         "| how | wall | CPU of the viewer |", "|---|---|---|", *rows,
         f"| `sensorlm-tui runs DIR` (subprocess) | {_cell(results['runs'], 0)} | – |",
         f"| `run_index.summarize(run)` | {_cell(results['summarize'], 0)} | – |", "",
-        f"- reading the log (engine.history, no index): {reader:.2f} s CPU; plain `json.loads` per line "
+        f"- reading the log (engine.run.history.store, no index): {reader:.2f} s CPU; plain `json.loads` per line "
         f"(first {JSON_LINES:,} lines, scaled): {plain:.2f} s CPU; ratio **{ratio:.2f}**",
     ])
     verdicts = [verdict("attach_open: reading ÷ json.loads per line (CPU)", ratio, 0.5, higher_is_better=False)]
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name, values in measure(args.steps, args.repeat, args.dir).items():
         if name == "reading":
-            print(f"reading: {values[0][0]:.2f} s CPU (engine.history, no index) vs {values[0][1]:.2f} s CPU "
+            print(f"reading: {values[0][0]:.2f} s CPU (engine.run.history.store, no index) vs {values[0][1]:.2f} s CPU "
                   f"(json.loads per line, scaled)")
         elif name == "ratio":
             print(f"reading ÷ json.loads: {values[0][0]:.2f}")

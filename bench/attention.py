@@ -71,7 +71,7 @@ def seed_attention_installed():
 
 def config_for(shape: dict, batch: int | None = None):
     """The RunConfig of one shape (the backend is set on the built model: one task serves every variant)."""
-    from engine.config import load
+    from engine.core.config import load
 
     return load(preset="demo", task="sensorlm", overrides={
         "model": {**MODEL, **shape["model"]}, "data": shape["data"],
@@ -143,7 +143,7 @@ def peak_bytes(task, config, variant: str) -> int:
 
 def measure_shape(shape: dict, rounds: int, steps_per_round: int, batch: int | None = None) -> dict:
     """variant → {'s': [seconds per step per round], 'peak': bytes} for one shape."""
-    from engine.tasks import load_task_class
+    from engine.core.registry import load_task_class
 
     config = config_for(shape, batch)
     task = load_task_class(config.task.name)(config)

@@ -17,8 +17,8 @@ and differ only in how they run:
 The optimizer is the one a careful user writes, ``torch.optim.AdamW(groups,
 lr=…, betas=…, eps=…)`` with torch's default implementation (on CPU a loop over
 the tensors). ``--engine-settings`` gives a loop the two process settings the
-engine makes for itself (engine.fused_optimizer: fused AdamW;
-engine.allocator: freed memory kept for the next step), so the page can show
+engine makes for itself (engine.optim.fused: fused AdamW;
+engine.training.allocator: freed memory kept for the next step), so the page can show
 how much of the engine's lead they are.
 
 Prints one JSON line: steps/s between steps ``lo`` and ``hi``, the final loss,
@@ -46,11 +46,11 @@ def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
     import numpy as np
     import torch
 
-    from engine import config as cfg
-    from engine.allocator import keep_freed_memory
-    from engine.optimization import adamw
-    from engine.schedule import lr_at
-    from engine.tasks import load_task_class
+    from engine.core import config as cfg
+    from engine.training.allocator import keep_freed_memory
+    from engine.optim.optimization import adamw
+    from engine.optim.schedule import lr_at
+    from engine.core.registry import load_task_class
 
     config = cfg.load(task=task_name, preset=preset, overrides={"train": {"max_steps": steps, "batch_size": batch}})
     t = config.train

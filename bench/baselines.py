@@ -10,7 +10,7 @@ and a neighbour's load hits all alike), on the SensorLM ``demo`` preset, batch
   before the rounds), and ``torch.optim.AdamW`` as a user writes it;
 * **Lightning** (the ``bench`` extra): same DataLoader, same threads;
 * **engine, defaults**: ``sensorlm-tui train --headless`` with no thread or
-  worker flags (engine.threads plans them), events.jsonl, console, heartbeat,
+  worker flags (engine.training.threads plans them), events.jsonl, console, heartbeat,
   control server — everything a real run has;
 * **engine, --threads 2**: a fixed two-thread setting (torch's default on a
   2-core box), for the load comparison;
@@ -20,7 +20,7 @@ and a neighbour's load hits all alike), on the SensorLM ``demo`` preset, batch
   memory): how much of the engine's lead is those two (quiet only);
 * **DataLoader loop, 2 workers**: ``num_workers=2``, what a user who tunes the
   loader by hand gets; the engine's plan picks two workers on a data-bound
-  2-core box (engine.threads), so this row shows how much of its lead is that
+  2-core box (engine.training.threads), so this row shows how much of its lead is that
   choice (quiet only).
 
 Rounds interleave the variants (A B C …, then … C B A); each round runs them
@@ -201,7 +201,7 @@ def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = 
             variants: tuple[str, ...] = VARIANTS, cap_s: float = TIMEOUT_S) -> dict:
     """``variants``, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [steps/s ..], "load": [..],
     "cores": {"quiet": [..], "load": [..]}, "steps_per_cpu_s": {"quiet": [..], "load": [..]}}} (NaN: not read)."""
-    from engine.threads import usable_cores
+    from engine.training.threads import usable_cores
 
     cores = usable_cores().usable
     threads, tried = best_threads(max(window[1] + 5, steps // 2), (window[0] // 2 or 1, window[1] // 2), cores)

@@ -29,9 +29,9 @@ STEPS_PER_S = 20
 
 def child(seconds: float, refresh: float | None, ansi: bool) -> None:
     """The app side: a scripted live run, exits after ``seconds``."""
-    from engine import events as ev
-    from tui.app import DashboardApp
-    from tui.scripted import ScriptedSession, demo_run
+    from engine.run import events as ev
+    from tui.dashboard.app import DashboardApp
+    from tui.dashboard.scripted import ScriptedSession, demo_run
 
     history = demo_run(300, total_steps=100_000)
     live = []

@@ -3,7 +3,7 @@
 (a) a minimal hand-written loop: make_batch → forward → backward → clip → AdamW step, nothing else (the
     same optimizer groups and gradient clipping the config asks of the Trainer: the algorithm, not overhead);
 (b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off, its
-    batches built ahead on one thread (``train.data_workers = 0``, engine.prefetch);
+    batches built ahead on one thread (``train.data_workers = 0``, engine.training.prefetch);
 (c) the same with ``train.prefetch = false``: every batch built inline, as the plain loop does, so
     (b)/(c) is what building the next batch on a background thread buys (1 torch thread, so the
     prefetch thread has the second core). This row is why the hand-written thread stays beside the
@@ -28,7 +28,7 @@ PRESET = "demo"
 
 
 def _config(steps: int, batch: int, prefetch: bool = True, workers: int = 0):
-    from engine import config as cfg
+    from engine.core import config as cfg
 
     return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "eval_every": 0, "batch_size": batch,
                                                         "prefetch": prefetch, "data_workers": workers},
@@ -40,7 +40,7 @@ def plain_loop(steps: int, batch: int) -> float:
     import torch
 
     from engine.budget.step import make_optimizer
-    from engine.tasks import load_task_class
+    from engine.core.registry import load_task_class
 
     config = _config(steps, batch)
     torch.manual_seed(0)
@@ -65,9 +65,9 @@ def plain_loop(steps: int, batch: int) -> float:
 
 def engine_loop(steps: int, batch: int, prefetch: bool = True, workers: int = 0) -> float:
     """Steps/s of the Trainer with its default sinks (events.jsonl and console) attached."""
-    from engine.control import Controls
-    from engine.loop import Trainer
-    from engine.sinks import ConsoleSink, EventBus, JsonlSink
+    from engine.run.control.requests import Controls
+    from engine.training.loop import Trainer
+    from engine.run.sinks import ConsoleSink, EventBus, JsonlSink
 
     config = _config(steps, batch, prefetch, workers)
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
@@ -107,7 +107,7 @@ def run(quick: bool = False) -> Section:
         f"| engine, `train.prefetch = false` | {fmt_stats(results['inline'], '.2f')} |",
         f"| engine, `train.data_workers = 1` (a DataLoader worker process) | {fmt_stats(results['worker'], '.2f')} |",
         f"| **ratio engine / plain** | **{fmt_stats(ratio)}** |",
-        f"| **ratio prefetch on / off** (the builder thread's gain: why engine.prefetch is kept beside the "
+        f"| **ratio prefetch on / off** (the builder thread's gain: why engine.training.prefetch is kept beside the "
         f"DataLoader, which has no thread mode) | **{fmt_stats(gain)}** |",
         f"| **ratio 1 data worker / prefetch off** | **{fmt_stats(process_gain)}** |",
     ])

@@ -8,8 +8,8 @@ batch 2) puts the CPU in that regime.
 
 (a) **bare loop**: the same model and batches, built inline: make_batch →
     forward → backward → clip → AdamW → ``float(loss)``; the torch threads the
-    engine's plan gives it (engine.threads), so threads are not the difference;
-(b) **engine**: ``engine.main.run_prepared`` as ``train --headless`` runs it
+    engine's plan gives it (engine.training.threads), so threads are not the difference;
+(b) **engine**: ``engine.app.main.run_prepared`` as ``train --headless`` runs it
     (events.jsonl, console lines to /dev/null, status heartbeat, control
     server, system sampler), every default, in this process;
     (a) and (b) interleaved; steps/s between 10 % and 90 % of each run from the
@@ -17,7 +17,7 @@ batch 2) puts the CPU in that regime.
 (c) **dashboard attached ÷ alone**: one headless engine process on the same
     settings, a viewer (`attach` in a 120×40 pty) attached and detached in
     alternating slices (bench.viewer_slices);
-(d) **the viewer keeps up**: the viewer's reader (engine.history) opens the
+(d) **the viewer keeps up**: the viewer's reader (engine.run.history.store) opens the
     engine run's events.jsonl; events read per CPU-second ÷ steps written per
     second, and the same per million steps. Above 1 the viewer never falls behind.
 Goal (GPU issue): engine ÷ bare ≥ 0.95 at the default logging settings.
@@ -41,7 +41,7 @@ FAST = {"model": {"dim": 16, "depth": 1}, "data": {"channels": 2, "minutes": 60,
 
 
 def _config(steps: int):
-    from engine import config as cfg
+    from engine.core import config as cfg
 
     overrides = {k: dict(v) for k, v in FAST.items()}
     overrides["train"]["max_steps"] = steps
@@ -49,7 +49,7 @@ def _config(steps: int):
 
 
 def _planned_threads() -> int:
-    from engine import threads
+    from engine.training import threads
 
     return threads.plan(threads.usable_cores(), viewer=False, costs=None, steps_left=0).threads
 
@@ -59,7 +59,7 @@ def bare_loop(steps: int) -> float:
     import torch
 
     from engine.budget.step import make_optimizer
-    from engine.tasks import load_task_class
+    from engine.core.registry import load_task_class
 
     config = _config(steps)
     torch.set_num_threads(_planned_threads())
@@ -92,8 +92,8 @@ def _rates(marks: list[tuple[int, float, float]], steps: int) -> dict:
 
 def engine_run(steps: int, root: Path, keep: list | None = None) -> float:
     """Steps/s of the engine as `train --headless` runs it, in this process (window 10-90 %)."""
-    from engine.main import Prepared, run_prepared
-    from engine.rundir import RunDir
+    from engine.app.main import Prepared, run_prepared
+    from engine.run.rundir import RunDir
 
     config = _config(steps)
     run_dir = RunDir(root / f"engine-{time.monotonic_ns()}")
@@ -125,7 +125,7 @@ def engine_argv(run_dir: Path) -> list[str]:
 
 def viewer_read_rate(path: Path) -> tuple[float, int]:
     """(events the viewer's reader opens per CPU-second, events in the file)."""
-    from engine.history import read_history
+    from engine.run.history.store import read_history
 
     start = time.process_time()
     history = read_history(path)
@@ -191,7 +191,7 @@ def section(results: dict, slices: dict | None, steps: int, rounds: int, quick: 
                      f"{fmt_stats(slices['viewer'], '.0f')} | **{fmt_stats(pair)}** ÷ the same engine alone | | |")
         verdicts.append(verdict("fast steps: dashboard attached ÷ alone steps/s (slices)", stats(pair)[1], 0.95)
                         + f"; spread {min(pair):.3f}–{max(pair):.3f} over {len(pair)} pairs")
-    lines += ["", f"The viewer's reader (engine.history) opened the last engine run's {results['events']:,} events at "
+    lines += ["", f"The viewer's reader (engine.run.history.store) opened the last engine run's {results['events']:,} events at "
               f"{results['read_rate']:,.0f} events per CPU-second, {headroom:,.0f}× the rate the engine wrote them: "
               f"a million-step run opens in {1e6 / results['read_rate']:.1f} CPU-s and the viewer does not fall "
               "behind while it runs."]

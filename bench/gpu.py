@@ -87,7 +87,7 @@ def parse_row(stdout: str) -> dict:
 
 def other_tasks() -> list[tuple[str, str, str, dict]]:
     """A memory row for every installed task besides sensorlm and toy, at its default preset."""
-    from engine.tasks import task_names
+    from engine.core.registry import task_names
 
     return [(f"{name} (default preset)", name, "", {}) for name in task_names() if name not in ("sensorlm", "toy")]
 

@@ -29,7 +29,7 @@ MIB = 1 << 20
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
-    from engine.config import _deep_merge as merge
+    from engine.core.config import _deep_merge as merge
 
     return merge(base, update)
 
@@ -46,7 +46,7 @@ def peak_tflops(name: str) -> float | None:
 
 
 def _config(task: str, preset: str, overrides: dict, **train):
-    from engine import config as cfg
+    from engine.core import config as cfg
 
     base = {"train": {"device": "cuda", "eval_every": 0, **train}, "checkpoint": {"every_steps": 0}}
     return cfg.load(task=task, preset=preset, overrides=_deep_merge(base, overrides))
@@ -54,9 +54,9 @@ def _config(task: str, preset: str, overrides: dict, **train):
 
 def _train(config):
     """Run the engine's Trainer on ``config`` in this process; (trainer, events)."""
-    from engine.control import Controls
-    from engine.loop import Trainer
-    from engine.sinks import EventBus, MemorySink
+    from engine.run.control.requests import Controls
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus, MemorySink
 
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls())
@@ -138,9 +138,9 @@ def _smi_used() -> int | None:
 
 def gauges(task: str, preset: str, overrides: dict) -> dict:
     """MemorySampled's readings vs nvidia-smi, both taken at the same step boundary (memory is still then)."""
-    from engine.control import Controls
-    from engine.loop import Trainer
-    from engine.sinks import EventBus
+    from engine.run.control.requests import Controls
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus
 
     pairs: list[dict] = []
 
@@ -159,7 +159,7 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
     """Engine steps/s on the GPU, GPU idle % while it trains (NVML, 10 Hz), and MFU (≈ 6·params·tokens a sample)."""
     import torch
 
-    from engine.system import nvml
+    from engine.training.system import nvml
 
     config = _config(task, preset, overrides, max_steps=steps)
     util: list[float] = []
@@ -174,9 +174,9 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
 
     thread = threading.Thread(target=sampler, daemon=True)
     times: list[float] = []
-    from engine.control import Controls
-    from engine.loop import Trainer
-    from engine.sinks import EventBus
+    from engine.run.control.requests import Controls
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus
 
     def clock(event) -> None:
         if event.type == "step":

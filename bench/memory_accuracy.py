@@ -95,7 +95,7 @@ def accelerate_style(config) -> int:
 def measure(label: str, task: str, preset: str, overrides: dict, real: bool) -> dict:
     """One row: truth (when feasible), traced (subprocess, uncached), analytic, references."""
     from engine.budget import analytic, trace
-    from engine.config import load
+    from engine.core.config import load
 
     config = load(preset=preset, task=task, overrides=overrides)
     row = {"config": label, "truth": None}
@@ -118,7 +118,7 @@ def measure_rank(label: str, task: str, preset: str, overrides: dict, world: int
     """One FSDP2 rank: the analytic per-rank estimate and the fake-process-group trace (subprocess, uncached)."""
     from engine.budget import analytic, trace
     from engine.budget.layout import Layout
-    from engine.config import load
+    from engine.core.config import load
 
     config = load(preset=preset, task=task, overrides=overrides)
     layout = Layout(world, "fsdp2")

@@ -6,9 +6,9 @@ memory and system sample every 100 steps), then measures, each best of
 ``--repeat``:
 
 - open: ``read_history`` over the whole file without its index (the msgspec
-  decode in engine.history), next to plain ``events.from_json`` per line on
+  decode in engine.run.history.store), next to plain ``events.from_json`` per line on
   the first 100,000 lines, scaled (the naive way; too slow to run on all of
-  them), and the reopen with ``events.index`` written (engine.history_index);
+  them), and the reopen with ``events.index`` written (engine.run.history.index);
 - materialise: iterating every event as an object (what a viewer pays if it
   asks for objects instead of ``History.column``);
 - memory: the reader's peak and what the History keeps (tracemalloc);
@@ -34,10 +34,10 @@ import tracemalloc
 from pathlib import Path
 
 from bench.common import Section, fmt_stats, smoke
-from engine import events as ev
-from engine.client import POLL_INTERVAL_S, RunClient
-from engine.history import read_history
-from engine.history_index import save as save_index
+from engine.run import events as ev
+from engine.run.control.client import POLL_INTERVAL_S, RunClient
+from engine.run.history.store import read_history
+from engine.run.history.index import save as save_index
 
 _STEP = ('{{"type":"step","t":{t!r},"step":{step},"epoch":{epoch},"loss":{loss!r},"lr":{lr!r},'
          '"grad_norm":{gn!r},"samples_per_s":{sps!r},"steps_per_s":{stps!r},"batch_size":32,'

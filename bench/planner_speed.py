@@ -69,7 +69,7 @@ def finder_steps(config, budget: int) -> tuple[int, int, int]:
 def run(quick: bool = False) -> Section:
     """Benchmark-suite entry point."""
     from engine.budget import plan, trace
-    from engine.config import load
+    from engine.core.config import load
 
     presets = ["demo"] if smoke() else ["tiny", "base"] if quick else ["demo", "tiny", "small", "base"]
     lines = ["| preset | `plan --vram-gb 80` wall s | in-process plan s | planner's largest batch (sdpa) | "

@@ -2,7 +2,7 @@
 
 One frame = what the dashboard does per plot redraw on the full-history view:
 numpy min/max per column over the whole ring, then the braille canvas
-(tui.braille) straight into Rich Text. Measured at 1k / 10k / 100k / 1M logged steps at the 120×40 layout's
+(tui.widgets.braille) straight into Rich Text. Measured at 1k / 10k / 100k / 1M logged steps at the 120×40 layout's
 loss-plot size (78×16 cells inside its border), interleaved across sizes.
 For contrast, the same frame with the raw points handed to plotext (what a
 naive plot does) at the sizes where that finishes in reasonable time.
@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 from bench.common import Section, fmt_stats, interleave, smoke, stats, verdict
-from tui.ema import LEVELS, EmaState, ema_extend
-from tui.model import RunModel
+from tui.model.ema import LEVELS, EmaState, ema_extend
+from tui.model.dashboard import RunModel
 from tui.widgets.metric_chart import MetricChart
 
 #: Content size of the loss plot at 120×40 (inside its border).

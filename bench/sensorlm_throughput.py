@@ -16,7 +16,7 @@ import time
 import torch
 
 from bench.common import Section, fmt_stats, interleave, ratios, smoke, stats
-from engine.config import load
+from engine.core.config import load
 from engine.tasks.sensorlm import SensorLMTask
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from engine.main import main
+from engine.app.main import main
 
 sys.exit(main(prog="python -m engine"))

@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from engine.cli_args import OneLineParser, add_train_arguments
-from engine.exit_codes import ExitCode
+from engine.core.cli_args import OneLineParser, add_train_arguments
+from engine.core.exit_codes import ExitCode
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="machine-readable output")
 
     plan = sub.add_parser("plan", help="predict memory, find the largest batch that fits, recommend settings")
-    from engine.budget.plan_cli import add_arguments
+    from engine.app.plan_cli import add_arguments
     add_arguments(plan)
 
     data = sub.add_parser("data", help="write a task's synthetic data set, or check a data directory")
@@ -54,11 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     add_gapfill_data(data_tasks.add_parser("gapfill", help="six-band solar image shards + manifest (gap-filling)"))
 
     export = sub.add_parser("export", help="write a run's export (PEFT adapter, pretrained model) from a checkpoint")
-    from engine.export_cmd import add_arguments as add_export_arguments
+    from engine.app.export_cmd import add_arguments as add_export_arguments
     add_export_arguments(export)
 
     plot = sub.add_parser("plot", help="draw a run's curves (or several runs overlaid) to standard output")
-    from tui.plot_cmd import add_arguments as add_plot_arguments
+    from tui.commands.plot import add_arguments as add_plot_arguments
     add_plot_arguments(plot)
 
     presets = sub.add_parser("presets", help="list the tasks, and a task's presets with their parameter counts")
@@ -106,13 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(args, argv)
         if args.command == "runs":
-            from tui.runs_cmd import main as runs_main
+            from tui.commands.runs import main as runs_main
             return runs_main(args)
         if args.command == "plan":
-            from engine.budget.plan_cli import main as plan_main
+            from engine.app.plan_cli import main as plan_main
             return plan_main(args)
         if args.command == "plot":
-            from tui.plot_cmd import main as plot_main
+            from tui.commands.plot import main as plot_main
             return plot_main(args)
         if args.command == "presets":
             return _presets(args)
@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             from engine.tasks.gapfill.data_cli import main as gapfill_data
             return gapfill_data(args)
         if args.command == "export":
-            from engine.export_cmd import main as export_main
+            from engine.app.export_cmd import main as export_main
             return export_main(args)
         if args.command == "attach":
-            from tui.attach_cmd import main as attach_main
+            from tui.commands.attach import main as attach_main
             return attach_main(args)
     except KeyboardInterrupt:
         return 130
@@ -146,7 +146,7 @@ def _reader_gone() -> int:
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
-    from engine.main import UsageError, prepare, run_prepared
+    from engine.app.main import UsageError, prepare, run_prepared
     from engine.distributed import launch
 
     if launch.wanted(args):  # --nproc-per-node: headless under torchrun; watch it with `attach`
@@ -164,10 +164,10 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
             return ExitCode.BAD_INPUT
         if args.plot is not None:
-            from tui.plot_cmd import plot_after_run
+            from tui.commands.plot import plot_after_run
             plot_after_run(prepared.run_dir.root, args.plot or None)
         return code
-    from tui.train_cmd import run_train_dashboard
+    from tui.commands.train import run_train_dashboard
 
     return run_train_dashboard(args, argv, prepared)
 
@@ -175,11 +175,11 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
 def _dashboard_available() -> bool:
     from importlib.util import find_spec
 
-    return find_spec("tui.run_dashboard") is not None and find_spec("tui.train_cmd") is not None
+    return find_spec("tui.commands.run_dashboard") is not None and find_spec("tui.commands.train") is not None
 
 
 def _presets(args: argparse.Namespace) -> int:
-    from tui.presets_cmd import main as presets_main
+    from tui.commands.presets import main as presets_main
 
     return presets_main(args)
 

@@ -1,7 +1,7 @@
 """Analytic estimate: the peak memory of a training step by pure arithmetic — torch-free, well under 1 ms.
 
 ``estimate(config, ...)`` asks the task's own analytic model (``spec.analytic_memory``,
-a ``"module:function"`` returning an engine.budget.ledger.TaskLedger) for the
+a ``"module:function"`` returning an engine.tasks.ledger.TaskLedger) for the
 micro-batch's ledger, adds the static terms and returns an Estimate whose
 total is an upper bound by design
 (every term bounds a live set autograd really has). Accuracy on CPU fp32,
@@ -23,7 +23,7 @@ Static terms (bytes):
 - autocast weight copies: under bf16/fp16 every matmul weight is cast once
   per forward and kept (saved for backward), lp · those parameters.
 
-Optimizer transient: none with fused AdamW (engine.fused_optimizer: one kernel,
+Optimizer transient: none with fused AdamW (engine.optim.fused: one kernel,
 no parameter-sized temporaries), which every run uses but FSDP2 and fp16 ones.
 Otherwise the single-tensor AdamW torch uses on CPU computes
 ``denom = (exp_avg_sq.sqrt() / bias_correction).add_(eps)``, two
@@ -50,7 +50,7 @@ the trainable parameters). FSDP2 divides weights, AdamW state and the
 optimizer transient by the shard count (each tensor's shard rounded up; FSDP2
 pads a shard to whole rows, a difference below one row per tensor) and hands
 the ledger a ``Sharding`` for the rest: the root's parameters, gathered
-blocks and when gradients are sharded (engine.budget.ledger).
+blocks and when gradients are sharded (engine.tasks.ledger).
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from engine.budget import ledger
+from engine.tasks import ledger
 from engine.budget import settings as knobs
-from engine.budget.estimate import Estimate
+from engine.core.estimate import Estimate
 from engine.budget.layout import SINGLE, Layout
-from engine.config import RunConfig
-from engine.fused_optimizer import fused_adamw
+from engine.core.config import RunConfig
+from engine.optim.fused import fused_adamw
 
 F32 = 4
 CUDA_BLOCK = 512
@@ -80,7 +80,7 @@ class NoAnalyticModel(LookupError):
 
 def model_of(config: RunConfig) -> Callable[..., ledger.TaskLedger] | None:
     """The task's analytic memory model (``spec.analytic_memory``), or None when it has none."""
-    from engine.tasks import get_spec
+    from engine.core.registry import get_spec
 
     target = get_spec(config.task.name).analytic_memory
     if not target:

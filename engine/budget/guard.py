@@ -30,12 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.budget import plan as planner
-from engine.budget.estimate import Estimate
-from engine.budget.fmt import GIB, human
+from engine.core.estimate import Estimate
+from engine.core.fmt import GIB, human
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.measure import DeviceInfo
 from engine.budget.settings import with_settings
-from engine.config import RunConfig, load
+from engine.core.config import RunConfig, load
 
 
 @dataclass
@@ -171,7 +171,7 @@ def _smaller_preset(config: RunConfig, budget: planner.Budget, layout: Layout = 
     """The largest preset of this task, smaller than the configured one, in which the batch fits."""
     from engine.budget import analytic
 
-    from engine.tasks import get_spec
+    from engine.core.registry import get_spec
 
     names = list(get_spec(config.task.name).presets)
     if config.task.preset not in names or not analytic.has_model(config):

@@ -1,6 +1,6 @@
 """The object the Trainer consults about memory: a budget summary at start, live-change checks, samples.
 
-``BudgetHook(config, task, device)`` (engine.loop builds one per run):
+``BudgetHook(config, task, device)`` (engine.training.loop builds one per run):
 
 - ``on_start(trainer) -> dict``: the summary for RunStarted.budget —
   predicted peak (analytic, or traced for tasks without a closed form), its
@@ -38,14 +38,14 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
-from engine import events as ev
+from engine.run import events as ev
 from engine.budget import analytic
 from engine.budget import plan as planner
-from engine.budget.fmt import human
+from engine.core.fmt import human
 from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
-from engine.budget.estimate import BudgetSummary
+from engine.core.estimate import BudgetSummary
 from engine.budget.settings import ENGINE, declared, describe, with_settings
-from engine.config import RunConfig
+from engine.core.config import RunConfig
 
 #: CPU: emit a MemorySampled at least every this many steps.
 CPU_EVERY = 100

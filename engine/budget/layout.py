@@ -3,7 +3,7 @@
 The planner and the guard predict *one rank's* peak. Three things change it:
 
 - the batch: ``train.batch_size`` is the job's; each rank reads
-  ``batch_size // world`` samples a step (engine.sample_order.SampleOrder.per_rank),
+  ``batch_size // world`` samples a step (engine.training.sample_order.SampleOrder.per_rank),
   so its activations are those of its share, under every strategy;
 - DDP (``ddp``): every rank holds the whole model, its gradients and AdamW
   state, plus the reducer's gradient buckets — a flat copy of every trainable
@@ -12,7 +12,7 @@ The planner and the guard predict *one rank's* peak. Three things change it:
 - FSDP2 (``fsdp2``): parameters, gradients and optimizer state are divided by
   the shard count (the world), activations are not, and the root's unsharded
   parameters and one or two gathered blocks come on top
-  (engine.budget.ledger, ``Sharding``).
+  (engine.tasks.ledger, ``Sharding``).
 
 Every rank of a job predicts the same: the batch splits evenly and FSDP2 pads
 every shard to the same size, so a single number stands for each rank (a

@@ -12,7 +12,7 @@ on CUDA, the CUDA context and workspaces are not in any prediction, so
 ``context`` bytes (measured, or DEFAULT_CONTEXT) are reserved out of it; free
 memory is measured after the context exists, so it needs no reserve.
 
-The alternatives come from the task's declared settings (engine.tasks.spec.Setting)
+The alternatives come from the task's declared settings (engine.core.taskspec.Setting)
 that affect memory and list ``choices``: every combination of them, in the
 task's declared speed order — a setting declared earlier weighs more, and its
 choices are listed fastest first (e.g. a recompute-free
@@ -35,12 +35,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from engine.budget import analytic
-from engine.budget.estimate import Estimate
-from engine.budget.fmt import GIB, human
+from engine.core.estimate import Estimate
+from engine.core.fmt import GIB, human
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
 from engine.budget.settings import declared, value_of
-from engine.config import RunConfig
+from engine.core.config import RunConfig
 #: Largest batch the planner searches up to.
 MAX_BATCH = 1 << 20
 
@@ -185,7 +185,7 @@ class Option:
 
     def flags(self) -> str:
         """The CLI flags that select this combination (a setting flag where `train` has one, else --set)."""
-        from engine.cli_args import flag_of_setting, setting_flags
+        from engine.core.cli_args import flag_of_setting, setting_flags
 
         offered = setting_flags()
         return " ".join(flag_of_setting(k, v) if k in offered else

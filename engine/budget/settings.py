@@ -2,7 +2,7 @@
 
 Torch-free. The engine owns ``batch_size``, ``grad_accum``, ``precision`` and
 ``lr`` (in ``[train]``); every other name is one of the task's declared
-``Setting``s (engine.tasks.spec), found at its ``path``. ``with_settings``
+``Setting``s (engine.core.taskspec), found at its ``path``. ``with_settings``
 returns a validated copy, so a bad value is the config's own one-line error
 naming the field.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.config import RunConfig, validate
+from engine.core.config import RunConfig, validate
 
 #: The engine's own settings → their dotted config path.
 ENGINE = {
@@ -23,8 +23,8 @@ ENGINE = {
 
 
 def declared(config: RunConfig) -> tuple:
-    """The task's declared live settings (engine.tasks.spec.Setting), in declaration order."""
-    from engine.tasks import get_spec
+    """The task's declared live settings (engine.core.taskspec.Setting), in declaration order."""
+    from engine.core.registry import get_spec
 
     return get_spec(config.task.name).capabilities.settings
 

@@ -1,6 +1,6 @@
 """The training step whose memory every predictor measures: the same code runs fake, real and profiled.
 
-It mirrors ``engine.loop.Trainer._forward_backward`` line for line in what
+It mirrors ``engine.training.loop.Trainer._forward_backward`` line for line in what
 allocates: AdamW over two parameter groups (decay / no decay), ``zero_grad``
 with ``set_to_none`` first, the step's indices split with ``np.array_split``
 into ``grad_accum`` micro-batches, each micro-batch made just before its
@@ -25,16 +25,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.config import RunConfig
+from engine.core.config import RunConfig
 
 #: batch_for(step, indices) -> the micro-batch for those sample indices, already on the device.
 BatchFn = Callable[[int, list], dict]
 
 
 def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.Optimizer:
-    """AdamW as the Trainer builds it (``engine.optimization.adamw``: fused where it can be, so the traced step
+    """AdamW as the Trainer builds it (``engine.optim.optimization.adamw``: fused where it can be, so the traced step
     allocates what the real one does): weight decay on ≥2-D parameters only."""
-    from engine.optimization import adamw
+    from engine.optim.optimization import adamw
 
     t = config.train
     decay = [p for p in model.parameters() if p.ndim >= 2]

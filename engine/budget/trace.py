@@ -29,10 +29,10 @@ import time
 from importlib import metadata, util
 from pathlib import Path
 
-from engine.budget.estimate import Estimate
+from engine.core.estimate import Estimate
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.settings import describe, with_settings
-from engine.config import RunConfig
+from engine.core.config import RunConfig
 
 #: Config fields that cannot change the memory of a step; left out of the cache key.
 IRRELEVANT = {
@@ -58,7 +58,7 @@ def default_cache_dir() -> Path:
 
 def _source_files(task_name: str) -> list[Path]:
     """The step harness, the worker, and the sources of the package holding the task's class (in the key)."""
-    from engine.tasks import get_spec
+    from engine.core.registry import get_spec
 
     here = Path(__file__).resolve().parent
     files = [here / "step.py", here / "trace_worker.py", here.parent / "distributed" / "fsdp.py"]

@@ -183,7 +183,7 @@ def _prepared(config, device_type: str):
     import torch
 
     from engine.budget import step as stepmod
-    from engine.tasks import load_task_class
+    from engine.core.registry import load_task_class
 
     torch.set_num_threads(1)
     task = load_task_class(config.task.name)(config)
@@ -290,7 +290,7 @@ def trace(config, device_type: str = "cpu") -> dict:
 
 def main(argv: list[str]) -> int:
     """Entry point: read the request, trace, write the result (exit 1 with a message on failure)."""
-    from engine.config import validate
+    from engine.core.config import validate
 
     request_path, result_path = argv[1], argv[2]
     with open(request_path) as fh:

@@ -20,7 +20,7 @@ import torch
 
 from engine.budget import step as stepmod
 from engine.budget.settings import with_settings
-from engine.config import RunConfig
+from engine.core.config import RunConfig
 
 
 def _unique_bytes(tensors) -> int:
@@ -35,7 +35,7 @@ def _unique_bytes(tensors) -> int:
 
 def _setup(config: RunConfig, device: torch.device):
     """Task, model and optimizer on ``device``, and a batch_for that copies pre-made samples onto it."""
-    from engine.tasks import load_task_class
+    from engine.core.registry import load_task_class
 
     task = load_task_class(config.task.name)(config)
     task.setup()

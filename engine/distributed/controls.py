@@ -16,7 +16,7 @@ over loopback).
 
 from __future__ import annotations
 
-from engine.control import Controls, Request
+from engine.run.control.requests import Controls, Request
 
 
 class AgreedControls(Controls):

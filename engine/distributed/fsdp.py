@@ -11,7 +11,7 @@ one process's. Gradient accumulation skips the reduce-scatter on every micro-bat
 Precision (``MixedPrecisionPolicy``): on CUDA a bf16/fp16 run computes in that dtype with fp32 sharded
 master weights and fp32 gradient reduction; on CPU everything stays fp32 (the policy casts nothing).
 
-Checkpoints are DCP directories written by every rank (engine.distributed.dcp, .sharded_checkpointer).
+Checkpoints are DCP directories written by every rank (engine.checkpoint.dcp, .sharded_checkpointer).
 Outside torchrun (no ``--nproc-per-node``) the strategy joins a process group of one of its own, so a
 run is fsdp2 for its whole life and its checkpoints resume on any number of ranks.
 """
@@ -107,6 +107,6 @@ class Fsdp2(Ddp):
 
     def checkpointer(self, directory, config, emit):
         """The DCP checkpoint manager (every rank writes its shards; rank 0 the sidecar and the links)."""
-        from engine.distributed.sharded_checkpointer import ShardedCheckpointer
+        from engine.checkpoint.sharded import ShardedCheckpointer
 
         return ShardedCheckpointer(directory, config, emit, self)

@@ -1,10 +1,10 @@
 """``train --nproc-per-node N``: run the engine under torchrun, in a session of its own. Torch-free.
 
 The process tree is ``train`` (foreground, may die with the terminal) →
-``python -m engine.distributed.supervise`` (``setsid``: a hang-up of the
+``python -m engine.app.supervisor`` (``setsid``: a hang-up of the
 terminal never reaches it, and torchrun's default of forwarding SIGHUP to its
 workers never fires) → torchrun's agent, in the supervisor's process → one
-``python -m engine.distributed.worker`` per rank. One process (no
+``python -m engine.app.rank_worker`` per rank. One process (no
 ``--nproc-per-node``) is the default and runs exactly as before.
 
 The run directory is fixed here, before any rank starts, so every rank reads
@@ -90,11 +90,11 @@ def torchrun_argv(args: argparse.Namespace, run_dir: str) -> list[str]:
 
 
 def supervisor_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
-    """``python -m engine.distributed.supervise RUN_DIR [torchrun flags] -- [engine flags]``."""
-    from engine.rundir import default_name
+    """``python -m engine.app.supervisor RUN_DIR [torchrun flags] -- [engine flags]``."""
+    from engine.run.rundir import default_name
 
     run_dir = args.resume or args.run_dir or str(Path("runs") / (args.name or default_name()))
-    return [sys.executable, "-m", "engine.distributed.supervise", run_dir, *torchrun_argv(args, run_dir), "--",
+    return [sys.executable, "-m", "engine.app.supervisor", run_dir, *torchrun_argv(args, run_dir), "--",
             *engine_argv(argv, run_dir)]
 
 

@@ -69,7 +69,7 @@ class Single:
 
     def checkpointer(self, directory, config, emit):
         """The run's checkpoint manager: one file per save, written by the rank that owns the directory."""
-        from engine.checkpointer import Checkpointer
+        from engine.checkpoint.manager import Checkpointer
 
         return Checkpointer(directory, config, emit)
 
@@ -201,7 +201,7 @@ class Ddp(Single):
 
     def sample(self, step: int, reason: str):
         """Gather every rank's record (a collective: every rank calls it at the same step); the event on rank 0."""
-        from engine import events as ev
+        from engine.run import events as ev
 
         records = self.gather(self._window.record(self.rank, step, _memory()), "telemetry gather")
         if records is None:

@@ -3,7 +3,7 @@
 A task owns its model, its data (a map-style training set indexed by sample
 number, a fixed validation subset), its loss (a total plus named components)
 and its validation metrics (``val_loss`` always, plus whatever its spec declares:
-the primary metric and the curves, engine.tasks.spec.Capabilities). The loop
+the primary metric and the curves, engine.core.taskspec.Capabilities). The loop
 owns optimisation, schedule, checkpoints, controls and events.
 
 Hooks with defaults: ``param_groups`` (which parameters train, in which
@@ -17,7 +17,7 @@ Determinism contract: ``make_batch(indices, step, train)`` must be a pure
 function of its arguments and the task's seed (masks drawn from a generator
 seeded by sample index and step), so that resuming at a data position gives
 bit-identical batches without replaying any RNG. The loop builds the next batch
-on a background thread while a step trains (``engine.prefetch``; one build at a
+on a background thread while a step trains (``engine.training.prefetch``; one build at a
 time, beside evaluation on the main thread), so ``make_batch`` must not change
 shared state either; a task that cannot promise that runs with ``train.prefetch = false``.
 """
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # torch only for type names; this module is imported before t
     import torch
     from torch import nn
 
-    from engine.config import RunConfig
+    from engine.core.config import RunConfig
 
 
 class TaskError(ValueError):
@@ -48,7 +48,7 @@ class Task(ABC):
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
-        #: Test fault injector (engine.tasks.faults), attached by engine.tasks.make_task; None in normal runs.
+        #: Test fault injector (engine.training.faults), attached by engine.core.registry.make_task; None in normal runs.
         #: A task's loss() should end with ``if self.faults is not None: loss = self.faults.on_loss(step, loss)``.
         self.faults = None
 
@@ -69,7 +69,7 @@ class Task(ABC):
         return {}
 
     def tokens_per_sample(self) -> int:
-        """Tokens one training sample holds, for tokens/s and MFU in the step events (engine.throughput); 0: none."""
+        """Tokens one training sample holds, for tokens/s and MFU in the step events (engine.training.throughput); 0: none."""
         return 0
 
     def flops_per_token(self, model: "nn.Module") -> float:
@@ -78,7 +78,7 @@ class Task(ABC):
 
     def model_source(self) -> str | None:
         """Where ``build_model`` takes weights that stay frozen from (a model directory, a random init's seed):
-        recorded in checkpoints that leave those weights out (engine.weights), compared on resume."""
+        recorded in checkpoints that leave those weights out (engine.checkpoint.weights), compared on resume."""
         return None
 
     # -- data ------------------------------------------------------------------------

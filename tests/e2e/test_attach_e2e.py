@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.rundir import RunDir, pid_alive
+from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 from tests.tui.attach.conftest import status_step, wait_until

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 

@@ -31,7 +31,7 @@ def _job_processes(cwd: Path) -> list[psutil.Process]:
     out = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "engine.distributed.supervise" not in cmd and "engine.distributed.worker" not in cmd:
+        if "engine.app.supervisor" not in cmd and "engine.app.rank_worker" not in cmd:
             continue
         try:
             if Path(proc.cwd()) == cwd:

@@ -13,11 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.rundir import RunDir, pid_alive
+from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 from tests.engine.gapfill.gapfill_helpers import TINY, TOML
-from tui.format import short_float
+from tui.model.format import short_float
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
 

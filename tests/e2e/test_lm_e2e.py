@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.rundir import RunDir, pid_alive
+from engine.run.rundir import RunDir, pid_alive
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
 pytestmark = [needs_tmux, pytest.mark.e2e]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import control
-from engine.client import RunClient
-from engine.rundir import RunDir, pid_alive
+from engine.run.control import requests as control
+from engine.run.control.client import RunClient
+from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 from tests.tui.attach.conftest import status_step, wait_until

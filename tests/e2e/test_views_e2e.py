@@ -11,11 +11,11 @@ import pytest
 
 import psutil
 
-from engine import events as ev
-from engine.rundir import RunDir, pid_alive
+from engine.run import events as ev
+from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
-from tui.scripted import demo_run
+from tui.dashboard.scripted import demo_run
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
 

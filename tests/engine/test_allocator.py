@@ -1,4 +1,4 @@
-"""engine.allocator: freed memory is kept for the next step (far fewer page faults), unless the user chose."""
+"""engine.training.allocator: freed memory is kept for the next step (far fewer page faults), unless the user chose."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ CHURN = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "keep":
-    from engine.allocator import keep_freed_memory
+    from engine.training.allocator import keep_freed_memory
     print(keep_freed_memory(), file=sys.stderr)
 def step():
     held = [np.ones(n << 18, np.float32) for n in (1, 2, 3, 4, 5, 6, 7, 8)]  # 1-8 MiB, 36 MiB in all

@@ -1,4 +1,4 @@
-"""The data path on torch.utils.data (engine.batches): the key sampler, and training through DataLoader workers
+"""The data path on torch.utils.data (engine.training.batches): the key sampler, and training through DataLoader workers
 that is bit-identical to building inline, across a live batch-size change and a resume."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import multiprocessing
 
 import torch
 
-from engine import checkpoint as ckpt
-from engine import config as cfg
-from engine.batches import KeySampler
-from engine.control import Controls, set_value
-from engine.loop import Trainer
-from engine.sinks import EventBus, MemorySink
+from engine.checkpoint import format as ckpt
+from engine.core import config as cfg
+from engine.training.batches import KeySampler
+from engine.run.control.requests import Controls, set_value
+from engine.training.loop import Trainer
+from engine.run.sinks import EventBus, MemorySink
 
 torch.set_num_threads(1)
 
@@ -80,9 +80,9 @@ def test_dataloader_workers_train_bit_identically_through_a_batch_change_and_a_r
 _UNDER_TEXTUAL_STDIO = r"""
 import os, sys
 import torch
-from engine import config as cfg
-from engine.batches import WorkerBatches
-from engine.tasks import make_task
+from engine.core import config as cfg
+from engine.training.batches import WorkerBatches
+from engine.core.registry import make_task
 
 
 class Capture:  # what Textual puts in sys.stdout / sys.stderr while an app runs: fileno() is -1
@@ -137,8 +137,8 @@ def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
     import signal
     import time
 
-    from engine.batches import WorkerBatches
-    from engine.tasks import make_task
+    from engine.training.batches import WorkerBatches
+    from engine.core.registry import make_task
 
     config = cfg.load(task="toy", overrides={"train": {"batch_size": 4}})
     task = make_task(config)

@@ -6,8 +6,8 @@ import io
 import re
 import time
 
-from engine import events as ev
-from engine.sinks import ConsoleSink, clock
+from engine.run import events as ev
+from engine.run.sinks import ConsoleSink, clock
 
 T0 = 1_800_000_000.0
 

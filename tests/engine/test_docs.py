@@ -1,15 +1,15 @@
-"""The README's config reference matches the code (regenerate with `python -m engine.docgen`)."""
+"""The README's config reference matches the code (regenerate with `python -m engine.core.docgen`)."""
 
 from pathlib import Path
 
-from engine.docgen import render
+from engine.core.docgen import render
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_config_reference_is_current() -> None:
     text = README.read_text()
-    assert render(text) == text, "README config reference is stale: run `python -m engine.docgen`"
+    assert render(text) == text, "README config reference is stale: run `python -m engine.core.docgen`"
 
 
 def test_readme_has_the_three_commands() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine import events as ev
+from engine.run import events as ev
 
 
 def test_finite_event_round_trips_and_keeps_the_line_shape():

@@ -1,11 +1,11 @@
-"""The fault injector's spec (engine.tasks.faults): an ``lr@A-B=F`` item scales exactly those steps' LR, and a bad
+"""The fault injector's spec (engine.training.faults): an ``lr@A-B=F`` item scales exactly those steps' LR, and a bad
 item is one line naming the variable and the item."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.tasks.faults import FaultInjector, FaultSpecError
+from engine.training.faults import FaultInjector, FaultSpecError
 
 
 def test_lr_item_scales_exactly_its_steps():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from engine import config as cfg
+from engine.core import config as cfg
 from engine.budget import analytic
-from engine.optimization import adamw
+from engine.optim.optimization import adamw
 
 
 def _groups() -> list[dict]:

@@ -17,8 +17,8 @@ def _loaded(code: str) -> set[str]:
 
 
 def test_engine_contract_modules_load_neither_torch_nor_textual() -> None:
-    assert _loaded("import engine.config, engine.events, engine.control, engine.session, engine.rundir, "
-                   "engine.sinks, engine.cli_args, engine.main") == set()
+    assert _loaded("import engine.core.config, engine.run.events, engine.run.control.requests, engine.run.control.session, engine.run.rundir, "
+                   "engine.run.sinks, engine.core.cli_args, engine.app.main") == set()
 
 
 def test_cli_module_loads_no_torch_or_textual() -> None:
@@ -26,6 +26,6 @@ def test_cli_module_loads_no_torch_or_textual() -> None:
 
 
 def test_engine_never_imports_textual() -> None:
-    mods = _loaded("import engine.loop, engine.checkpoint, engine.tasks.toy")
+    mods = _loaded("import engine.training.loop, engine.checkpoint.format, engine.tasks.toy")
     assert "textual" not in mods and "rich" not in mods and "tui" not in mods
     assert "torch" in mods

@@ -6,10 +6,10 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-from engine import control
-from engine.cli_args import OneLineParser, add_train_arguments
-from engine.inprocess import InProcessSession
-from engine.main import prepare
+from engine.run.control import requests as control
+from engine.core.cli_args import OneLineParser, add_train_arguments
+from engine.app.inprocess import InProcessSession
+from engine.app.main import prepare
 
 
 def _prepared(tmp_path: Path, *flags: str):

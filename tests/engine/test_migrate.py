@@ -1,4 +1,4 @@
-"""Run directories made by the previous release (tests/fixtures/runs_v1) attach, list and resume through engine.migrate."""
+"""Run directories made by the previous release (tests/fixtures/runs_v1) attach, list and resume through engine.core.migrate."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import config as cfg
-from engine import events as ev
-from engine import migrate
-from engine.history import read_history
-from engine.rundir import RunDir
+from engine.core import config as cfg
+from engine.run import events as ev
+from engine.core import migrate
+from engine.run.history.store import read_history
+from engine.run.rundir import RunDir
 from tests.conftest import read_events, run_cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs_v1"
@@ -102,9 +102,9 @@ def test_v1_run_resumes_from_its_checkpoint(runs: Path, name: str) -> None:
 
 def test_v1_run_attaches(runs: Path) -> None:
     """The dashboard opens on the old run (read-only attach) and shows its history with the primary metric."""
-    from engine.client import RunClient
+    from engine.run.control.client import RunClient
     from tests.tui.attach.conftest import screen_text, until
-    from tui.attach_app import AttachApp
+    from tui.dashboard.attach_app import AttachApp
 
     run = runs / "toy_v1"
 

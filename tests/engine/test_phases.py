@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine import events as ev
-from engine.cli_args import OneLineParser, add_train_arguments
-from engine.main import prepare, run_prepared
+from engine.run import events as ev
+from engine.core.cli_args import OneLineParser, add_train_arguments
+from engine.app.main import prepare, run_prepared
 
 
 def test_phases_come_before_the_first_step_in_order(tmp_path: Path) -> None:

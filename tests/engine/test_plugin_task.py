@@ -63,9 +63,9 @@ def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(site: Path, tmp_
     assert record["name"] == "ones" and record["best_metric"].startswith("mae")
 
     # The viewer needs no plugin: RunStarted carries the capabilities.
-    from engine.client import RunClient
+    from engine.run.control.client import RunClient
     from tests.tui.attach.conftest import screen_text, until
-    from tui.attach_app import AttachApp
+    from tui.dashboard.attach_app import AttachApp
 
     async def scenario() -> None:
         app = AttachApp(lambda: RunClient(run, read_only=True), run, read_only=True)

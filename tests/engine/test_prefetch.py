@@ -8,11 +8,11 @@ import threading
 import pytest
 import torch
 
-from engine import config as cfg
-from engine.control import Controls
-from engine.loop import Trainer
-from engine.prefetch import Prefetcher
-from engine.sinks import EventBus, MemorySink
+from engine.core import config as cfg
+from engine.run.control.requests import Controls
+from engine.training.loop import Trainer
+from engine.training.prefetch import Prefetcher
+from engine.run.sinks import EventBus, MemorySink
 
 torch.set_num_threads(1)
 
@@ -93,8 +93,8 @@ def _assert_no_worker_outlives_its_killed_trainer(before_kill: str, settle_s: fl
 
     script = f"""
 import json, os, time, psutil
-from engine import config as cfg
-from engine.batches import WorkerBatches
+from engine.core import config as cfg
+from engine.training.batches import WorkerBatches
 c = cfg.load(task="toy")
 p = WorkerBatches(lambda key: key, 1, (c.model_dump(mode="json"), None), wait=True)
 p.ahead(lambda: [((1, 2), 0)])

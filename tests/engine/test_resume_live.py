@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.control import abort
-from engine.launcher import launch
+from engine.run.control.requests import abort
+from engine.run.control.launcher import launch
 from tests.conftest import run_cli
 
 
@@ -21,5 +21,5 @@ def test_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
         after = (run / "events.jsonl").read_bytes()
         assert after.startswith(before) and after.count(b'"type":"schema"') == 1
     finally:
-        engine.client().send(abort("now"))
+        engine.run.control.client().send(abort("now"))
         engine.wait(30)

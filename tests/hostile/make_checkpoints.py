@@ -1,7 +1,7 @@
 """Regenerate tests/hostile/checkpoint/: damaged and foreign checkpoints of a tiny toy run.
 
 Run ``python tests/hostile/make_checkpoints.py`` after a change to the
-checkpoint format (engine.checkpoint.FORMAT_VERSION or the metadata fields);
+checkpoint format (engine.checkpoint.format.FORMAT_VERSION or the metadata fields);
 ``test_hostile.py::test_corpus_control_checkpoint_still_resumes`` fails and
 says so when the committed files are stale. Each file is ~20 KB: the model is
 a one-layer, 8-wide MLP on one 60-minute channel.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.braille import BRAILLE_BASE, BrailleCanvas
+from tui.widgets.braille import BRAILLE_BASE, BrailleCanvas
 
 
 def _cells(text) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.history import Ring
-from tui.plot_blocks import BlockReducer
+from tui.model.history import Ring
+from tui.model.plot_blocks import BlockReducer
 
 
 def _grow(ring: Ring, rng, step: int, k: int) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.conftest import run_cli
 
 CAPS = {"primary": {"name": "psnr_db", "label": "PSNR", "unit": "dB", "higher_is_better": True, "kind": "val"}}

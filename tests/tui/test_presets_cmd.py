@@ -25,8 +25,8 @@ def test_sensorlm_counts_equal_the_models_built_on_the_meta_device() -> None:
 
 def test_toy_count_equals_the_model() -> None:
     torch = pytest.importorskip("torch")
-    from engine import config as cfg
-    from engine.tasks import make_task
+    from engine.core import config as cfg
+    from engine.core.registry import make_task
 
     config = cfg.load(preset="demo", task="toy")
     with torch.device("meta"):
@@ -35,7 +35,7 @@ def test_toy_count_equals_the_model() -> None:
 
 
 def test_presets_never_imports_torch() -> None:
-    code = ("import sys, argparse; from tui.presets_cmd import main; "
+    code = ("import sys, argparse; from tui.commands.presets import main; "
             "main(argparse.Namespace(task='sensorlm')); print('torch' in sys.modules, file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
                          check=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from engine import events as ev
-from tui.model import RunModel
+from engine.run import events as ev
+from tui.model.dashboard import RunModel
 from tui.widgets.system import SystemPanel
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.conftest import run_cli
-from tui.trend import POINTS, spark, trend
+from tui.model.trend import POINTS, spark, trend
 
 CAPS = {"primary": {"name": "psnr_db", "kind": "val", "higher_is_better": True}}
 
@@ -68,7 +68,7 @@ def test_a_lone_eval_line_across_a_segment_boundary_is_found() -> None:
     """Seen in CI (`runs --json` on a run with one eval): each segment's search stops at its end, so an eval line
     whose start straddles a boundary is missed by all of them, and the newest-eval step then read ``starts[-1]``
     of an empty list (IndexError)."""
-    from tui.trend import _EVAL, _eval_starts
+    from tui.model.trend import _EVAL, _eval_starts
 
     line = b"\n" + _EVAL + b'"step":1}\n'
     for pad in range(1, 40):  # the eval line's start moves across the middle boundary of a 2-segment search

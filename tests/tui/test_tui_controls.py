@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine.control import Request
+from engine.run.control.requests import Request
 from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
-from tui.app import DashboardApp
-from tui.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
+from tui.dashboard.app import DashboardApp
+from tui.dashboard.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
 
 
 @pilot_test
@@ -192,9 +192,9 @@ async def test_a_read_only_viewer_sees_predictions_but_cannot_apply():
 
 @pilot_test
 async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(tmp_path):
-    from engine.cli_args import OneLineParser, add_train_arguments
-    from engine.inprocess import InProcessSession
-    from engine.main import prepare
+    from engine.core.cli_args import OneLineParser, add_train_arguments
+    from engine.app.inprocess import InProcessSession
+    from engine.app.main import prepare
 
     parser = OneLineParser(prog="t")
     add_train_arguments(parser)

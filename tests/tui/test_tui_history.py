@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.ema import EmaState, ema_extend
-from tui.history import Ring, mean_columns, minmax_columns
+from tui.model.ema import EmaState, ema_extend
+from tui.model.history import Ring, mean_columns, minmax_columns
 
 
 def test_ring_keeps_the_newest_rows_in_order_across_wraps():

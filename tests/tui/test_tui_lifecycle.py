@@ -6,10 +6,10 @@ import os
 import signal
 import threading
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
-from tui.app import DashboardApp
-from tui.scripted import ScriptedSession, demo_run
+from tui.dashboard.app import DashboardApp
+from tui.dashboard.scripted import ScriptedSession, demo_run
 
 
 @pilot_test

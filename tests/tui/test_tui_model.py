@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine import events as ev
-from tui.model import RunModel
-from tui.scripted import demo_run
+from engine.run import events as ev
+from tui.model.dashboard import RunModel
+from tui.dashboard.scripted import demo_run
 
 
 def _started(**config):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.tui.tui_helpers import logged
-from tui.model import RunModel
+from tui.model.dashboard import RunModel
 from tui.widgets.header import RunHeader
 
 

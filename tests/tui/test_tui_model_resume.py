@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.tui.tui_helpers import logged
-from tui.model import RunModel
+from tui.model.dashboard import RunModel
 
 
 def _run_events() -> list[ev.Event]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from engine import events as ev
-from tui.messages import EventBatch, SessionFailed, SessionReady
-from tui.pump import SessionPump
-from tui.scripted import ScriptedSession
+from engine.run import events as ev
+from tui.dashboard.messages import EventBatch, SessionFailed, SessionReady
+from tui.dashboard.pump import SessionPump
+from tui.dashboard.scripted import ScriptedSession
 
 
 def _run(pump: SessionPump) -> threading.Thread:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.run_dashboard import run_dashboard
+from tui.commands.run_dashboard import run_dashboard
 
 
 def _never():

@@ -1,6 +1,6 @@
 """Snapshots of the dashboard mid-run, paused, with the tune modal and the abort modal, at 120×40 and 80×24.
 
-The data is a deterministic scripted run (tui.scripted.demo_run: seeded noise,
+The data is a deterministic scripted run (tui.dashboard.scripted.demo_run: seeded noise,
 synthetic timestamps), so the pictures only change when the UI does.
 Regenerate after an intended change with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update``
 and look at the report before committing.
@@ -12,8 +12,8 @@ import pytest
 from textual.widgets import Input
 
 from tests.tui.tui_helpers import loaded, wait_for
-from tui.app import DashboardApp
-from tui.scripted import ScriptedSession, demo_run
+from tui.dashboard.app import DashboardApp
+from tui.dashboard.scripted import ScriptedSession, demo_run
 
 SIZES = pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
 

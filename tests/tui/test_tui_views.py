@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from textual.widgets import OptionList
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
-from tui.format import bytes_pair, middle_ellipsis
-from tui.model import RunModel
-from tui.scripted import ScriptedSession, demo_run
+from tui.model.format import bytes_pair, middle_ellipsis
+from tui.model.dashboard import RunModel
+from tui.dashboard.scripted import ScriptedSession, demo_run
 
 
 def _footer(app) -> list[str]:

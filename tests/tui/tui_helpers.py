@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from engine import events as ev
-from engine.history import History, read_history
-from engine.sinks import JsonlSink
-from tui.app import DashboardApp
-from tui.scripted import ScriptedSession, demo_memory, demo_run
+from engine.run import events as ev
+from engine.run.history.store import History, read_history
+from engine.run.sinks import JsonlSink
+from tui.dashboard.app import DashboardApp
+from tui.dashboard.scripted import ScriptedSession, demo_memory, demo_run
 
 
 async def wait_for(pilot, predicate, what: str, timeout: float = 8.0) -> None:

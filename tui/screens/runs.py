@@ -1,6 +1,6 @@
 """The run picker (``o``): overlay another run's curves on every chart, aligned by step.
 
-Lists the runs next to this one (``tui.run_index``: name, state, step), the
+Lists the runs next to this one (``tui.model.run_index``: name, state, step), the
 newest first; enter overlays the highlighted run, ``x`` clears the overlay,
 escape leaves it as it is. ``attach --compare OTHER`` does the same from the
 command line.
@@ -31,7 +31,7 @@ class RunPickerScreen(ModalScreen[str | None]):
 
     def runs(self) -> list:
         """Runs under ``root`` besides this one, newest first."""
-        from tui.run_index import list_runs
+        from tui.model.run_index import list_runs
 
         try:
             runs = list_runs(self.root)

@@ -26,12 +26,12 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from engine.control import Request, RequestError, set_value
-from engine.events import Prediction, Refused, SettingChanged
-from engine.tasks.spec import Setting
-from tui.format import human_bytes, short_float
+from engine.run.control.requests import Request, RequestError, set_value
+from engine.run.events import Prediction, Refused, SettingChanged
+from engine.core.taskspec import Setting
+from tui.model.format import human_bytes, short_float
 
-#: The engine's own live settings (engine.live_settings); the task's declared ones follow them.
+#: The engine's own live settings (engine.training.live_settings); the task's declared ones follow them.
 ENGINE_SETTINGS = (
     Setting("batch_size", "train.batch_size", "int", minimum=1, label="batch size", help="samples per micro-batch"),
     Setting("grad_accum", "train.grad_accum", "int", minimum=1, label="grad accum",

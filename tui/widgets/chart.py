@@ -1,6 +1,6 @@
 """Base of the dashboard's charts: build only when data, size, options or theme changed; never raise.
 
-Frames are drawn by ``tui.braille.BrailleCanvas`` (numpy into Rich Text, ~1-2 ms
+Frames are drawn by ``tui.widgets.braille.BrailleCanvas`` (numpy into Rich Text, ~1-2 ms
 at 78×16; plotext took ~20 ms of Python, GIL time the training thread wants).
 ``update_from`` only marks the chart stale when its model area moved, and
 ``render`` rebuilds only when that (or the size/theme) changed; the app calls
@@ -20,7 +20,7 @@ from textual.color import Color
 from textual.geometry import Region
 from textual.widget import Widget
 
-from tui.braille import BrailleCanvas
+from tui.widgets.braille import BrailleCanvas
 
 # Theme variable behind each data role ("default": the widget's CSS colour, the same as the axes).
 _ROLE_VARIABLE = {"raw": "default", "ema": "primary", "val": "warning", "marker": "default",

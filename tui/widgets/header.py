@@ -6,7 +6,7 @@ from textual.containers import Horizontal
 from textual.markup import escape
 from textual.widgets import Static
 
-from tui.format import human_count
+from tui.model.format import human_count
 
 #: Badge text per run state (crashed engines show FAILED).
 BADGES = {"starting": "STARTING", "running": "RUNNING", "paused": "PAUSED", "checkpointing": "CHECKPOINTING",

@@ -13,7 +13,7 @@ the title, so the curve is always read against its floor. A compare run
 (``attach --compare``, the run picker) is drawn behind, aligned by step.
 
 ``h`` switches between the most recent ~1000 steps and the full history
-(the loss reads cached min/max blocks, tui.plot_blocks, so a 1M-step frame
+(the loss reads cached min/max blocks, tui.model.plot_blocks, so a 1M-step frame
 costs what a 1k one does); ``s`` cycles the smoothing weight; ``l`` toggles
 a log y-axis.
 """
@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 from textual.markup import escape
 
-from tui.ema import LEVELS
-from tui.format import short_float
-from tui.history import mean_columns, minmax_columns
-from tui.plot_blocks import BlockReducer
+from tui.model.ema import LEVELS
+from tui.model.format import short_float
+from tui.model.history import mean_columns, minmax_columns
+from tui.model.plot_blocks import BlockReducer
 from tui.widgets.chart import Chart, step_ticks
 
 #: Steps shown by the "recent" window.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from textual.markup import escape
 
-from engine.throughput import format_mfu
-from tui.format import human_duration, short_float
+from engine.training.throughput import format_mfu
+from tui.model.format import human_duration, short_float
 from tui.widgets.panel import TextPanel
 
 

@@ -8,7 +8,7 @@ every viewer agrees on it; this only lays the numbers out.
 
 from __future__ import annotations
 
-from tui.format import human_bytes
+from tui.model.format import human_bytes
 
 
 def _ms(seconds) -> str:

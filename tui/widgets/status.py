@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.markup import escape
 from textual.widgets import Static
 
-from tui.format import middle_ellipsis
+from tui.model.format import middle_ellipsis
 
 #: Theme variable per status kind.
 STATUS_COLOR = {"info": "$foreground", "ok": "$success", "refused": "$error", "error": "$error",

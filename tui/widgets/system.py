@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.format import bytes_pair
+from tui.model.format import bytes_pair
 from tui.widgets.panel import TextPanel
 from tui.widgets.ranks import rank_table
 

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine.exit_codes import ExitCode
+from engine.core.exit_codes import ExitCode
 from engine.tasks.base import TaskError
 from engine.tasks.gapfill.spec import SyntheticConfig
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from engine.sections import Section
-from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
+from engine.core.sections import Section
+from engine.core.taskspec import Capabilities, Metric, Setting, TaskSpec
 
 #: Band names in shard order (the same tuple as engine.tasks.gapfill.physics.BANDS, kept literal here so the
 #: spec stays import-light; a test checks they agree).

@@ -140,7 +140,7 @@ class GapfillTask(Task):
         with torch.autocast(prediction.device.type, enabled=False):
             parts = {k: v.mean() for k, v in losses.terms(prediction, truth, self.cfg.loss).items()}
             total = losses.total(parts, self.cfg.loss)
-        if self.faults is not None:  # test-only fault injection (engine.tasks.faults); None in real runs
+        if self.faults is not None:  # test-only fault injection (engine.training.faults); None in real runs
             total = self.faults.on_loss(step, total)
         return total, {k: v.detach() for k, v in parts.items()}
 

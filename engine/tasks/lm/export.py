@@ -23,7 +23,7 @@ from pathlib import Path
 
 from torch import nn
 
-from engine.checkpoint import fsync_dir
+from engine.checkpoint.format import fsync_dir
 from engine.tasks.base import TaskError
 
 #: adapter_config.json keys peft needs to rebuild the *same* adapter.

@@ -1,4 +1,4 @@
-"""The LM's training step as a ledger (engine.budget.ledger): an upper bound on its peak, torch-free, in microseconds.
+"""The LM's training step as a ledger (engine.tasks.ledger): an upper bound on its peak, torch-free, in microseconds.
 
 Read against transformers' Llama (``LlamaDecoderLayer``, ``LlamaRMSNorm``,
 ``LlamaMLP``, the sdpa/eager attention functions) and engine/tasks/lm/task.py's
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.budget.ledger import Stage, TaskLedger
+from engine.tasks.ledger import Stage, TaskLedger
 from engine.tasks.lm.spec import LMConfig
 
 F32 = 4

@@ -1,4 +1,4 @@
-"""FLOPs per trained token of a causal LM, counted once; MFU against the peak table is engine.throughput's. Torch-free.
+"""FLOPs per trained token of a causal LM, counted once; MFU against the peak table is engine.training.throughput's. Torch-free.
 
 FLOPs per trained token (the PaLM appendix-B count, split by what trains)::
 
@@ -9,7 +9,7 @@ FLOPs per trained token (the PaLM appendix-B count, split by what trains)::
     attention         12 · L · H · Q · T      QKᵀ and AV forward (4·L·H·Q·T) and backward (×2)
 
 so a full fine-tune costs the familiar 6N + 12·L·H·Q·T and LoRA 4N + 6·N_lora + 12·L·H·Q·T.
-MFU = tokens/s × FLOPs/token ÷ peak (engine.throughput: the dense bf16 number
+MFU = tokens/s × FLOPs/token ÷ peak (engine.training.throughput: the dense bf16 number
 of the GPU's datasheet; on a CPU or an unknown device there is no peak and
 MFU is shown "–").
 """

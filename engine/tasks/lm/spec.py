@@ -15,8 +15,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
-from engine.sections import Section
-from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
+from engine.core.sections import Section
+from engine.core.taskspec import Capabilities, Metric, Setting, TaskSpec
 
 #: Target shorthands → the Llama-family projection names they stand for (peft matches by name suffix).
 TARGET_SHORTHANDS: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,4 @@
-"""The SensorLM step as a ledger (engine.budget.ledger): every tensor autograd keeps, stage by stage.
+"""The SensorLM step as a ledger (engine.tasks.ledger): every tensor autograd keeps, stage by stage.
 
 Torch-free. Read against engine/tasks/sensorlm/model.py and task.py (the
 batch, ``_forward`` and the losses); the per-block forms are in
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from engine.tasks.sensorlm import blocks
 from engine.tasks.sensorlm.blocks import BlockShape
-from engine.budget.ledger import Pending, Stage, TaskLedger
+from engine.tasks.ledger import Pending, Stage, TaskLedger
 
 F32 = 4
 #: Bytes of the CPU generator state ``torch.utils.checkpoint`` snapshots per checkpoint call (preserve_rng_state);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import load
+from engine.core.config import load
 from engine.tasks.sensorlm.model import build
 from engine.tasks.sensorlm.spec import PRESETS
 

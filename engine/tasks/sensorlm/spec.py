@@ -15,8 +15,8 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from engine.sections import MAX_SEED, MAX_VAL_SAMPLES, Section
-from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
+from engine.core.sections import MAX_SEED, MAX_VAL_SAMPLES, Section
+from engine.core.taskspec import Capabilities, Metric, Setting, TaskSpec
 
 #: Attention implementations of the sensor encoder (engine.tasks.sensorlm.model.BACKENDS says the same).
 BACKENDS = ("sdpa", "math", "chunked")

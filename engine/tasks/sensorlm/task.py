@@ -227,7 +227,7 @@ class SensorLMTask(Task):
     def loss(self, model: nn.Module, batch: dict, step: int):
         """Weighted sum of contrastive, caption and recon losses; the components come back detached by name."""
         total, parts, *_ = self._forward(model, batch, whole_job=True)
-        if self.faults is not None:  # test-only fault injection (engine.tasks.faults); None in real runs
+        if self.faults is not None:  # test-only fault injection (engine.training.faults); None in real runs
             total = self.faults.on_loss(step, total)
         return total, {k: v.detach() for k, v in parts.items()}
 

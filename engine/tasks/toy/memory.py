@@ -1,4 +1,4 @@
-"""The toy task's step as a ledger (engine.budget.ledger): the MLP of engine/tasks/toy/task.py. Torch-free.
+"""The toy task's step as a ledger (engine.tasks.ledger): the MLP of engine/tasks/toy/task.py. Torch-free.
 
 S = toy.channels·toy.length values per sample, h = toy.dim, B micro-batch, fp32
 (lp = 2 under autocast for the Linear outputs). Forward keeps: the
@@ -14,7 +14,7 @@ and weight grads.
 
 from __future__ import annotations
 
-from engine.budget.ledger import Pending, Stage, TaskLedger
+from engine.tasks.ledger import Pending, Stage, TaskLedger
 
 F32 = 4
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from engine.sections import MAX_SEED, MAX_VAL_SAMPLES, Section
-from engine.tasks.spec import Capabilities, Metric, TaskSpec
+from engine.core.sections import MAX_SEED, MAX_VAL_SAMPLES, Section
+from engine.core.taskspec import Capabilities, Metric, TaskSpec
 
 #: Largest training set (each epoch's order is a permutation in memory; a 1e12 typo is a config error).
 MAX_TRAIN_SAMPLES = 100_000_000

@@ -59,7 +59,7 @@ class ToyTask(Task):
         self.length = self.cfg.length
         self.seed = self.cfg.seed
         self.mask_ratio = self.cfg.mask_ratio
-        #: Test hook for fault injection (see engine.tasks.faults); None in normal runs.
+        #: Test hook for fault injection (see engine.training.faults); None in normal runs.
         self.faults = None
 
     def setup(self, state: dict | None = None) -> None:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from engine import config as cfg
+from engine.core import config as cfg
 
 #: A SensorLM small enough to run two real steps in well under a second: 240 min × 8 ch, 96 patches.
 SMALL = {

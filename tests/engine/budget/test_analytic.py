@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from engine import config as cfg
+from engine.core import config as cfg
 from engine.budget import analytic
 from engine.tasks.sensorlm import memory as slm
 from engine.tasks.sensorlm.spec import PRESETS
@@ -17,7 +17,7 @@ from tests.engine.budget.conftest import small
 
 
 def test_budget_planning_modules_do_not_import_torch() -> None:
-    code = ("import engine.budget.analytic, engine.budget.plan, engine.budget.guard, engine.budget.plan_cli, "
+    code = ("import engine.budget.analytic, engine.budget.plan, engine.budget.guard, engine.app.plan_cli, "
             "engine.budget.trace, engine.budget.settings\n"
             "from engine import config\n"
             "c = config.load(preset='base', task='sensorlm', overrides={'budget': {'vram_gb': 80}})\n"
@@ -63,7 +63,7 @@ def test_breakdown_sums_to_total_and_names_the_components() -> None:
 def test_a_task_without_an_analytic_model_has_no_closed_form(monkeypatch) -> None:
     import dataclasses
 
-    from engine import tasks
+    from engine.core import registry as tasks
 
     spec = dataclasses.replace(tasks.get_spec("toy"), analytic_memory=None)
     monkeypatch.setattr(tasks, "get_spec", lambda name: spec)

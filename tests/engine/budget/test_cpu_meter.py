@@ -6,7 +6,7 @@ import psutil
 import pytest
 import torch
 
-from engine import config as cfg
+from engine.core import config as cfg
 from engine.budget import step as stepmod
 from engine.budget import truth
 from engine.budget.cpu_meter import StepPeak, held_tensors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from engine import config as cfg
+from engine.core import config as cfg
 from engine.budget import analytic
 from engine.budget.guard import check_start
 from engine.budget.measure import DeviceInfo

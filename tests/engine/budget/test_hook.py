@@ -23,7 +23,7 @@ def test_on_start_summarises_prediction_and_budget() -> None:
     assert summary.predicted > 0 and summary.source == "analytic" and summary.budget > 0
     assert summary.device == "cpu" and summary.largest_batch >= 4 and summary.breakdown
     # Typed end to end: RunStarted carries it, and it reads back from JSON as the same object.
-    from engine import events as ev
+    from engine.run import events as ev
 
     started = ev.from_json(ev.to_json(ev.RunStarted(budget=summary)))
     assert started.budget == summary

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from engine import config as cfg
-from engine import events as ev
-from engine.control import Controls, Request
-from engine.loop import Trainer
-from engine.sinks import EventBus, MemorySink
+from engine.core import config as cfg
+from engine.run import events as ev
+from engine.run.control.requests import Controls, Request
+from engine.training.loop import Trainer
+from engine.run.sinks import EventBus, MemorySink
 from tests.conftest import run_cli
 
 

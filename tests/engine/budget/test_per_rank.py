@@ -12,8 +12,9 @@ import json
 
 import pytest
 
-from engine import config as cfg
-from engine.budget import analytic, plan_cli
+from engine.core import config as cfg
+from engine.budget import analytic
+from engine.app import plan_cli
 from engine.budget.guard import check_start
 from engine.budget.layout import Layout
 from engine.budget.measure import DeviceInfo

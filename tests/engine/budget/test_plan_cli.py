@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.budget import plan_cli
+from engine.app import plan_cli
 from tests.conftest import run_cli
 
 

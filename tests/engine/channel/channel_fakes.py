@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from engine import events as ev
-from engine.control import Controls
-from engine.sinks import EventBus
+from engine.run import events as ev
+from engine.run.control.requests import Controls
+from engine.run.sinks import EventBus
 
 
 class FakeEngine:

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from engine import channel, control
-from engine import events as ev
-from engine.client import RunClient
-from engine.rundir import RunDir
-from engine.session import SessionError
+from engine.run.control import channel
+
+from engine.run.control import requests as control
+from engine.run import events as ev
+from engine.run.control.client import RunClient
+from engine.run.rundir import RunDir
+from engine.run.control.session import SessionError
 
 
 def line(event: ev.Event) -> bytes:

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import channel, control
-from engine.launcher import LaunchError, launch
-from engine.session import SessionError
+from engine.run.control import channel
+
+from engine.run.control import requests as control
+from engine.run.control.launcher import LaunchError, launch
+from engine.run.control.session import SessionError
 
 ENGINE = ["--task", "toy", "--preset", "demo", "--threads", "1", "--eval-every", "0", "--max-steps", "1000000"]
 
@@ -67,7 +69,7 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     engine = launch(ENGINE, run_dir, timeout=120)
     try:
-        client = engine.client()
+        client = engine.run.control.client()
         assert client.liveness() == "live"
         history = list(client.history())  # up as soon as the socket exists: maybe only the schema so far
         calm = collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 30)
@@ -168,7 +170,7 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
 def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     engine = launch(ENGINE, run_dir, timeout=120)
-    client = engine.client(read_only=True)
+    client = engine.run.control.client(read_only=True)
     try:
         collect(client, lambda evs: any(e.type == "step" for e in evs))
         with pytest.raises(SessionError, match="read-only"):
@@ -181,7 +183,7 @@ def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -
         assert client.liveness() == "crashed"
         assert client.resume_command() == f"sensorlm-tui train --resume {run_dir}"
         with pytest.raises(SessionError, match=r"\(crashed\); resume with: sensorlm-tui train --resume"):
-            engine.client().send(control.pause(), timeout=2)
+            engine.run.control.client().send(control.pause(), timeout=2)
         assert len(client.history()) > 3, "the log of a crashed run still opens"
     finally:
         if engine.poll() is None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import events as ev
-from engine import history
+from engine.run import events as ev
+from engine.run.history import store as history
 
 
 def _mixed_lines(n: int, seed: int = 0) -> list[str]:

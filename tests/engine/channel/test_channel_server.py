@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from engine import channel, control
-from engine.client import RunClient
-from engine.control import Controls
-from engine.rundir import RunDir
-from engine.session import SessionError
-from engine.sinks import EventBus
+from engine.run.control import channel
+
+from engine.run.control import requests as control
+from engine.run.control.client import RunClient
+from engine.run.control.requests import Controls
+from engine.run.rundir import RunDir
+from engine.run.control.session import SessionError
+from engine.run.sinks import EventBus
 from tests.conftest import ROOT, cli_env
 
 from channel_fakes import FakeEngine  # pytest puts this test directory on sys.path
@@ -153,7 +155,7 @@ def test_fifty_clients_at_once_are_all_served(rig: Rig) -> None:
 _HOG = """
 import sys, time
 from pathlib import Path
-from engine import channel
+from engine.run.control import channel
 held = []
 for _ in range(int(sys.argv[2])):
     held.append(channel.connect(Path(sys.argv[1])))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from engine import checkpoint as ckpt
-from engine import config as cfg
-from engine.control import Controls
-from engine.loop import Trainer
-from engine.sinks import EventBus
+from engine.checkpoint import format as ckpt
+from engine.core import config as cfg
+from engine.run.control.requests import Controls
+from engine.training.loop import Trainer
+from engine.run.sinks import EventBus
 
 torch.set_num_threads(1)
 

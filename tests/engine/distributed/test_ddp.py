@@ -69,7 +69,7 @@ def _rank_pid(run_dir: Path, rank: int) -> int | None:
             env = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"engine.distributed.worker" in cmd and str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
+        if b"engine.app.rank_worker" in cmd and str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
             return int(entry.name)
     return None
 
@@ -125,8 +125,8 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
 
 
 def test_rank_telemetry_names_a_slowed_rank_and_a_pause_lands_on_every_rank_at_one_step(tmp_path):
-    from engine import control
-    from engine.client import RunClient
+    from engine.run.control import requests as control
+    from engine.run.control.client import RunClient
     from engine.distributed.telemetry import EVERY_STEPS, SLOW_ENV
 
     run = tmp_path / "run"

@@ -103,10 +103,10 @@ def _check_full_weights(sharded: Path, plain_dir: Path, tmp_path: Path) -> None:
 
     import torch
 
-    from engine import checkpoint as ckpt
-    from engine.config import validate
-    from engine.distributed import dcp
-    from engine.tasks import make_task
+    from engine.checkpoint import format as ckpt
+    from engine.core.config import validate
+    from engine.checkpoint import dcp
+    from engine.core.registry import make_task
 
     loaded, plain = ckpt.read(sharded), ckpt.load_latest(plain_dir)
     assert loaded.meta["step"] == plain.meta["step"] == 20 and loaded.meta["world"] == 2
@@ -138,7 +138,7 @@ def test_scalar_parameters_shard_as_vectors_and_export_as_scalars(tmp_path):
     import torch.distributed.checkpoint as torch_dcp
     from torch import nn
 
-    from engine.distributed import dcp
+    from engine.checkpoint import dcp
     from engine.distributed.fsdp import vectorize_scalars
 
     class Model(nn.Module):

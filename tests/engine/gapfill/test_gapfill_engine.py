@@ -50,7 +50,7 @@ def test_kill_and_resume_gives_identical_later_losses(tmp_path, tiny_data):
     assert after == {s: reference[s] for s in range(5, 9)}
 
 
-#: From step FAULT_STEP on, the fault injector multiplies the scheduled LR by FACTOR (engine.tasks.faults).
+#: From step FAULT_STEP on, the fault injector multiplies the scheduled LR by FACTOR (engine.training.faults).
 FAULT_STEP, FACTOR = 7, 100.0
 
 

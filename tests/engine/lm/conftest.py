@@ -36,7 +36,7 @@ def corpus_file(tmp_path_factory) -> Path:
 
 def make_config(data_path=None, train: dict | None = None, **lm):
     """A resolved run config of the `lm` task: the `tiny` preset with ``lm`` / ``train`` overrides."""
-    from engine.config import load
+    from engine.core.config import load
 
     overrides = {"lm": lm, "train": train or {}, "data": {"path": None if data_path is None else str(data_path)}}
     return load(task="lm", preset="tiny", overrides=overrides)

@@ -17,8 +17,8 @@ TWO_STEPS = {"max_steps": 2, "eval_every": 0}
 
 
 def _train(config, directory: Path, controls=None):
-    from engine.loop import Trainer
-    from engine.sinks import EventBus
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus
 
     seen = []
     trainer = Trainer(config, EventBus([seen.append]), controls, checkpoint_dir=directory)
@@ -27,9 +27,9 @@ def _train(config, directory: Path, controls=None):
 
 
 def _resume(config, directory: Path):
-    from engine import checkpoint as ckpt
-    from engine.loop import Trainer
-    from engine.sinks import EventBus
+    from engine.checkpoint import format as ckpt
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus
 
     trainer = Trainer(config, EventBus(), checkpoint_dir=directory, resume=ckpt.read(directory / "last.safetensors"))
     trainer.setup()
@@ -37,7 +37,7 @@ def _resume(config, directory: Path):
 
 
 def test_lora_checkpoint_holds_what_trains_and_resumes_only_onto_the_same_base(corpus_file, tmp_path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     config = make_config(corpus_file, train=TWO_STEPS)
     trained, _ = _train(config, tmp_path / "ck")
@@ -60,7 +60,7 @@ def test_lora_checkpoint_holds_what_trains_and_resumes_only_onto_the_same_base(c
 def test_a_changed_base_directory_is_refused_by_its_fingerprint(corpus_file, tmp_path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     base = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=2))
@@ -77,7 +77,7 @@ def test_a_changed_base_directory_is_refused_by_its_fingerprint(corpus_file, tmp
 
 
 def test_full_fine_tune_saves_every_tensor(corpus_file, tmp_path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     trained, _ = _train(make_config(corpus_file, train=TWO_STEPS, finetune="full"), tmp_path / "ck")
     loaded = ckpt.read(tmp_path / "ck" / "last.safetensors")
@@ -86,8 +86,8 @@ def test_full_fine_tune_saves_every_tensor(corpus_file, tmp_path) -> None:
 
 
 def test_steps_carry_tokens_per_s_and_mfu_and_exports_are_written(corpus_file, tmp_path) -> None:
-    from engine import control
-    from engine import events as ev
+    from engine.run.control import requests as control
+    from engine.run import events as ev
 
     controls = control.Controls()
     controls.submit(control.checkpoint_now())  # answered at the first boundary: step 0
@@ -104,7 +104,7 @@ def test_steps_carry_tokens_per_s_and_mfu_and_exports_are_written(corpus_file, t
 
 
 def test_mfu_against_the_peak_table() -> None:
-    from engine.throughput import Throughput, format_mfu, peak_flops
+    from engine.training.throughput import Throughput, format_mfu, peak_flops
 
     class Task:
         def tokens_per_sample(self) -> int:

@@ -117,9 +117,9 @@ def test_rank_and_shape_errors_name_the_field() -> None:
 def test_a_live_seq_len_change_reaches_batches_built_by_data_workers(corpus_file) -> None:
     """Data workers hold a copy of the task from when they started: after a live seq_len change they must not
     serve windows of the old length (they are replaced; the run equals one that builds every batch inline)."""
-    from engine.control import Controls, set_value
-    from engine.loop import Trainer
-    from engine.sinks import EventBus, MemorySink
+    from engine.run.control.requests import Controls, set_value
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus, MemorySink
 
     def losses(**train) -> dict[int, float]:
         sink = MemorySink()

@@ -82,8 +82,8 @@ def test_export_command_writes_from_any_checkpoint(whole, tmp_path) -> None:
 
 
 def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
-    from engine.loop import Trainer
-    from engine.sinks import EventBus
+    from engine.training.loop import Trainer
+    from engine.run.sinks import EventBus
 
     config = make_config(corpus_file, train={"max_steps": 2, "eval_every": 0, "clip_grad_norm": 1e-3,
                                              "schedule": "constant", "warmup_frac": 0.0, "lr": 1e-2},

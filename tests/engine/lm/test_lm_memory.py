@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from engine.budget import analytic, truth
-from engine.config import load
+from engine.core.config import load
 from engine.tasks.lm import memory
 from tests.engine.lm.conftest import make_config
 

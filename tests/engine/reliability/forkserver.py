@@ -7,7 +7,7 @@ imports all of that once, single-threaded (OMP_NUM_THREADS=1 keeps OpenMP
 and OpenBLAS from starting pools, so fork is safe), and then forks one child
 per request. Each child is a real process with its own pid, files and signal
 dispositions, running the same entry point as ``python -m engine``
-(``engine.main.main``); SIGKILL, SIGTERM, a hang-up of its terminal all hit
+(``engine.app.main.main``); SIGKILL, SIGTERM, a hang-up of its terminal all hit
 it exactly as they would a freshly started engine.
 
 Protocol (JSON lines on stdin/stdout): ``{"op": "spawn", "argv": [...],
@@ -51,7 +51,7 @@ def _child(request: dict) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        from engine.main import main
+        from engine.app.main import main
 
         code = main(request["argv"], prog="python -m engine")
     except SystemExit as exc:
@@ -73,9 +73,9 @@ def serve() -> None:
     import torch
     import torch._dynamo  # noqa: F401  (what AdamW's constructor would import in each child)
 
-    import engine.checkpoint  # noqa: F401
-    import engine.loop  # noqa: F401
-    import engine.main  # noqa: F401
+    import engine.checkpoint.format  # noqa: F401
+    import engine.training.loop  # noqa: F401
+    import engine.app.main  # noqa: F401
     import engine.tasks.toy  # noqa: F401
 
     try:

@@ -139,7 +139,7 @@ def checkpoint_files(directory: Path) -> list[Path]:
 
 def verify_all(directory: Path) -> dict[str, str]:
     """name → "ok" or the CheckpointError message, for every checkpoint file in ``directory``."""
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     report = {}
     for path in checkpoint_files(directory):

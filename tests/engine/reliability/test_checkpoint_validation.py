@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import checkpoint as ckpt
+from engine.checkpoint import format as ckpt
 from tests.conftest import read_events
 from tests.engine.reliability.harness import TOY
 

@@ -61,7 +61,7 @@ def _sha(path: Path) -> str:
 
 
 def test_disk_full_keeps_the_previous_checkpoint_and_training_goes_on(engines, tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run = tmp_path / "run"
     checkpoints = run / "checkpoints"
@@ -92,7 +92,7 @@ def test_disk_full_keeps_the_previous_checkpoint_and_training_goes_on(engines, t
 
 
 def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run = tmp_path / "run"
     checkpoints = run / "checkpoints"
@@ -194,8 +194,8 @@ def test_full_disk_under_the_whole_run_directory_loses_no_event(engines, tmp_pat
 
 
 def test_event_backlog_is_bounded_and_never_drops_what_viewers_must_see(tmp_path: Path) -> None:
-    from engine import events as ev
-    from engine.sinks import JsonlSink
+    from engine.run import events as ev
+    from engine.run.sinks import JsonlSink
 
     target = tmp_path / "fs"
     target.mkdir()

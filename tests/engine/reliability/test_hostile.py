@@ -1,7 +1,7 @@
 """The hostile-input corpus (tests/hostile/, 58 files): every one a clean one-line error, exit 2, nothing changed.
 
 One parametrised test runs each case in a real engine process (forked from
-the preloaded server; the same ``engine.main.main`` as ``python -m engine``)
+the preloaded server; the same ``engine.app.main.main`` as ``python -m engine``)
 and checks: exit code 2, exactly one stderr line ``sensorlm-tui: error:
 <place>: <what>`` containing the case's expected text, no traceback, no
 stdout, and a byte-identical tree before and after (the case's work area, its

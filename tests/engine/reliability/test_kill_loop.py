@@ -34,7 +34,7 @@ def _wait_for_temp(directory: Path, pid: int, timeout: float = 30) -> bool:
 
 
 def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
     rng = random.Random(20261202)

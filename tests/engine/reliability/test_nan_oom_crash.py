@@ -24,7 +24,7 @@ def _steps(run: Path) -> list[dict]:
 
 
 def test_single_nan_step_is_skipped_counted_and_warned(engines, tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run = tmp_path / "run"
     engine = engines.spawn([*QUICK, "--max-steps", "12", "--run-dir", str(run)], tmp_path, faults="nan@7")
@@ -44,7 +44,7 @@ def test_single_nan_step_is_skipped_counted_and_warned(engines, tmp_path: Path) 
 
 def test_nan_skip_leaves_the_weights_untouched(engines, tmp_path: Path) -> None:
     """The checkpoint after a skipped step 3 holds exactly the weights and optimizer state of step 2."""
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run = tmp_path / "run"
     engine = engines.spawn([*TOY, "--eval-every", "0", "--max-steps", "3", "--checkpoint-every", "1",
@@ -100,7 +100,7 @@ def test_nan_that_survives_every_rollback_stops_the_run(engines, tmp_path: Path)
                            tmp_path, faults="nan@12-13*")
     assert engine.wait(60) == 1, engine.stderr()
     rollbacks = [e for e in events_of(run, "setting") if e["name"] == "lr"]
-    assert len(rollbacks) == 3  # engine.loop.MAX_ROLLBACKS_TO_ONE_STEP
+    assert len(rollbacks) == 3  # engine.training.loop.MAX_ROLLBACKS_TO_ONE_STEP
     finished = events_of(run, "run_finished")[-1]
     assert finished["status"] == "failed" and "after 3 rollbacks to step 10" in finished["reason"], finished
 
@@ -119,13 +119,13 @@ def test_oom_doubles_grad_accum_keeps_the_batch_and_redoes_the_step(engines, tmp
     assert {e["batch_size"] for e in steps} == {32}
     for mine, theirs in zip(steps, reference):  # same samples: equal up to the sum order of two micro-batches
         assert math.isclose(mine["loss"], theirs["loss"], rel_tol=1e-5), (mine["step"], mine["loss"], theirs["loss"])
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     assert ckpt.load_latest(tmp_path / "oom" / "checkpoints").meta["grad_accum"] == 2
 
 
 def test_crash_in_training_logs_checkpoints_and_resumes(engines, tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run = tmp_path / "run"
     engine = engines.spawn([*QUICK, "--max-steps", "20", "--run-dir", str(run)], tmp_path, faults="raise@14")

@@ -21,7 +21,7 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 
 
 def test_resume_logs_the_match_and_refuses_a_consistently_edited_optimizer_state(tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run = tmp_path / "r"
     first = run_cli(*TOY, "--max-steps", "4", "--run-dir", str(run))

@@ -6,7 +6,7 @@ import copy
 
 import torch
 
-from engine import checkpoint as ckpt
+from engine.checkpoint import format as ckpt
 
 
 def _model() -> torch.nn.Module:

@@ -11,8 +11,8 @@ import signal
 import time
 from pathlib import Path
 
-from engine.client import RunClient
-from engine.control import abort, pause
+from engine.run.control.client import RunClient
+from engine.run.control.requests import abort, pause
 from tests.engine.reliability.harness import TOY, events_of
 
 LONG = [*TOY, "--max-steps", "100000", "--eval-every", "0", "--checkpoint-every", "1000"]
@@ -31,7 +31,7 @@ def _paused(engines, tmp_path: Path):
 
 
 def _checkpointed_at(run: Path, step: int) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     finished = events_of(run, "run_finished")[-1]
     assert finished["steps"] == step and finished["checkpoint"].endswith("last.safetensors")

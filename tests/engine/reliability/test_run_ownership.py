@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.rundir import RunDir, RunDirError
-from engine.runlock import RunLock
+from engine.run.rundir import RunDir, RunDirError
+from engine.run.runlock import RunLock
 from tests.conftest import cli_env
 from tests.engine.reliability.harness import TOY, events_of
 

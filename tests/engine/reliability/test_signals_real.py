@@ -54,7 +54,7 @@ def test_sigterm_and_sigint_checkpoint_and_exit_130(engines, tmp_path: Path, sig
 
 
 def test_second_sigint_during_the_checkpoint_stops_at_once(engines, tmp_path: Path) -> None:
-    from engine import checkpoint as ckpt
+    from engine.checkpoint import format as ckpt
 
     run, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
     first = engines.spawn([*LONG, "--run-dir", str(run)], tmp_path)

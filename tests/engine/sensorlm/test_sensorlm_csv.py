@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import load
+from engine.core.config import load
 from engine.tasks.base import TaskError
 from engine.tasks.sensorlm import SensorLMTask
 from engine.tasks.sensorlm.csv_data import read_captions, read_series, windows, write_captions, write_csv

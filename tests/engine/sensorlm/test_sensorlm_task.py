@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from engine.config import load
-from engine.tasks import load_task_class
+from engine.core.config import load
+from engine.core.registry import load_task_class
 from engine.tasks.base import TaskError
 from engine.tasks.sensorlm import SensorLMTask
 
@@ -40,7 +40,7 @@ def task() -> SensorLMTask:
 def test_registry_and_class_facts():
     assert load_task_class("sensorlm") is SensorLMTask
     assert SensorLMTask.name == "sensorlm"
-    from engine.tasks import get_spec
+    from engine.core.registry import get_spec
     from engine.tasks.sensorlm.model import BACKENDS
 
     settings = get_spec("sensorlm").capabilities.settings

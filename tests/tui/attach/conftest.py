@@ -42,7 +42,7 @@ def start_engine(run_dir: Path, *flags: str, max_steps: int = 100_000) -> subpro
 
 def status_step(run_dir: Path) -> int:
     """The step status.json reports (0 before the engine wrote one)."""
-    from engine.rundir import RunDir
+    from engine.run.rundir import RunDir
 
     return int((RunDir(Path(run_dir)).read_status() or {}).get("step") or 0)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tui.run_index import RunLookupError, resolve
+from tui.model.run_index import RunLookupError, resolve
 
 
 def _fake_run(root: Path, name: str, state: str, started: float, alive: bool = True) -> Path:

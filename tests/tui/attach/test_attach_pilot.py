@@ -6,10 +6,10 @@ import asyncio
 import re
 from pathlib import Path
 
-from engine.client import RunClient
-from engine.rundir import RunDir, pid_alive
+from engine.run.control.client import RunClient
+from engine.run.rundir import RunDir, pid_alive
 from tests.tui.attach.conftest import screen_text, status_step, until, wait_for_step, wait_until
-from tui.app import DashboardApp
+from tui.dashboard.app import DashboardApp
 
 SIZE = (120, 40)
 

@@ -8,11 +8,11 @@ import re
 import signal
 from pathlib import Path
 
-from engine.client import RunClient
-from engine.rundir import RunDir, pid_alive
+from engine.run.control.client import RunClient
+from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
 from tests.tui.attach.conftest import screen_text, until, wait_for_step, wait_until
-from tui.attach_app import AttachApp
+from tui.dashboard.attach_app import AttachApp
 from tui.screens.resume import ResumeScreen
 
 SIZE = (120, 40)

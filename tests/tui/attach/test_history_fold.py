@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.open_run import write_run
-from engine import events as ev
-from engine.history import read_history
+from engine.run import events as ev
+from engine.run.history.store import read_history
 
 
 def test_others_equals_filtering_the_whole_history(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_model_from_columns_equals_model_from_every_event(tmp_path: Path) -> Non
     """RunModel folds a History's steps from its columns; what it shows must not differ from event-by-event."""
     import numpy as np
 
-    from tui.model import RunModel
+    from tui.model.dashboard import RunModel
 
     path = write_run(tmp_path / "r", 20_000)  # an eval at 10k and 20k, memory/system samples every 100
     with open(path, "a", encoding="utf-8") as out:
@@ -81,7 +81,7 @@ def test_the_preview_is_the_full_fold_s_tail(tmp_path: Path) -> None:
     """The newest rows folded alone (EMAs warmed up on the points before them) equal the full fold's rows."""
     import numpy as np
 
-    from tui.history_fold import PREVIEW_ROWS, HistoryFold, deferred_fold
+    from tui.model.history_fold import PREVIEW_ROWS, HistoryFold, deferred_fold
 
     history = read_history(_long_run(tmp_path / "r" / "events.jsonl", 12_000))
     fold = deferred_fold(history, 1 << 20)
@@ -106,8 +106,8 @@ def test_a_model_shown_from_the_preview_then_completed_equals_the_full_fold(tmp_
     """What the first frame draws from (the preview) and what the model holds once the worker's fold is adopted."""
     import numpy as np
 
-    from tui.history_fold import PREVIEW_ROWS, deferred_fold
-    from tui.model import RunModel
+    from tui.model.history_fold import PREVIEW_ROWS, deferred_fold
+    from tui.model.dashboard import RunModel
 
     path = write_run(tmp_path / "r", 12_000)
     history = read_history(path)
@@ -141,8 +141,8 @@ def test_a_tail_read_s_preview_is_the_full_fold_s_tail(tmp_path: Path) -> None:
     """The first open of a long log decodes only its newest steps: their preview still equals the full fold."""
     import numpy as np
 
-    from tui.history_fold import PREVIEW_ROWS, TAIL_STEPS, deferred_fold
-    from tui.model import RunModel
+    from tui.model.history_fold import PREVIEW_ROWS, TAIL_STEPS, deferred_fold
+    from tui.model.dashboard import RunModel
 
     path = _long_run(tmp_path / "r" / "events.jsonl", 16_000)
     tail = read_history(path, tail_steps=TAIL_STEPS)

@@ -7,10 +7,10 @@ import os
 import signal
 from pathlib import Path
 
-from engine import events as ev
+from engine.run import events as ev
 from tests.conftest import run_cli
 from tests.tui.attach.conftest import wait_for_step
-from tui.run_index import summarize
+from tui.model.run_index import summarize
 
 
 def test_lists_live_finished_aborted_and_crashed_runs(tmp_path: Path, engines) -> None:

@@ -1,0 +1,445 @@
+"""Run configuration: pydantic v2 models, TOML loading, presets and CLI overrides.
+
+The core's sections are the ones every task shares: ``name``, ``task`` (name and
+preset), ``train``, ``data`` (where the data is), ``checkpoint`` and ``budget``.
+Each task brings its own section, named after it (``[toy]``, or sub-tables like ``[<task>.model]``),
+declared by its torch-free spec (engine.core.registry.<name>.spec). ``RunConfig`` is the
+shared part; ``config_class(task)`` is RunConfig with that task's section added
+as a field of the task's name (built once per task with pydantic's
+``create_model``, so validation, error locations and ``model_dump`` treat it like
+any other section), and ``config.task_config`` reaches it without knowing the name.
+
+Precedence, lowest first: field defaults → the task's preset → the TOML file
+(``--config``) → CLI flags. The resolved config is written to the run
+directory as ``config.toml`` with ``version = 2`` and is what ``--resume`` reads
+back; older layouts are migrated first (engine.core.migrate).
+
+Every error is a ``ConfigError`` whose message is one line naming the place
+(``file:line``, ``field`` or ``--flag``), the value and what is allowed.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import Field, ValidationError, create_model
+
+from engine.core import migrate
+from engine.core import registry
+from engine.core.sections import MAX_SEED, MAX_VAL_SAMPLES, Section  # noqa: F401 - re-exported
+
+_Section = Section  # the name older modules import
+
+
+#: An Adam beta: a decay rate in [0, 1) (torch raised "Invalid beta parameter" without naming the field).
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; ``str()`` is the one-line message for the user."""
+
+
+class TaskConfig(_Section):
+    """Which task trains, and with which preset."""
+
+    name: str = Field(registry.DEFAULT_TASK, description="Task to train: a built-in task or an installed plugin "
+                      "(`sensorlm-tui presets` lists them).")
+    preset: str = Field("demo", description="Named preset the defaults start from (the task's own presets).")
+
+
+class DataConfig(_Section):
+    """Where the data comes from; what it looks like is the task's business (its own section)."""
+
+    path: Optional[str] = Field(None, description="Data file or directory, in the task's format (none: the "
+                                "task's synthetic data, where it has one).")
+
+
+class TrainConfig(_Section):
+    """Optimisation, schedule, evaluation and stopping policy."""
+
+    max_steps: int = Field(300, ge=0, description="Optimizer steps to run (0 = use epochs × steps_per_epoch).")
+    epochs: int = Field(1, ge=1, description="Epochs, when max_steps is 0.")
+    steps_per_epoch: int = Field(0, ge=0, description="Steps per epoch (0 = one pass over the training set).")
+    batch_size: int = Field(16, ge=1, le=1_000_000, description="Samples per optimizer step (the effective batch).")
+    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per step; micro-batch = batch_size/grad_accum.")
+    lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate.")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon.")
+    weight_decay: float = Field(0.01, ge=0, le=10, description="AdamW decoupled weight decay.")
+    schedule: Literal["constant", "cosine", "rsqrt", "onecycle"] = Field("cosine", description="LR schedule.")
+    warmup_frac: float = Field(0.05, ge=0, lt=1, description="Fraction of steps of linear warm-up.")
+    cooldown_frac: float = Field(0.1, ge=0, lt=1, description="rsqrt: fraction of steps of linear cool-down to 0.")
+    min_lr_frac: float = Field(0.0, ge=0, le=1, description="cosine/onecycle: final LR as a fraction of lr.")
+    clip_grad_norm: float = Field(1.0, ge=0, description="Clip the global grad norm to this (0 = off).")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a grad scaler.")
+    eval_every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
+    log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
+    print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
+    overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
+    overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x the untrained one.")
+    overfit_gate: int = Field(0, ge=0, le=1024, description="If > 0: before training, a copy of the model must "
+                              "learn this many frozen samples (engine.training.overfit_gate) or the run stops, exit 1.")
+    overfit_gate_steps: int = Field(300, ge=1, le=100_000, description="Steps the overfit gate trains its copy.")
+    abort_drop: float = Field(1.5, ge=0, description="Abort when the primary metric sits this much worse than its "
+                              "best, in its own unit...")
+    abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort).")
+    nan_policy: Literal["skip", "rollback", "stop"] = Field(
+        "rollback", description="After nan_patience consecutive non-finite steps: roll back to last good or stop.")
+    nan_patience: int = Field(5, ge=1, description="Consecutive non-finite steps tolerated (each is skipped).")
+    rollback_lr_factor: float = Field(0.5, gt=0, le=1, description="LR multiplier applied on a NaN rollback.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks CUDA when available.")
+    prefetch: bool = Field(True, description="Build the next batch on a background thread during the step "
+                           "(off: every batch inline, for a task whose make_batch is not thread-safe).")
+    data_workers: int = Field(-1, ge=-1, le=256, description="With prefetch: build batches in this many DataLoader "
+                              "worker processes, two ahead each (0: one thread; -1: planned from the measured batch ÷ "
+                              "step cost and the cores, engine.training.threads).")
+    threads: int = Field(0, ge=0, le=1024, description="torch intra-op threads (0 = planned from the usable cores, "
+                         "engine.training.threads).")
+    on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and exit.")
+    oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective batch.")
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
+        "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
+    collective_timeout_s: float = Field(
+        300.0, ge=1, le=86_400, description="Across ranks: seconds a collective waits for a stuck rank before the "
+        "job stops and names the hang (exit 3).")
+
+
+class CheckpointConfig(_Section):
+    """When and what to checkpoint."""
+
+    every_steps: int = Field(100, ge=0, description="Write `last` every N steps (and at every eval); 0 = evals only.")
+    keep_last: int = Field(0, ge=0, description="Also keep this many step-N checkpoints (0 = none; fsdp2, "
+                           "where every save is a step-N directory: the newest max(2, keep_last) stay).")
+    save_best: bool = Field(True, description="Write `best` when the primary metric improves.")
+
+
+class BudgetConfig(_Section):
+    """Memory budget the guard and the tuning screen plan against."""
+
+    vram_gb: Optional[float] = Field(None, gt=0, le=100_000, description="Budget in GiB (default: device free memory).")
+    safety: float = Field(0.9, gt=0, le=1, description="Fraction of the budget a plan may use.")
+    check: bool = Field(True, description="Refuse to start a run predicted not to fit (--no-vram-check disables).")
+
+
+class RunConfig(_Section):
+    """The shared part of a run's resolved configuration; ``config_class(task)`` adds the task's section."""
+
+    version: int = Field(migrate.CONFIG_VERSION, ge=migrate.CONFIG_VERSION, le=migrate.CONFIG_VERSION,
+                         description="Layout version of this file (older ones are migrated on read).")
+    name: str = Field("", description="Run name (default: a timestamp); the run directory is runs/<name>.")
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+    @property
+    def task_config(self) -> Any:
+        """The task's own section (the field named after ``task.name``)."""
+        return getattr(self, self.task.name)
+
+
+SECTIONS = ("task", "train", "data", "checkpoint", "budget")
+
+
+def _spec(name: str, place: str):
+    """The task's spec, or ConfigError naming the tasks there are (or the broken plugin)."""
+    try:
+        return registry.get_spec(name)
+    except registry.UnknownTask as exc:
+        raise ConfigError(f"{place}task.name={name!r}: {exc}") from None
+    except registry.TaskLoadError as exc:
+        raise ConfigError(f"task.name={name!r}: {exc}") from None
+
+
+@lru_cache(maxsize=None)
+def _class_for(name: str) -> type[RunConfig]:
+    spec = registry.get_spec(name)
+    return create_model(f"RunConfig_{name}", __base__=RunConfig, __doc__=f"RunConfig with [{name}].",
+                        **{name: (spec.config, Field(default_factory=spec.config, description=spec.summary))})
+
+
+def config_class(name: str) -> type[RunConfig]:
+    """RunConfig with task ``name``'s own section as the field ``name`` (ConfigError for an unknown task)."""
+    _spec(name, "")
+    return _class_for(name)
+
+
+def _deep_merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _line_of(text: str, section: str | None, key: str) -> int | None:
+    """Best-effort line number of ``key`` (inside ``[section]``) in TOML text, for error messages."""
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.match(r"^\[([^\[\]]+)\]", stripped)
+        if header:
+            current = header.group(1).strip()
+            if section is not None and key == section and current == section:
+                return number
+            continue
+        if re.match(rf"^{re.escape(key)}\s*=", stripped) and (section is None or current == section):
+            return number
+    return None
+
+
+def _describe(error: dict) -> tuple[str, str]:
+    """(dotted field, 'message') for one pydantic error."""
+    loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, int) or True)
+    msg = error.get("msg", "invalid")
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        msg = "unknown key"
+    elif kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        msg = f"allowed: {expected}"
+    return loc, msg
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """At most ``limit`` characters: a 1 MB key or value must not become a 1 MB error line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _task_name(data: dict, origin: str) -> str:
+    task = data.get("task")
+    name = task.get("name", registry.DEFAULT_TASK) if isinstance(task, dict) else registry.DEFAULT_TASK
+    if not isinstance(name, str):
+        raise ConfigError(f"{origin}: task.name={_clip(repr(name), 60)}: must be a string")
+    return name
+
+
+def _place(origin: str, text: str | None, field: str) -> str:
+    """``origin:line`` of a dotted field when the TOML text shows where it is (v1 section names tried too)."""
+    if text is None:
+        return origin
+    parts = field.split(".")
+    sections = [".".join(parts[:-1]) or None]
+    if len(parts) > 2:
+        sections.append(".".join(parts[1:-1]))  # [<task>.model] written as [model] in a v1 file
+    if len(parts) == 2 and sections[0] not in SECTIONS:
+        sections += ["model", "data"]  # a flat task section ([toy]) whose keys a v1 file kept in these
+    for section in sections:
+        line = _line_of(text, section, parts[-1])
+        if line:
+            return f"{origin}:{line}"
+    return origin
+
+
+def validate(data: dict, origin: str = "config", text: str | None = None) -> RunConfig:
+    """Validate a merged dict (migrated first when it is an older layout); ConfigError naming the first bad
+    field, with file:line when the text shows it."""
+    data = migrate.config(data)
+    cls = config_class_at(_task_name(data, origin), origin)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field, msg = _describe(error)
+        place = _place(origin, text, field)
+        value = error.get("input")
+        shown = "" if isinstance(value, dict) or error.get("type") == "missing" else f"={_clip(repr(value), 60)}"
+        if error.get("type") == "value_error":
+            raise ConfigError(f"{place}: {_clip(msg.removeprefix('Value error, '), 200)}") from None
+        raise ConfigError(f"{place}: {_clip(field)}{shown}: {_clip(msg, 200)}") from None
+
+
+def config_class_at(name: str, origin: str) -> type[RunConfig]:
+    """``config_class(name)`` with the error naming where the task name came from."""
+    _spec(name, f"{origin}: " if origin not in ("flags", "config") else "")
+    return _class_for(name)
+
+
+def preset_dict(task: str, preset: str) -> dict:
+    """The overrides a named preset of ``task`` applies, or ConfigError listing the presets there are."""
+    presets = _spec(task, "").presets
+    if preset not in presets:
+        allowed = ", ".join(presets) or "none"
+        raise ConfigError(f"--preset {preset!r}: unknown preset for task {task!r}; allowed: {allowed}")
+    return presets[preset]
+
+
+#: Largest config file read (a real one is a few KiB); /dev/zero or a 10 GB file must not fill memory.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; OSError (with strerror) for anything else.
+
+    Opened non-blocking and checked with fstat on the open descriptor, so a FIFO never blocks the
+    open and a file swapped for one between a check and the open cannot slip through.
+    """
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "a socket" if stat.S_ISSOCK(mode) else "a special file"
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB; a config file is a few KiB")
+    return data
+
+
+def read_toml(path: str | Path) -> tuple[dict, str]:
+    """Parse a TOML file; ConfigError with file:line for syntax errors or unreadable files."""
+    path = Path(path)
+    try:
+        raw = _read_regular(path, MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not valid UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses per nesting level: `a = [[[[…` thousands deep
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        where = f"{path}:{match.group(1)}:{match.group(2)}" if match else str(path)
+        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", message) or "invalid TOML"
+        raise ConfigError(f"{where}: invalid TOML: {reason}") from None
+    return data, text
+
+
+#: Key of an override dict holding live-setting flags by setting name (``--<setting-name>`` flags from
+#: engine.core.cli_args); ``load`` puts each at its path in the chosen task's section.
+SETTING_FLAGS = "__settings__"
+
+
+def _resolve_setting_flags(overrides: dict, task_name: str) -> dict:
+    """``overrides`` with the task-setting flags moved to their declared paths (ConfigError if undeclared)."""
+    flags = overrides.get(SETTING_FLAGS)
+    if not flags:
+        return {k: v for k, v in overrides.items() if k != SETTING_FLAGS}
+    out = {k: v for k, v in overrides.items() if k != SETTING_FLAGS}
+    capabilities = _spec(task_name, "").capabilities
+    for name, value in flags.items():
+        setting = capabilities.setting(name)
+        if setting is None:
+            names = ", ".join(s.name for s in capabilities.settings) or "none"
+            raise ConfigError(f"--{name.replace('_', '-')}: task {task_name!r} has no such setting; its "
+                              f"settings: {names}")
+        node = out
+        *parents, leaf = setting.path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def load(
+    config_path: str | Path | None = None,
+    preset: str | None = None,
+    overrides: dict | None = None,
+    task: str | None = None,
+) -> RunConfig:
+    """Resolve defaults → preset → TOML file → overrides (nested dict, e.g. from CLI flags) into a RunConfig."""
+    file_data: dict = {}
+    text = None
+    origin = "config"
+    if config_path is not None:
+        file_data, text = read_toml(config_path)
+        origin = str(config_path)
+    overrides = overrides or {}
+    file_task = file_data.get("task", {}) if isinstance(file_data.get("task"), dict) else {}
+    if "task" in file_data and not isinstance(file_data["task"], dict):
+        validate(file_data, origin, text)  # the section's own type error, with its line
+    task_name = task or overrides.get("task", {}).get("name") or file_task.get("name") or registry.DEFAULT_TASK
+    if not isinstance(task_name, str):
+        raise ConfigError(f"{origin}: task.name={task_name!r}: must be a string")
+    if migrate.is_v1_config(file_data):  # an older file: its [model]/[data] belong to the task being run
+        file_data = migrate.config({**file_data, "task": {**file_task, "name": task_name}})
+    spec = _spec(task_name, "")
+    preset_name = preset or overrides.get("task", {}).get("preset") or file_task.get("preset") or \
+        spec.default_preset
+    if not isinstance(preset_name, str):
+        raise ConfigError(f"{origin}: task.preset={preset_name!r}: must be a string")
+    base = _deep_merge(preset_dict(task_name, preset_name) if spec.presets or preset else {},
+                       {"task": {"name": task_name, "preset": preset_name}})
+    # Validate the file on its own first so its errors point at its own lines.
+    merged = _deep_merge(base, file_data)
+    if config_path is not None:
+        validate(merged, origin, text)
+    overrides = _resolve_setting_flags(overrides, task_name)
+    if migrate.is_v1_config(overrides):  # an override dict in the old layout (a script written for v1)
+        overrides = migrate.config({**overrides, "task": {**overrides.get("task", {}), "name": task_name}})
+        overrides.pop("version")
+    merged = _deep_merge(merged, overrides)
+    return validate(merged, "flags")
+
+
+def load_resolved(path: str | Path) -> RunConfig:
+    """Read a run directory's resolved config.toml back (what --resume uses; older layouts migrated)."""
+    data, text = read_toml(path)
+    return validate(data, str(path), text)
+
+
+def dump_toml(config: RunConfig) -> str:
+    """The resolved config as TOML text (None values are left out: TOML has no null)."""
+    import tomli_w
+
+    def strip_none(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip_none(v) for k, v in value.items() if v is not None}
+        if isinstance(value, tuple):
+            return list(value)
+        return value
+
+    return tomli_w.dumps(strip_none(config.model_dump()))
+
+
+def _rows(prefix: str, model: type) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for key, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, Section):
+            rows += _rows(f"{prefix}{key}.", annotation)
+            continue
+        kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+        rows.append((f"{prefix}{key}", kind, repr(info.default), info.description or ""))
+    return rows
+
+
+def fields_reference(task: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(section.field, type, default, description) of the shared fields, or of ``task``'s own section."""
+    if task is not None:
+        return _rows(f"{task}.", _spec(task, "").config)
+    rows = [(key, "int" if key == "version" else "str", repr(RunConfig.model_fields[key].default),
+             RunConfig.model_fields[key].description) for key in ("version", "name")]
+    for section in SECTIONS:
+        rows += _rows(f"{section}.", RunConfig.model_fields[section].annotation)
+    return rows

@@ -1,0 +1,155 @@
+"""What a task declares about itself, torch-free: its config section, presets and capabilities.
+
+The engine core and every viewer know no task by name. They learn from a
+``TaskSpec`` what a task's config section looks like, which presets it has,
+and from its ``Capabilities`` what to do with its numbers: which metric
+decides `best` and the abort rule (and with which unit and direction), which
+curves are worth plotting, which settings may change live and within what
+bounds, how its memory is predicted, what it exports, and how its validation
+metrics reduce over the set.
+
+A spec is importable without torch, so `--help`, `presets`, `plan` and the
+config loader stay instant; the task class itself (which imports torch) is
+named by a ``"module:Class"`` string and imported only when a run needs it.
+``Capabilities`` travels in ``RunStarted.capabilities`` as a plain dict
+(``to_dict``/``from_dict``), so a viewer of a plugin's run needs no plugin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Mapping
+
+#: How a validation metric reduces over the validation set.
+#: "per_batch": mean of per-batch means weighted by batch size (right for per-sample means, e.g. a per-sample quality score);
+#: "pooled": the task returns sums and counts and the engine divides once (right for token-level losses).
+Reduction = Literal["per_batch", "pooled"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number a task reports: its key in events, how to label it, its unit, and which way is better."""
+
+    name: str
+    label: str = ""
+    unit: str = ""
+    higher_is_better: bool = True
+    #: "train" (a loss component in StepLogged.components) or "val" (a key in EvalDone.metrics).
+    kind: Literal["train", "val"] = "val"
+    #: Reference lines for this metric's chart: (label, validation metric whose latest value is the line),
+    #: e.g. a baseline scored on the same validation set.
+    guides: tuple[tuple[str, str], ...] = ()
+
+    def title(self) -> str:
+        """Label with unit, e.g. "accuracy (%)"."""
+        text = self.label or self.name
+        return f"{text} ({self.unit})" if self.unit else text
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting a viewer may change while the run trains, with its allowed values.
+
+    ``path`` is where it lives in the resolved config, dotted from the top
+    (``train.batch_size``, or inside the task's own section such as
+    ``<task>.model.<field>``). ``kind`` "int" and "float" are bounded by
+    ``minimum``/``maximum``; "choice" takes one of ``choices``. For "int" and
+    "float", ``choices`` (optional) are the values ``plan`` tries, not a limit.
+    ``choices`` are listed fastest first: ``plan`` recommends the first that fits.
+    """
+
+    name: str
+    path: str
+    kind: Literal["int", "float", "choice"] = "int"
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    label: str = ""
+    help: str = ""
+    #: True when a change can move the memory peak (the engine predicts it before applying it).
+    affects_memory: bool = True
+    #: (other setting, value) pairs this one matters under (a chunk size only when the backend chunks);
+    #: ``plan`` does not vary it otherwise.
+    requires: tuple = ()
+
+    def check(self, value: Any) -> str | None:
+        """None when ``value`` is allowed, else the one-line reason."""
+        if self.kind == "choice":
+            return None if value in self.choices else \
+                f"{self.name} {value!r}; allowed: {', '.join(map(str, self.choices))}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (self.kind == "int" and not float(value).is_integer()):
+            return f"{self.name} must be {'an integer' if self.kind == 'int' else 'a number'}, got {value!r}"
+        if self.minimum is not None and value < self.minimum:
+            return f"{self.name} must be >= {self.minimum:g}, got {value}"
+        if self.maximum is not None and value > self.maximum:
+            return f"{self.name} must be <= {self.maximum:g}, got {value}"
+        return None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Everything a core or a viewer may know about a task without importing it."""
+
+    primary: Metric
+    #: Other curves worth plotting: loss components (kind "train") and validation metrics (kind "val").
+    curves: tuple[Metric, ...] = ()
+    #: Settings that may change live (the engine adds train.batch_size and train.lr itself).
+    settings: tuple[Setting, ...] = ()
+    #: "analytic" when the spec names an analytic memory model, else "traced".
+    memory: Literal["analytic", "traced"] = "traced"
+    #: Artefacts besides checkpoints the task's ``export`` hook writes (e.g. "peft_adapter").
+    exports: tuple[str, ...] = ()
+    eval_reduction: Reduction = "per_batch"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form, as carried by RunStarted.capabilities."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Capabilities":
+        """Rebuild from ``to_dict`` output; unknown keys ignored, so an older viewer reads a newer run."""
+        data = dict(data or {})
+
+        def metric(d: Mapping[str, Any]) -> Metric:
+            kw = {k: v for k, v in d.items() if k in Metric.__dataclass_fields__}
+            kw["guides"] = tuple((str(label), str(name)) for label, name in kw.get("guides", ()))
+            return Metric(**kw)
+
+        def setting(d: Mapping[str, Any]) -> Setting:
+            kw = {k: v for k, v in d.items() if k in Setting.__dataclass_fields__}
+            kw["choices"] = tuple(kw.get("choices", ()))
+            kw["requires"] = tuple(tuple(pair) for pair in kw.get("requires", ()))
+            return Setting(**kw)
+
+        primary = metric(data.get("primary") or {"name": "val_loss", "label": "val loss",
+                                                  "higher_is_better": False})
+        return cls(primary=primary,
+                   curves=tuple(metric(m) for m in data.get("curves", ())),
+                   settings=tuple(setting(s) for s in data.get("settings", ())),
+                   memory=data.get("memory", "traced"),
+                   exports=tuple(data.get("exports", ())),
+                   eval_reduction=data.get("eval_reduction", "per_batch"))
+
+    def setting(self, name: str) -> Setting | None:
+        """The live setting called ``name``, if the task declares it."""
+        return next((s for s in self.settings if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task as the registry sees it: name, config section, presets, capabilities, and where its code is."""
+
+    name: str
+    #: The pydantic model of the task's own config section, ``[<name>]`` in TOML (torch-free).
+    config: type
+    capabilities: Capabilities
+    #: "module:Class" of the Task subclass (imports torch; loaded only to train, trace or export).
+    task: str
+    #: preset name -> overrides, keyed like the TOML file: shared sections ("train", "data", …) and ``name``.
+    presets: Mapping[str, dict] = field(default_factory=dict)
+    default_preset: str = "demo"
+    #: "module:function" of an analytic memory model, or None (the budget traces the task instead).
+    analytic_memory: str | None = None
+    #: One line for `presets` and the README.
+    summary: str = ""

@@ -1,0 +1,1 @@
+"""The optimizer, precision, learning-rate schedule and the device a run trains on."""

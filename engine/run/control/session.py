@@ -1,0 +1,60 @@
+"""The one interface every viewer uses to watch and steer a run, whatever runs the engine.
+
+Implementations:
+- ``engine.run.control.client.RunClient``: an engine in another process, through its run
+  directory (events.jsonl + status.json) and control socket.
+- ``engine.app.inprocess.InProcessSession``: the Trainer in a thread of this
+  process (``--in-process``), through an in-memory sink and ``Controls``.
+- test doubles that replay scripted events (no torch).
+
+The dashboard's worker thread owns one Session: it calls ``history()`` once,
+then ``poll()`` in a loop (which blocks without holding the GIL), and
+``send()`` from the UI's actions. Torch-free.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from engine.run.control.requests import Request
+from engine.run.events import Event
+
+#: Event types that acknowledge a request (they carry its request_id).
+ACK_TYPES = ("setting", "refused", "prediction")
+
+
+class SessionError(Exception):
+    """The session cannot do what was asked (engine gone, channel refused); one-line message."""
+
+
+class Session(ABC):
+    """A viewer's handle on one run. Thread-safe: poll() in a worker, send() from anywhere."""
+
+    #: True when this viewer may not send controls (attach --read-only); send() then raises SessionError.
+    read_only: bool = False
+
+    @abstractmethod
+    def history(self) -> list[Event]:
+        """Every event so far (from the log, for a run started elsewhere); call once, before poll()."""
+
+    @abstractmethod
+    def poll(self, timeout: float = 0.1) -> list[Event]:
+        """New events since the last call, waiting up to ``timeout`` s for the first (may return [])."""
+
+    @abstractmethod
+    def send(self, request: Request, timeout: float = 5.0) -> Event:
+        """Deliver a control and return the engine's ack (SettingChanged or Refused with its request_id).
+
+        Raises SessionError when the engine cannot be reached or does not answer in time.
+        """
+
+    @abstractmethod
+    def liveness(self) -> str:
+        """live / finished / aborted / failed / crashed / unknown."""
+
+    def run_dir(self):
+        """The run directory (engine.run.rundir.RunDir) when there is one, else None."""
+        return None
+
+    def close(self) -> None:
+        """Stop watching (the engine keeps running unless this session owns it in-process)."""

@@ -1,0 +1,264 @@
+"""The run directory: the one contract between an engine and every viewer.
+
+Layout of ``runs/<name>/``::
+
+    engine.lock          flock held by the engine that owns the directory (engine.run.runlock)
+    config.toml          resolved configuration (what --resume reads)
+    events.jsonl         every event, append-only, schema version first
+    status.json          pid, host, start time, heartbeat (every second), state
+    engine.log           the engine process's stdout/stderr
+    control.sock         owner-only control channel (see engine.run.control.channel)
+    checkpoints/         last / last.prev / best / step-N .safetensors
+    task/                task artefacts (tokenizer, normalisation stats)
+
+Torch-free: viewers import this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from engine.core import migrate
+
+#: A heartbeat older than this (seconds) with the pid gone means the engine crashed.
+STALE_AFTER_S = 5.0
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be used (missing, not writable, not a run); one-line message."""
+
+
+def default_name() -> str:
+    """A sortable timestamp name for a new run, e.g. 20261202-141503."""
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths inside one run directory."""
+
+    root: Path
+
+    @property
+    def name(self) -> str:
+        """The run's name (the directory's)."""
+        return self.root.name
+
+    @property
+    def lock(self) -> Path:
+        """The ownership lock (engine.run.runlock): created first, flocked for the engine's life."""
+        return self.root / "engine.lock"
+
+    @property
+    def config(self) -> Path:
+        """Resolved config.toml."""
+        return self.root / "config.toml"
+
+    @property
+    def events(self) -> Path:
+        """The append-only event log."""
+        return self.root / "events.jsonl"
+
+    @property
+    def status(self) -> Path:
+        """Liveness record, rewritten every second."""
+        return self.root / "status.json"
+
+    @property
+    def log(self) -> Path:
+        """The engine process's output."""
+        return self.root / "engine.log"
+
+    @property
+    def socket(self) -> Path:
+        """The control channel's Unix socket."""
+        return self.root / "control.sock"
+
+    @property
+    def checkpoints(self) -> Path:
+        """Checkpoint files."""
+        return self.root / "checkpoints"
+
+    @property
+    def task_dir(self) -> Path:
+        """Task artefacts (tokenizer, normalisation stats)."""
+        return self.root / "task"
+
+    def holds_run(self) -> str | None:
+        """What makes this directory a run a fresh start must not overwrite (None when there is nothing).
+
+        Any checkpoint counts, even with events.jsonl deleted: a fresh run would rotate it away.
+        """
+        for path in (self.events, self.config):
+            if path.exists():
+                return path.name
+        try:
+            if any(self.checkpoints.iterdir()):
+                return "checkpoints"
+        except OSError:
+            pass
+        return None
+
+    def create(self) -> "RunDir":
+        """Make the directory tree (owner-only), or RunDirError saying why not."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.checkpoints.mkdir(exist_ok=True)
+            probe = self.root / f".write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except PermissionError:
+            raise RunDirError(f"{self.root}: run directory is not writable") from None
+        except FileExistsError:
+            raise RunDirError(f"{self.root}: exists and is not a directory") from None
+        except OSError as exc:
+            raise RunDirError(f"{self.root}: cannot create run directory ({exc.strerror})") from None
+        return self
+
+    def read_status(self) -> dict | None:
+        """The status record with every known field of the right type, or None when absent or garbage.
+
+        status.json is a file anyone with access can edit: a pid of 1e20 made os.kill raise OverflowError
+        and took the whole `runs` listing down. A field of the wrong type is dropped, as if absent.
+        """
+        try:
+            record = json.loads(self.status.read_bytes()[:1 << 20])
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        record = migrate.status(record)  # an older release's record becomes a current one
+        return {key: value for key, value in record.items()
+                if key not in _STATUS_TYPES or _well_typed(value, *_STATUS_TYPES[key])}
+
+
+#: status.json field → (allowed types, inclusive numeric range or None). Numbers exclude bool and non-finite.
+_STATUS_TYPES: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
+    "pid": ((int,), (1, 2**22)),  # Linux pid_max is at most 2**22
+    "host": ((str,), None), "state": ((str,), None), "resume_command": ((str, type(None)), None),
+    "started": ((int, float), (0, 1e11)), "heartbeat": ((int, float), (0, 1e11)),
+    "step": ((int,), (0, 2**62)), "total_steps": ((int,), (0, 2**62)), "last_eval_step": ((int,), (0, 2**62)),
+    "exit_code": ((int, type(None)), (-255, 255)), "best": ((int, float, type(None)), (-1e300, 1e300)),
+    "best_metric": ((str, type(None)), None),
+    "last_checkpoint": ((str, type(None)), None),
+}
+
+
+def _well_typed(value, types: tuple[type, ...], bounds: tuple[float, float] | None) -> bool:
+    if isinstance(value, bool) or not isinstance(value, types):
+        return False
+    if bounds is not None and isinstance(value, (int, float)):
+        return bounds[0] <= value <= bounds[1]  # NaN compares False: dropped
+    return True
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a small file atomically (temp + rename) so a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (zombies count as gone)."""
+    if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is not alive for our purposes
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class StatusWriter:
+    """Heartbeat thread: rewrites status.json every second and runs periodic callbacks (event flush)."""
+
+    def __init__(self, run_dir: RunDir, interval: float = 1.0, on_beat: Callable[[], None] | None = None) -> None:
+        self.run_dir = run_dir
+        self.interval = interval
+        self.on_beat = on_beat
+        self.record = {
+            "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+            "heartbeat": time.time(), "state": "starting", "step": 0, "total_steps": 0,
+            "exit_code": None, "resume_command": None,
+        }
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> "StatusWriter":
+        """Write the first record and start beating."""
+        self.beat()
+        self._thread.start()
+        return self
+
+    def update(self, **fields) -> None:
+        """Change fields of the record (state, step, …); written at the next beat or at once for state."""
+        with self._lock:
+            self.record.update(fields)
+        if "state" in fields:
+            self.beat()
+
+    def beat(self) -> None:
+        """Write the record now."""
+        with self._lock:
+            self.record["heartbeat"] = time.time()
+            text = json.dumps(self.record)
+        try:
+            atomic_write_text(self.run_dir.status, text)
+        except OSError:
+            pass  # a full disk must not kill training; the heartbeat simply goes stale
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+            if self.on_beat:
+                try:
+                    self.on_beat()
+                except Exception:
+                    pass
+
+    def stop(self, **final) -> None:
+        """Final record (state, exit code) and stop the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        self.update(**final)
+        self.beat()
+
+
+def liveness(run_dir: RunDir, now: float | None = None) -> str:
+    """live / finished / aborted / failed / crashed / unknown, from status.json and the pid."""
+    status = run_dir.read_status()
+    if status is None:
+        return "unknown"
+    state = status.get("state", "")
+    if state in ("finished", "aborted", "failed"):
+        return state
+    now = time.time() if now is None else now
+    fresh = now - float(status.get("heartbeat", 0)) < STALE_AFTER_S
+    same_host = status.get("host") == socket.gethostname()
+    if same_host and not pid_alive(int(status.get("pid", 0))):
+        return "crashed"
+    if fresh:
+        return "live"
+    return "crashed" if same_host else "stale"
+
+
+def resume_command(run_dir: RunDir) -> str:
+    """The command that continues this run."""
+    return f"sensorlm-tui train --resume {run_dir.root}"

@@ -1,0 +1,160 @@
+"""The engine side of the control channel: applies viewers' requests at step boundaries, owns the run state.
+
+Every request is answered with an event carrying its id: ``SettingChanged``
+(applied), ``Refused`` (with why, and for a budget refusal the predicted and
+budget bytes), or ``Prediction`` (a dry-run ``set``: the numbers the same real
+request would be judged by, nothing applied). A forced change says so in its
+acknowledgement, so the run's log shows what was pushed past the budget.
+
+While paused the handler waits on every stop reason, not only abort-now:
+SIGTERM, a first Ctrl-C, SIGHUP with ``on_hangup = stop`` and a graceful abort
+all set ``Controls.graceful_event``, which ends the pause; the loop then
+checkpoints at the paused step and stops (``GracefulStop``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from engine.run import events as ev
+from engine.run.control.requests import ENGINE_SETTINGS, Controls, Request
+from engine.optim.device import release_cache
+from engine.core.exit_codes import ExitCode
+
+#: Seconds between looks at the mailbox while paused (a request or a stop wakes it at once).
+PAUSE_POLL_S = 0.25
+
+
+class Stop(Exception):
+    """Leave the loop now, without a checkpoint (abort-now, second SIGINT)."""
+
+
+class GracefulStop(Exception):
+    """Leave the loop with a checkpoint (unless ``checkpoint`` is False) and this exit code."""
+
+    def __init__(self, reason: str, exit_code: int, checkpoint: bool = True, status: str = "aborted") -> None:
+        super().__init__(reason)
+        self.reason, self.exit_code, self.checkpoint, self.status = reason, exit_code, checkpoint, status
+
+
+class Steerable(Protocol):
+    """What the handler needs from the run it steers (the Trainer)."""
+
+    step: int
+    #: The memory budget (engine.budget.hook.BudgetHook): ``predict_change``.
+    budget: Any
+    #: The live knobs (engine.training.live_settings.LiveSettings): ``error``, ``affects_memory``, ``change``.
+    settings: Any
+    #: The torch device it trains on (free_memory acts only on CUDA).
+    device: Any
+    #: The model and its exporter (engine.training.exporter.Exporter): a checkpoint now also writes the task's export.
+    model: Any
+    exporter: Any
+    #: The batch source (engine.training.threads.PlannedPrefetcher): ``task_changed`` after a task setting changes.
+    prefetch: Any
+
+    def checkpoint(self, kind: str, request_id: str | None = None) -> str | None:
+        """Write ``last`` now; its path, None if the write failed."""
+
+
+class ControlHandler:
+    """Drains ``controls`` at each boundary, answers every request on ``emit``, and raises the run's stops."""
+
+    def __init__(self, controls: Controls, emit: Callable[[ev.Event], None], run: Steerable) -> None:
+        self.controls = controls
+        self.emit = emit
+        self.run = run
+        #: starting, running, paused, checkpointing, then finished / aborted / failed.
+        self.state = "starting"
+
+    def set_state(self, state: str, reason: str = "") -> None:
+        """Change the run state (one StateChanged event when it really changes)."""
+        if state != self.state:
+            self.state = state
+            self.emit(ev.StateChanged(state=state, reason=reason, step=self.run.step))
+
+    def stopping(self) -> bool:
+        """True once any stop was asked for (a long evaluation checks this between batches)."""
+        return self.controls.stopping()
+
+    def boundary(self) -> None:
+        """Apply queued requests; wait here while paused. Raises Stop / GracefulStop to end the run."""
+        self.apply(self.controls.drain())
+        while self.state == "paused" and not self.controls.stopping():
+            self.controls.wait(PAUSE_POLL_S)
+            self.apply(self.controls.drain())
+        if self.controls.stop_event.is_set():
+            raise Stop(self.controls.stop_reason or "aborted now, no checkpoint")
+        if self.controls.graceful_event.is_set():
+            raise GracefulStop(self.controls.graceful_reason or "aborted by request",
+                               self.controls.graceful_exit_code or ExitCode.FINISHED)
+
+    def apply(self, requests: list[Request]) -> None:
+        """Answer each request in order (a ValueError from the run becomes a refusal)."""
+        for request in requests:
+            try:
+                self._one(request)
+            except ValueError as exc:  # TaskError is a ValueError: a task refusing a setting
+                self.refuse(request, str(exc))
+
+    def ack(self, request: Request, name: str, old: Any, new: Any, reason: str = "") -> None:
+        """Answer ``request``: applied."""
+        self.emit(ev.SettingChanged(name=name, old=old, new=new, reason=reason, step=self.run.step,
+                                    request_id=request.id))
+
+    def refuse(self, request: Request, why: str, predicted: int | None = None, budget: int | None = None) -> None:
+        """Answer ``request``: not applied, and why."""
+        self.emit(ev.Refused(request=request.to_dict(), why=why, step=self.run.step, request_id=request.id,
+                             predicted=predicted, budget=budget))
+
+    def _one(self, request: Request) -> None:
+        action = request.action
+        if action == "pause":
+            if self.state == "paused":
+                return self.refuse(request, "already paused")
+            self.set_state("paused", "paused by request")
+            return self.ack(request, "state", "running", "paused")
+        if action == "resume":
+            if self.state != "paused":
+                return self.refuse(request, "not paused")
+            self.set_state("running", "resumed by request")
+            return self.ack(request, "state", "paused", "running")
+        if action == "checkpoint_now":
+            path = self.run.checkpoint("manual", request_id=request.id)
+            if path is None:
+                return self.refuse(request, "checkpoint failed; see the checkpoint_failed event")
+            self.run.exporter.export(self.run.model, self.run.step, "manual")  # the task's export with it, if any
+            return self.ack(request, "checkpoint", None, path)
+        if action == "abort":  # the stop itself comes from the events Controls.submit set (boundary above)
+            return self.ack(request, "state", self.state, "aborting", reason=f"abort ({request.mode}) by request")
+        if action == "free_memory":
+            if self.run.device.type != "cuda":
+                return self.refuse(request, "nothing to free: training on CPU holds no cached device memory")
+            before, after = release_cache(self.run.device)
+            return self.ack(request, "reserved_bytes", before, after,
+                            reason=f"freed {before - after} bytes of cached memory")
+        if action == "set":
+            return self._set(request)
+        self.refuse(request, f"unknown action {action!r}")
+
+    def _set(self, request: Request) -> None:
+        name, value = request.name, request.value
+        settings = self.run.settings
+        error = settings.error(name, value)
+        if error:
+            return self.refuse(request, error)
+        judged = (self.run.budget.predict_change({name: value}) if settings.affects_memory(name)
+                  else {"predicted": None, "budget": None, "fits": True, "why": ""})
+        if request.dry_run:
+            return self.emit(ev.Prediction(name=name, value=value, predicted=judged["predicted"],
+                                           budget=judged["budget"], fits=judged["fits"], refused=judged["why"],
+                                           step=self.run.step, request_id=request.id))
+        if judged["why"] and (not request.force or judged["predicted"] is None):
+            return self.refuse(request, judged["why"], judged["predicted"], judged["budget"])
+        old, note = settings.change(name, value)
+        if name not in ENGINE_SETTINGS:  # data workers hold a copy of the task: they restart from the new one
+            self.run.prefetch.task_changed()
+        if request.force:
+            note = "; ".join(x for x in ("forced past the budget check" + (f" ({judged['why']})" if judged["why"]
+                                                                            else ""), note) if x)
+        self.ack(request, name, old, value, note)

@@ -1,0 +1,151 @@
+"""Fault injection for tests: NaN losses, out-of-memory, crashes, a too-high LR and slow checkpoint writes.
+
+A TEST hook, off unless the environment variable ``SENSORLM_TUI_FAULTS`` is
+set. It lives in the task layer, not the loop: the task registry
+(``engine.core.registry.make_task``) attaches an injector to every task it builds as
+``task.faults``, and a task's ``loss()`` passes its loss through
+``self.faults.on_loss(step, loss)`` when ``self.faults`` is not None. So the
+faults are real to the loop: it sees a NaN loss, a ``torch.OutOfMemoryError``
+or a RuntimeError from the task exactly as it would from a broken model.
+
+Spec: comma-separated items, e.g. ``SENSORLM_TUI_FAULTS="nan@12,nan@13,oom@20,slow_save=0.5"``
+
+- ``nan@N`` / ``nan@A-B``: the loss of step N (each of steps A..B) is NaN.
+- ``oom@N``: the first micro-batch of step N raises ``torch.OutOfMemoryError``.
+- ``raise@N``: step N raises ``RuntimeError`` (a crash inside training).
+- A trailing ``*`` (``nan@A-B*``) makes a fault fire every time the step is
+  computed (data that is always bad); without it each fires once, so a step
+  redone after a rollback or an OOM retry goes through.
+- ``lr@N=F`` / ``lr@A-B=F``: the learning rate of step N (each of steps A..B)
+  is multiplied by F, on top of the schedule: a run made to regress on
+  purpose (what the abort rule is for). It reaches the loop through
+  ``engine.optim.optimization.lr_fault``, so the step events log the LR it ran at.
+- ``slow_save=S``: every checkpoint write sleeps S seconds between its fsynced
+  temp file and the rename, so a kill can land mid-write.
+
+Steps are numbered as the events number them (1-based: ``nan@12`` makes the
+StepLogged with step 12 the skipped one). The loop hands ``loss()`` the count
+of steps already done, so the step being computed is that plus one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from engine.tasks.base import TaskError
+
+#: Environment variable holding the fault spec.
+ENV = "SENSORLM_TUI_FAULTS"
+
+_STEP_ITEM = re.compile(r"^(nan|oom|raise)@(\d+)(?:-(\d+))?(\*?)$")
+_LR_ITEM = re.compile(r"^lr@(\d+)(?:-(\d+))?=(.+)$")
+_KINDS = "nan@N, nan@A-B, oom@N, raise@N (a trailing * repeats), lr@A-B=FACTOR, slow_save=SECONDS"
+
+
+class FaultSpecError(TaskError):
+    """A malformed fault spec; one line naming the variable and the bad item."""
+
+
+@dataclass
+class FaultInjector:
+    """The parsed spec and which one-shot faults have fired; see the module docstring."""
+
+    spec: str = ""
+    steps: dict[int, list[tuple[str, bool]]] = field(default_factory=dict)  # step -> [(kind, sticky)]
+    slow_save_s: float = 0.0
+    lr_factors: dict[int, float] = field(default_factory=dict)  # step -> LR multiplier
+    fired: set[tuple[str, int]] = field(default_factory=set)
+
+    @classmethod
+    def parse(cls, spec: str) -> "FaultInjector":
+        """Parse a spec string; FaultSpecError naming the first bad item."""
+        injector = cls(spec=spec)
+        for item in (part.strip() for part in spec.split(",")):
+            if not item:
+                continue
+            if item.startswith("slow_save="):
+                try:
+                    injector.slow_save_s = float(item.partition("=")[2])
+                except ValueError:
+                    injector.slow_save_s = -1.0
+                if not 0 <= injector.slow_save_s <= 600:
+                    raise FaultSpecError(f"{ENV}: {item!r}: slow_save takes seconds in [0, 600]")
+                continue
+            if match := _LR_ITEM.match(item):
+                try:
+                    factor = float(match.group(3))
+                except ValueError:
+                    factor = -1.0
+                if not 0 < factor <= 1e6:
+                    raise FaultSpecError(f"{ENV}: {item!r}: lr takes a factor in (0, 1e6]")
+                for step in _steps(item, match.group(1), match.group(2)):
+                    injector.lr_factors[step] = factor
+                continue
+            match = _STEP_ITEM.match(item)
+            if not match:
+                raise FaultSpecError(f"{ENV}: {item!r}: unknown fault; allowed: {_KINDS}")
+            kind, sticky = match.group(1), bool(match.group(4))
+            for step in _steps(item, match.group(2), match.group(3)):
+                injector.steps.setdefault(step, []).append((kind, sticky))
+        return injector
+
+    def on_loss(self, step: int, loss):
+        """Called by a task's loss() with the loop's ``step`` (steps done so far); returns the (maybe NaN) loss."""
+        number = step + 1
+        for kind, sticky in self.steps.get(number, ()):
+            if not sticky and (kind, number) in self.fired:
+                continue
+            self.fired.add((kind, number))
+            if kind == "nan":
+                loss = loss * float("nan")  # NaN in the graph too, so gradients are non-finite like a real blow-up
+            elif kind == "oom":
+                import torch
+
+                raise torch.OutOfMemoryError(f"injected out of memory at step {number} ({ENV})")
+            elif kind == "raise":
+                raise RuntimeError(f"injected crash at step {number} ({ENV})")
+        return loss
+
+    def lr_factor(self, step: int) -> float:
+        """The LR multiplier of the optimizer step after ``step`` steps done (1.0 where no lr fault is set)."""
+        return self.lr_factors.get(step + 1, 1.0)
+
+    def install_lr_fault(self) -> None:
+        """Make engine.optim.optimization scale the LR of the steps an ``lr@`` item names (no-op without one)."""
+        if not self.lr_factors:
+            return
+        from engine.optim import optimization
+
+        optimization.lr_fault = self.lr_factor
+
+    def install_save_delay(self) -> None:
+        """Make engine.checkpoint.format.write sleep before its rename (no-op without slow_save)."""
+        if self.slow_save_s <= 0:
+            return
+        from engine.checkpoint import format as checkpoint
+
+        delay = self.slow_save_s
+        checkpoint.before_commit = lambda tmp: time.sleep(delay)
+
+
+def from_env(environ: dict | None = None) -> FaultInjector | None:
+    """The injector the environment asks for, or None (the normal case: no faults, no cost)."""
+    spec = (os.environ if environ is None else environ).get(ENV, "").strip()
+    if not spec:
+        return None
+    injector = FaultInjector.parse(spec)
+    injector.install_save_delay()
+    injector.install_lr_fault()
+    return injector
+
+
+def _steps(item: str, first: str, last: str | None) -> range:
+    """Steps ``first`` (..``last``) of an item, 1-based; FaultSpecError for a range that is not A <= B."""
+    start = int(first)
+    stop = int(last) if last else start
+    if start < 1 or stop < start or stop - start > 1_000_000:
+        raise FaultSpecError(f"{ENV}: {item!r}: steps start at 1 and a range must be A-B with A <= B")
+    return range(start, stop + 1)

@@ -1,0 +1,94 @@
+"""The run's live knobs: batch size, grad_accum, the peak LR, and the task's declared settings.
+
+A viewer's ``set`` and the OOM policy change these between steps. The batch
+size counts samples per optimizer step and the sample order counts samples, so
+a change neither replays nor skips one. ``config`` is kept in step with every
+change (it is what a checkpoint records and what the memory budget predicts
+from: ``engine.budget.hook`` reads ``config``, ``batch_size`` and ``grad_accum``
+here). Which changes the budget judges: those the budget's settings map
+(the engine's and the task's declared settings) knows; the LR costs no memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.budget.settings import ENGINE, declared, describe, with_settings
+from engine.core.config import RunConfig
+from engine.run.control.requests import ENGINE_SETTINGS
+
+
+class LiveSettings:
+    """Checks and applies live changes for one run (``optim`` holds the LR, ``task``/``model`` the task's own)."""
+
+    def __init__(self, config: RunConfig, task, model, optim) -> None:
+        self.config, self.task, self.model, self.optim = config, task, model, optim
+        self.batch_size, self.grad_accum = config.train.batch_size, config.train.grad_accum
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples per micro-batch (the first, largest one)."""
+        return max(1, math.ceil(self.batch_size / self.grad_accum))
+
+    @property
+    def optimizer(self):
+        """The torch optimizer (the budget's CPU meter counts its state as held across steps)."""
+        return self.optim.optimizer
+
+    def affects_memory(self, name: str) -> bool:
+        """True when the budget judges a change of ``name``."""
+        return name != "lr" and (name in ENGINE or any(s.name == name and s.affects_memory
+                                                       for s in declared(self.config)))
+
+    def error(self, name: str, value: Any) -> str | None:
+        """Why ``value`` is not allowed for ``name``, before the budget's check; None when it is."""
+        if name in ("batch_size", "grad_accum") and value < 1:
+            return f"{name} must be >= 1, got {value}"
+        if name == "grad_accum" and value > self.batch_size:
+            return f"grad_accum {value}: at most batch_size {self.batch_size}"
+        if name == "lr" and not value > 0:
+            return f"lr must be > 0, got {value}"
+        if name not in ENGINE_SETTINGS:
+            setting = next((s for s in declared(self.config) if s.name == name), None)
+            if setting is None:
+                names = ", ".join([*ENGINE_SETTINGS, *(s.name for s in declared(self.config))])
+                return f"task {self.config.task.name!r} has no setting {name!r}; settable: {names}"
+            return setting.check(value)
+        return None
+
+    def change(self, name: str, value: Any) -> tuple[Any, str]:
+        """Apply a checked change; (old value, a note for the acknowledgement)."""
+        if name == "lr":
+            old, self.optim.peak_lr = self.optim.peak_lr, value
+            return old, ""
+        old = self.batch_size if name == "batch_size" else describe(self.config).get(name)
+        if name not in ENGINE_SETTINGS:
+            self.task.apply_setting(self.model, name, value)
+        if name == "batch_size":
+            self.batch_size, self.grad_accum = value, min(self.grad_accum, value)
+        elif name == "grad_accum":
+            self.grad_accum = value
+        self._sync({name: value} if name != "lr" else {})
+        return old, "data position kept: no sample replayed or skipped" if name == "batch_size" else ""
+
+    def smaller_micro_batches(self, grad_accum: int) -> str:
+        """Out of memory: more, smaller micro-batches, the effective batch kept; returns the line that says so."""
+        micro = self.micro_batch
+        self.grad_accum = grad_accum
+        self._sync({})
+        return (f"out of memory: micro-batch {micro} -> {self.micro_batch}, effective batch {self.batch_size} "
+                "kept")
+
+    def _sync(self, changed: dict) -> None:
+        self.config = with_settings(self.config, **{**changed, "batch_size": self.batch_size,
+                                                    "grad_accum": self.grad_accum})
+
+    def state_dict(self) -> dict:
+        """``{"batch_size", "grad_accum"}`` (the LR is the optimizer's, the task's settings are in the config)."""
+        return {"batch_size": self.batch_size, "grad_accum": self.grad_accum}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue with a checkpoint's batch size and accumulation."""
+        self.batch_size, self.grad_accum = state["batch_size"], state["grad_accum"]
+        self._sync({})

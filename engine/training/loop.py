@@ -1,0 +1,299 @@
+"""The Trainer: a task-agnostic loop over components that each own their config, state and policy.
+
+- ``SampleOrder`` (engine.training.sample_order): which samples each step reads; rank-aware, resumable anywhere.
+- ``Optimization`` (engine.optim.optimization): AdamW over the task's param groups, precision, schedule, clipping.
+- ``NanPolicy`` / ``OomPolicy`` (engine.training.policies): non-finite steps, OOM back-off; each decision goes
+  through ``agree`` (identity in one process, an all-reduce when distributed).
+- ``Evaluator`` (engine.training.evaluator): validation passes, the best and abort rule, the overfit gate.
+- ``Checkpointer`` (engine.checkpoint.manager; FSDP2's DCP directories: engine.checkpoint.sharded):
+  cadence, save, prune, restore with validation, rollback (agreed across ranks); ``Weights``: the model's part.
+- ``ControlHandler`` (engine.training.control_handler): viewers' requests at step boundaries, pause, stops.
+- ``LiveSettings`` (engine.training.live_settings) and ``BudgetHook`` (engine.budget.hook): the live knobs and the
+  memory prediction every change to them is judged by. ``Throughput``: tokens/s, MFU; ``Exporter``: exports.
+
+The Trainer keeps the step count and assembles a checkpoint from its components' states; ``load``
+validates all of it against the live model first, so a checkpoint loads whole or is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from engine.checkpoint import format as ckpt
+from engine.optim import device as dev
+from engine.run import events as ev
+from engine.training import threads
+from engine.budget.hook import BudgetHook
+from engine.core.config import RunConfig
+from engine.run.control.requests import Controls
+from engine.training.control_handler import ControlHandler, GracefulStop, Stop
+from engine.training.evaluator import Evaluator
+from engine.core.exit_codes import ExitCode, Outcome
+from engine.training.live_settings import LiveSettings
+from engine.optim.optimization import Optimization, accumulate
+from engine.training.policies import Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
+from engine.training.prefetch import step_keys, upcoming_keys
+from engine.distributed.parallel import Single
+from engine.training.sample_order import SampleOrder
+from engine.run.sinks import EventBus
+from engine.core.registry import get_spec, make_task
+from engine.training.throughput import Throughput
+from engine.training.exporter import Exporter
+from engine.checkpoint.weights import Weights
+
+
+class Trainer:
+    """Trains ``config``'s task; emits events on ``bus``; obeys ``controls`` at step boundaries."""
+
+    def __init__(self, config: RunConfig, bus: EventBus, controls: Controls | None = None,
+                 checkpoint_dir: Path | None = None, resume: ckpt.Loaded | None = None, name: str = "",
+                 run_dir: Path | None = None, on_step: Callable[[int], None] | None = None,
+                 agree: Agree = agree, parallel: Single | None = None) -> None:
+        """``on_step(step)`` is called after every step (the engine's status record); ``agree`` see policies;
+        ``parallel`` is the strategy across processes (engine.distributed.parallel; default one process)."""
+        self.parallel = parallel or Single()
+        if parallel is not None and agree is globals()["agree"]:
+            agree = parallel.agree
+        self.config, self.bus, self.resume, self.run_dir, self.agree = config, bus, resume, run_dir, agree
+        self.name, self.step = name or config.name, 0
+        self.on_step = on_step or (lambda step: None)
+        self.control = ControlHandler(controls or Controls(), bus.emit, self)
+        self.checkpoints = self.parallel.checkpointer(checkpoint_dir, config.checkpoint, bus.emit)
+        self._pending: tuple | None = None  # the last step's values, emitted after its checks
+        self._ranks = None  # the distributed strategy's per-rank telemetry event, emitted with the step's
+
+    def setup(self) -> None:
+        """Seed, build task/model/optimizer on the device, restore the checkpoint when resuming."""
+        t = self.config.train
+        ckpt.seed_all(t.seed)
+        self.device = dev.resolve(t.device)
+        self.task = make_task(self.config)  # also attaches the test fault hook (engine.training.faults)
+        self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
+        self.order = SampleOrder(t.overfit or self.task.train_size(), t.seed, shuffle=not t.overfit,
+                                 rank=self.parallel.rank, world=self.parallel.world,
+                                 source="train.overfit" if t.overfit else "data.train_samples")
+        self.model = self.task.build_model().to(self.device)
+        self._on_host = self.device.type == "cpu"  # batches are built on the host: no per-tensor .to() a step
+        self.params = sum(p.numel() for p in self.model.parameters())
+        # DDP: the same parameters, gradients synchronised; FSDP2 shards them in place, so before the optimizer.
+        self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
+        self.weights, self.rates, self.exporter = Weights.of(self), Throughput.of(self), Exporter.of(self)
+        self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self.order.size // t.batch_size))
+        self.optim = Optimization(t, self.model, self.task.param_groups(self.model), self.device, self.total_steps)
+        self.checkpoints.bind(self.model, self.optim.optimizer)
+        self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
+        self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
+        self.oom = OomPolicy(t.oom_recovery, self.agree)
+        self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree)  # also the overfit gate preflight
+        self.budget = BudgetHook(self.config, self.task, self.device)
+        self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
+        if self.resume:
+            self.resume = self.checkpoints.restore(self.resume, self.load)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Outcome:
+        """Train until done, aborted or failed. Never raises for control-flow reasons."""
+        if not hasattr(self, "model"):
+            self.setup()
+        self._emit_started()
+        try:
+            if self.step == 0 and not self.resume:
+                self.evaluate()
+                self.checkpoint()
+            self.control.set_state("running", "training")
+            while self.step < self.total_steps:
+                self.control.boundary()
+                self.train_step()
+                self.log_step()
+                if eval_due(self.step, self.config.train.eval_every, self.total_steps):
+                    self.evaluate()
+                    if self.evaluator.abort_reason:
+                        return self._finish("aborted", ExitCode.POLICY, self.evaluator.abort_reason, True)
+                    self.checkpoint()
+                elif self.checkpoints.due(self.step):
+                    self.checkpoint()
+                if self.checkpoints.keeps_steps() and self.checkpoints.due(self.step):
+                    self.checkpoint(which="step")
+            self.control.boundary()  # requests that came during the last step still get their ack
+            failed, reason = self.evaluator.overfit_verdict()
+            return self._finish("finished", ExitCode.POLICY if failed else ExitCode.FINISHED, reason, False)
+        except Stop as stop:
+            return self._finish("interrupted", ExitCode.INTERRUPTED, str(stop) or "stopped now", False)
+        except GracefulStop as stop:
+            return self._finish(stop.status, stop.exit_code, stop.reason, stop.checkpoint)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> None:
+        """One optimizer step over batch_size samples in grad_accum micro-batches; an OOM retries smaller."""
+        before = self.order.state_dict()
+        indices = self.order.take(self.order.per_rank(self.settings.batch_size))
+        while True:
+            try:
+                with self.budget.measure_step(self.step + 1):  # CPU: now and then, the step's true peak
+                    return self._step_on(indices, time.perf_counter())
+            except torch.OutOfMemoryError:
+                accum = self.oom.backoff(self.settings.batch_size, self.settings.grad_accum)
+                if accum is None:
+                    self.order.load_state_dict(before)
+                    raise
+                self.optim.zero_grad()
+                dev.release_cache(self.device)
+                old, reason = self.settings.grad_accum, self.settings.smaller_micro_batches(accum)
+                self.bus.emit(ev.SettingChanged(name="grad_accum", old=old, new=accum, step=self.step, reason=reason))
+            except Exception:
+                self.order.load_state_dict(before)  # the failed step's samples are read again on resume
+                raise
+
+    def _keys(self, indices: list[int], step: int) -> list[tuple]:
+        return step_keys(indices, self.settings.grad_accum, 0 if self.config.train.overfit else step)
+
+    def _upcoming(self, keys: list[tuple], done: int):
+        """Every batch key after ``keys[:done]`` to the end of the run, at today's settings (lazy; nothing moves)."""
+        return upcoming_keys(keys[done:], self.order.copy(), self.order.per_rank(self.settings.batch_size),
+                             self.settings.grad_accum, self.step + 1, self.total_steps, not self.config.train.overfit)
+
+    def _step_on(self, indices: list[int], started: float) -> None:
+        self.optim.zero_grad()
+        keys = self._keys(indices, self.step)
+        total: torch.Tensor | None = None
+        parts: dict[str, torch.Tensor] = {}
+        for i, key in enumerate(keys):
+            host = self.parallel.fetch(self.prefetch, key)
+            if self.prefetch.depth:  # what comes next, built while this micro-batch trains
+                self.prefetch.ahead(lambda: self._upcoming(keys, i + 1))
+            batch = host if self._on_host else {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
+            weight = len(key[0]) / len(indices)
+            with self.parallel.sync(final=i == len(keys) - 1):  # DDP: gradients all-reduced on the last only
+                with self.optim.autocast():
+                    loss, components = self.task.loss(self.train_model, batch, self.step)
+                self.optim.backward(loss if weight == 1.0 else loss * weight)
+            total = accumulate(total, loss.detach().float(), weight)
+            for name, value in components.items():
+                parts[name] = accumulate(parts.get(name), value.detach().float(), weight)
+        total, parts = self.parallel.mean_losses(total, parts)  # the job's loss, not this rank's share
+        (total, grad_norm, parts), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
+        self.step += 1
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        self._pending = (self.step, total, parts, grad_norm, lr, elapsed, len(indices) * self.parallel.world, skipped)
+        self._ranks = self.parallel.observe(self.step, started, elapsed)  # on every rank; rank 0 gets an event
+        decision = self.nan.record(skipped)
+        if decision in ("stop", "rollback"):
+            self.log_step()  # the failing step's event comes before the rollback's, in step order
+        event, stop = self.nan.respond(decision, self.step, self._rollback, self.optim)
+        if stop:
+            raise GracefulStop(stop, ExitCode.POLICY, checkpoint=False, status="failed")
+        if event is not None:
+            self.bus.emit(event)
+
+    def _rollback(self) -> int | None:
+        """Reload the newest good checkpoint (NanPolicy's rollback); the step it holds, None without one."""
+        return None if self.checkpoints.rollback(self.load, self.parallel) is None else self.step
+
+    def log_step(self) -> None:
+        """Emit the last step's event (its values came back in the step's one device sync)."""
+        if self._pending is None:
+            return
+        step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending
+        self._pending = None
+        self.on_step(step)
+        if self._ranks is not None:
+            self.bus.emit(self._ranks)
+            self._ranks = None
+        if step % self.config.train.log_every and step != self.total_steps and not skipped:
+            return
+        self.bus.emit(ev.StepLogged(
+            step=step, epoch=self.order.epoch, loss=loss, lr=lr, grad_norm=grad_norm,
+            samples_per_s=n / elapsed, steps_per_s=1.0 / elapsed, batch_size=self.settings.batch_size,
+            components=parts, skipped=skipped, **self.rates.rates(n, elapsed)))
+        sample = self.budget.sample(step)
+        if sample is not None:
+            self.bus.emit(sample)
+
+    # ------------------------------------------------------------------ evaluation and checkpoints
+    def evaluate(self) -> ev.EvalDone:
+        """A validation pass (a stop asked for meanwhile cuts it short and raises); saves ``best`` on a new best."""
+        event = self.evaluator.run(self.model, self.step, self.settings.micro_batch, self.optim.autocast,
+                                   self.device, self.control.stopping)
+        if event is None:
+            self.control.boundary()  # raises the stop that interrupted it
+        self.bus.emit(event)
+        if event.is_best and self.config.checkpoint.save_best and self.step > 0:
+            self.checkpoint(which="best")
+        return event
+
+    def checkpoint(self, kind: str = "", request_id: str | None = None, which: str = "last") -> str | None:
+        """Save ``which`` (last / best / step) now; its path, or None when it failed or there is no directory."""
+        before = self.control.state
+        if before in ("running", "paused"):
+            self.control.set_state("checkpointing", "writing checkpoint")
+        try:
+            return self.checkpoints.save(which, self.step, self.state_dict(), kind or which, request_id)
+        finally:
+            if self.control.state == "checkpointing":
+                self.control.set_state(before, "checkpoint written")
+
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """(tensors, JSON metadata) of the whole run, as one checkpoint holds it."""
+        tensors, model_meta = self.weights.state_dict()  # only what trains, plus the frozen base's identity
+        optim_tensors, optim_meta = self.optim.state_dict()
+        rng_tensors, rng_meta = ckpt.rng_capture()
+        meta = {"step": self.step, **self.order.state_dict(), "world": self.parallel.world,
+                **self.settings.state_dict(), **optim_meta,
+                "total_steps": self.total_steps, "config": self.settings.config.model_dump(mode="json"),
+                "rng": rng_meta, "task_state": self.task.state_dict(), **self.evaluator.state_dict(),
+                "nan": self.nan.state_dict(), "params": self.params, **model_meta}
+        return {**tensors, **optim_tensors, **rng_tensors}, meta
+
+    def load(self, loaded: ckpt.Loaded) -> None:
+        """Check a checkpoint against this run (all of it before any loads), load it, verify its optimizer digest."""
+        meta, tensors = loaded.meta, loaded.tensors
+        ckpt.validate_meta(loaded)
+        weights = self.checkpoints.weights(loaded, self.weights, self.optim)  # a file's shapes checked here
+        try:
+            order = SampleOrder.state_for_world(meta, self.parallel.world)
+            self.order.check(order)
+            ckpt.check_rng(tensors)
+        except ValueError as exc:
+            raise ckpt.CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid ({exc})") \
+                from None
+        weights()
+        self.optim.load_scalars(meta)
+        ckpt.rng_restore(tensors, meta["rng"])
+        self.order.load_state_dict(order)
+        self.settings.load_state_dict(meta)
+        self.evaluator.load_state_dict(meta)
+        self.step, self.nan.guard = meta["step"], NanGuard(**meta["nan"])
+
+    # ------------------------------------------------------------------ start / finish
+    def _emit_started(self) -> None:
+        self.bus.emit(ev.RunStarted(
+            name=self.name, task=self.config.task.name, preset=self.config.task.preset,
+            config=self.config.model_dump(mode="json"), params=self.params, device=self.device.type,
+            device_name=dev.describe(self.device), budget=self.budget.on_start(self.settings),
+            total_steps=self.total_steps, start_step=self.step, pid=os.getpid(),
+            resumed_from=str(self.resume.path) if self.resume else None,
+            capabilities=get_spec(self.config.task.name).capabilities.to_dict()))
+        self.checkpoints.announce(self.resume, self.step)  # the files it skipped, the optimizer digest it checked
+
+    def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool) -> Outcome:
+        self.prefetch.close()
+        self.log_step()
+        path = None
+        if (checkpoint or status == "finished") and self.checkpoints.saved_last_at != self.step:
+            path = self.checkpoint(kind="final")
+            if path is None and self.checkpoints.directory is not None:
+                reason, exit_code = self.checkpoints.final_failed(reason), exit_code or ExitCode.POLICY
+        self.control.set_state({"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}
+                               .get(status, "failed"), reason)
+        outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)
+        resume = f"sensorlm-tui train --resume {self.run_dir}" if status != "finished" and self.run_dir else None
+        self.bus.emit(ev.RunFinished(status=status, best=self.evaluator.abort.best, steps=self.step, reason=reason,
+                                     checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code),
+                                     export=self.exporter.final(self.model, self.step, status)))
+        return outcome
+

@@ -1,0 +1,1 @@
+"""One module per subcommand (train, attach, runs, plot, presets) and the dashboard runner they share."""

@@ -1,0 +1,65 @@
+"""`sensorlm-tui train` on a terminal: the dashboard over an engine process (default) or an in-process Trainer.
+
+The config was validated before this runs (bad flags never open the UI). The
+session factory is called inside the dashboard's worker thread, so the first
+frame appears before the engine process is up and before torch is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+#: Flags that belong to the viewer, not the engine (value-taking ones first).
+VIEW_FLAGS_WITH_VALUE = ("--theme", "--refresh", "--run-dir")
+VIEW_FLAGS = ("--ansi", "--in-process", "--headless")
+
+
+def engine_argv(argv: list[str]) -> list[str]:
+    """The train flags to forward to `python -m engine` (viewer flags and the subcommand removed)."""
+    out: list[str] = []
+    skip = False
+    for i, item in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if i == 0 and item == "train":
+            continue
+        name = item.split("=", 1)[0]
+        if name in VIEW_FLAGS_WITH_VALUE:
+            skip = "=" not in item
+            continue
+        if name in VIEW_FLAGS:
+            continue
+        out.append(item)
+    return out
+
+
+def make_session_factory(args: argparse.Namespace, argv: list[str], prepared):
+    """A zero-argument callable building the Session the dashboard watches."""
+    if args.in_process:
+        def in_process():
+            from engine.app.inprocess import InProcessSession
+
+            return InProcessSession(prepared)
+        return in_process
+
+    def process():
+        from engine.run.control.launcher import launch
+
+        forwarded = engine_argv(argv)
+        if prepared.resume is None and "--name" not in forwarded:
+            forwarded += ["--name", prepared.config.name]
+        # No --threads here: the engine plans its threads itself and sees this dashboard on its control socket.
+        return launch(forwarded, prepared.run_dir.root).client()
+    return process
+
+
+def run_train_dashboard(args: argparse.Namespace, argv: list[str], prepared) -> int:
+    """Open the dashboard on a new or resumed run; returns the process exit code."""
+    from tui.commands.run_dashboard import run_dashboard
+
+    code = run_dashboard(make_session_factory(args, argv, prepared), theme=args.theme, refresh=args.refresh,
+                         read_only=False, ansi=args.ansi, in_process=bool(args.in_process))
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,77 @@
+"""Messages the session worker posts to the UI (``post_message`` only, never ``call_from_thread``)."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from engine.run.control.requests import Request
+from engine.run.events import Event
+
+
+class EventBatch(Message):
+    """Events gathered over one batching window (~80 ms), or the whole history on connect.
+
+    ``fold`` (a long history only): its steps' tui.model.history_fold.HistoryFold, which the worker finishes after
+    the UI has shown the preview (then HistoryFolded).
+    """
+
+    def __init__(self, events: list[Event], history: bool = False, fold=None) -> None:
+        super().__init__()
+        self.events = events
+        self.history = history
+        self.fold = fold
+
+
+class HistoryFolded(Message):
+    """The worker finished a long history's fold (``fold.result`` is every row; None when folding failed)."""
+
+    def __init__(self, fold) -> None:
+        super().__init__()
+        self.fold = fold
+
+
+class SessionReady(Message):
+    """The session factory returned: whether controls are allowed, whether detaching is possible, the run dir."""
+
+    def __init__(self, read_only: bool, detachable: bool, run_dir: str | None) -> None:
+        super().__init__()
+        self.read_only = read_only
+        self.detachable = detachable
+        self.run_dir = run_dir
+
+
+class SessionFailed(Message):
+    """The session could not be opened (``fatal``) or one read failed and is being retried; one line for the user."""
+
+    def __init__(self, error: str, fatal: bool = True) -> None:
+        super().__init__()
+        self.error = error
+        self.fatal = fatal
+
+
+class LivenessChanged(Message):
+    """``Session.liveness()`` changed (live / finished / aborted / failed / crashed / unknown)."""
+
+    def __init__(self, liveness: str) -> None:
+        super().__init__()
+        self.liveness = liveness
+
+
+class ControlDone(Message):
+    """A control request came back: ``ack`` is the engine's SettingChanged/Refused, or ``error`` says why not."""
+
+    def __init__(self, request: Request, ack: Event | None, error: str | None = None) -> None:
+        super().__init__()
+        self.request = request
+        self.ack = ack
+        self.error = error
+
+
+class CompareLoaded(Message):
+    """Another run's history was read for the compare overlay: ``model`` (a RunModel), or ``error`` says why not."""
+
+    def __init__(self, path: str, model, error: str | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.model = model
+        self.error = error
