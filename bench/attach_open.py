@@ -57,7 +57,7 @@ from pathlib import Path
 from bench.common import ROOT, Section, fmt_stats, smoke, verdict
 from bench.open_run import write_run
 from engine.run.history import index as history_index
-from engine.run.history.store import read_history
+from engine.run.history import read_history
 
 #: Poll interval of both measurements (s).
 POLL_S = 0.05

@@ -37,7 +37,6 @@ import time
 
 from bench.cpu_share import tree_cpu_s
 
-
 #: Set by ``--engine-settings``: fused AdamW and the engine's allocator settings in this loop too.
 ENGINE_SETTINGS = False
 
@@ -47,10 +46,10 @@ def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
     import torch
 
     from engine.core import config as cfg
-    from engine.training.allocator import keep_freed_memory
+    from engine.core.registry import load_task_class
     from engine.optim.optimization import adamw
     from engine.optim.schedule import lr_at
-    from engine.core.registry import load_task_class
+    from engine.training.allocator import keep_freed_memory
 
     config = cfg.load(task=task_name, preset=preset, overrides={"train": {"max_steps": steps, "batch_size": batch}})
     t = config.train

@@ -20,10 +20,10 @@ import time
 import torch
 
 from bench.common import Section, fmt_stats, interleave, smoke, standalone, verdict
-from engine.core import config as cfg
 from engine.budget import hook, truth
 from engine.budget import step as stepmod
 from engine.budget.cpu_meter import StepPeak, held_tensors
+from engine.core import config as cfg
 
 PRESETS = (("toy", "demo"), ("sensorlm", "demo"))
 

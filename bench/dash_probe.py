@@ -31,7 +31,8 @@ def train_argv(steps: int, run_dir: Path) -> list[str]:
     # baseline gets the same, and the comparison is about the UI, not about torch's thread count.
     # 16 validation samples: the start and end evals sit outside every window; smaller, they cost less wall time.
     return [python(), "-m", "tui.cli", "train", "--preset", "demo", "--max-steps", str(steps), "--eval-every", "0",
-            "--checkpoint-every", "0", "--threads", "1", "--set", "sensorlm.data.val_samples=16", "--run-dir", str(run_dir)]
+            "--checkpoint-every", "0", "--threads", "1", "--set", "sensorlm.data.val_samples=16",
+            "--run-dir", str(run_dir)]
 
 
 def probe_env(frame_log: Path) -> dict:

@@ -39,12 +39,14 @@ def child(seconds: float, refresh: float | None, ansi: bool) -> None:
         live.append(ev.StepLogged(step=step, epoch=3, loss=0.3 + 0.05 * ((step * 7919) % 13) / 13, lr=2e-3,
                                   samples_per_s=640.0, steps_per_s=20.0, batch_size=32))
         if step % 10 == 0:
-            live.append(ev.MemorySampled(step=step, allocated=(2 << 30) + (step % 7) * (1 << 20), peak=(2 << 30) + (9 << 20),
+            live.append(ev.MemorySampled(step=step, allocated=(2 << 30) + (step % 7) * (1 << 20),
+                                         peak=(2 << 30) + (9 << 20),
                                          reserved=(3 << 30), predicted=(2 << 30) + (40 << 20), budget=8 << 30,
                                          capacity=16 << 30))
             live.append(ev.SystemSampled(cpu_percent=50.0 + step % 40, ram_used=6 << 30, ram_total=16 << 30))
         if step % 100 == 0:
-            live.append(ev.EvalDone(step=step, val_loss=0.33, metrics={"val_loss": 0.33, "psnr_db": 25.0 + (step % 300) / 300},
+            live.append(ev.EvalDone(step=step, val_loss=0.33,
+                                    metrics={"val_loss": 0.33, "psnr_db": 25.0 + (step % 300) / 300},
                                     primary="psnr_db", seconds=1.0))
     session = ScriptedSession(live, history=history, interval=1.0 / (STEPS_PER_S * 1.25))
     app = DashboardApp(lambda: session, refresh=refresh, ansi=ansi)

@@ -138,8 +138,9 @@ def run(quick: bool = False) -> Section:
     slice_ratio = ratios(slices["viewer"], slices["bare"])
     lines = header + [
         f"| slices of one run | engine alone | {_cells(slices['bare'], None, [], [], [], [], [])}",
-        f"| slices of one run | engine + dashboard attached (process mode) | "
-        f"{_cells(slices['viewer'], slice_ratio, slices['kbps'], slices['ui_cpu'], slices['fps'], slices['frames_ms'], slices['keys_ms'])}"]
+        "| slices of one run | engine + dashboard attached (process mode) | " + _cells(
+            slices["viewer"], slice_ratio, slices["kbps"], slices["ui_cpu"], slices["fps"], slices["frames_ms"],
+            slices["keys_ms"])]
     base = [r["steps_per_s"] for r in results[HEADLESS]]
     lines.append(f"| separate runs | {HEADLESS} | {_cells(base, None, [], [], [], [], [])}")
     run_ratio = {}
@@ -150,12 +151,14 @@ def run(quick: bool = False) -> Section:
         run_ratio[name] = ratios([r["steps_per_s"] for r in rows], base)
         lines.append(f"| separate runs | {name} | " + _cells(
             [r["steps_per_s"] for r in rows], run_ratio[name], [r["kbps"] for r in rows], [r["ui_cpu"] for r in rows],
-            [r["fps"] for r in rows], [f for r in rows for f in r["frames_ms"]], [k for r in rows for k in r["keys_ms"]]))
+            [r["fps"] for r in rows], [f for r in rows for f in r["frames_ms"]],
+            [k for r in rows for k in r["keys_ms"]]))
     process = stats(slice_ratio)[1]
     spread = f"; run-to-run spread {min(slice_ratio):.3f}–{max(slice_ratio):.3f} over {len(slice_ratio)} slice pairs"
     verdicts = [verdict("engine process: steps/s with ÷ without the dashboard (slices; dashboard issue)", process, 0.99)
                 + spread,
-                verdict("engine process: steps/s with ÷ without the dashboard (slices; benchmarks issue)", process, 0.98)
+                verdict("engine process: steps/s with ÷ without the dashboard (slices; benchmarks issue)", process,
+                        0.98)
                 + spread,
                 verdict("--in-process ÷ headless steps/s (runs)", stats(run_ratio[IN_PROCESS])[1], 0.95)]
     kbps = slices["kbps"] + [r["kbps"] for name in (PROCESS, IN_PROCESS) for r in results.get(name, [])]

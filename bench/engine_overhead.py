@@ -66,8 +66,8 @@ def plain_loop(steps: int, batch: int) -> float:
 def engine_loop(steps: int, batch: int, prefetch: bool = True, workers: int = 0) -> float:
     """Steps/s of the Trainer with its default sinks (events.jsonl and console) attached."""
     from engine.run.control.requests import Controls
-    from engine.training.loop import Trainer
     from engine.run.sinks import ConsoleSink, EventBus, JsonlSink
+    from engine.training.loop import Trainer
 
     config = _config(steps, batch, prefetch, workers)
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
@@ -111,7 +111,8 @@ def run(quick: bool = False) -> Section:
         f"DataLoader, which has no thread mode) | **{fmt_stats(gain)}** |",
         f"| **ratio 1 data worker / prefetch off** | **{fmt_stats(process_gain)}** |",
     ])
-    return Section("Engine overhead vs plain PyTorch", f"python -m bench --only engine_overhead{' --quick' if quick else ''}",
+    return Section("Engine overhead vs plain PyTorch",
+                   f"python -m bench --only engine_overhead{' --quick' if quick else ''}",
                    body, [verdict("engine/plain steps/s", stats(ratio)[1], 0.98),
                           verdict("engine: prefetch on ÷ off steps/s", stats(gain)[1], 1.0)])
 

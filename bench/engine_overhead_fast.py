@@ -92,7 +92,8 @@ def _rates(marks: list[tuple[int, float, float]], steps: int) -> dict:
 
 def engine_run(steps: int, root: Path, keep: list | None = None) -> float:
     """Steps/s of the engine as `train --headless` runs it, in this process (window 10-90 %)."""
-    from engine.app.main import Prepared, run_prepared
+    from engine.app.main import run_prepared
+    from engine.app.prepare import Prepared
     from engine.run.rundir import RunDir
 
     config = _config(steps)
@@ -125,7 +126,7 @@ def engine_argv(run_dir: Path) -> list[str]:
 
 def viewer_read_rate(path: Path) -> tuple[float, int]:
     """(events the viewer's reader opens per CPU-second, events in the file)."""
-    from engine.run.history.store import read_history
+    from engine.run.history import read_history
 
     start = time.process_time()
     history = read_history(path)
@@ -191,7 +192,8 @@ def section(results: dict, slices: dict | None, steps: int, rounds: int, quick: 
                      f"{fmt_stats(slices['viewer'], '.0f')} | **{fmt_stats(pair)}** ÷ the same engine alone | | |")
         verdicts.append(verdict("fast steps: dashboard attached ÷ alone steps/s (slices)", stats(pair)[1], 0.95)
                         + f"; spread {min(pair):.3f}–{max(pair):.3f} over {len(pair)} pairs")
-    lines += ["", f"The viewer's reader (engine.run.history.store) opened the last engine run's {results['events']:,} events at "
+    lines += ["", f"The viewer's reader (engine.run.history.store) opened the last engine run's "
+              f"{results['events']:,} events at "
               f"{results['read_rate']:,.0f} events per CPU-second, {headroom:,.0f}× the rate the engine wrote them: "
               f"a million-step run opens in {1e6 / results['read_rate']:.1f} CPU-s and the viewer does not fall "
               "behind while it runs."]

@@ -183,7 +183,8 @@ def section(device: str, results: dict, seconds: float) -> Section:
              "(prediction − truth) ÷ truth; truth is `max_memory_allocated` / `max_memory_reserved` of two real "
              "steps in a fresh process, and NVML's used memory right after them.", "",
              "| config | allocated MiB | analytic (err) | traced (err) | reserved MiB | engine predicted (err vs "
-             "reserved) | NVML used MiB | engine device total (err vs NVML) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "reserved) | NVML used MiB | engine device total (err vs NVML) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     verdicts: list[str] = []
     analytic_err, traced_err, under = [], [], []
     for r in results["memory"]:
@@ -194,7 +195,8 @@ def section(device: str, results: dict, seconds: float) -> Section:
         lines.append(f"| {r['config']} | {_mib(truth)} | {_mib(r['analytic'])} ({_err(r['analytic'], truth)}) | "
                      f"{_mib(r['traced'])} ({_err(r['traced'], truth)}) | {_mib(r['reserved'])} | "
                      f"{_mib(r['engine_predicted'])} ({_err(r['engine_predicted'], r['reserved'])}) | "
-                     f"{_mib(r['nvml_used'])} | {_mib(r['engine_total'])} ({_err(r['engine_total'], r['nvml_used'])}) |")
+                     f"{_mib(r['nvml_used'])} | {_mib(r['engine_total'])} "
+                     f"({_err(r['engine_total'], r['nvml_used'])}) |")
         if r["analytic"] is not None:
             analytic_err.append((r["analytic"] - truth) / truth * 100)
         traced_err.append((r["traced"] - truth) / truth * 100)
@@ -252,7 +254,8 @@ def _gauge_line(r: dict, verdicts: list[str]) -> str:
     if alloc:
         verdicts.append(verdict("GPU gauge: allocator reserved + context vs nvidia-smi, worst |error|", max(alloc),
                                 1.0, higher_is_better=False, unit=" %"))
-    return (f"**Gauges** ({len(r['pairs'])} samples): NVML vs nvidia-smi worst {max(nvml, default=float('nan')):.2f} %, "
+    return (f"**Gauges** ({len(r['pairs'])} samples): NVML vs nvidia-smi worst "
+            f"{max(nvml, default=float('nan')):.2f} %, "
             f"allocator reserved + context {_mib(r['context'])} MiB vs nvidia-smi worst "
             f"{max(alloc, default=float('nan')):.2f} %.")
 
@@ -323,11 +326,11 @@ def main(write: bool = True) -> int:
     for line in result.verdicts:
         print("  " + line)
     if write:
-        from bench import __main__ as suite
         from bench.common import machine
+        from bench.page import merge_page
 
-        page = suite.ROOT / "docs" / "BENCHMARKS.md"
+        page = ROOT / "docs" / "BENCHMARKS.md"
         text = page.read_text() if page.exists() else "# Benchmarks\n"
-        page.write_text(suite.merge_page(text, [result], "python -m bench --gpu", machine()))
+        page.write_text(merge_page(text, [result], "python -m bench --gpu", machine()))
         print(f"updated {page}")
     return 0

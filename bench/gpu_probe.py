@@ -29,7 +29,7 @@ MIB = 1 << 20
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
-    from engine.core.config import _deep_merge as merge
+    from engine.core.config import deep_merge as merge
 
     return merge(base, update)
 
@@ -55,8 +55,8 @@ def _config(task: str, preset: str, overrides: dict, **train):
 def _train(config):
     """Run the engine's Trainer on ``config`` in this process; (trainer, events)."""
     from engine.run.control.requests import Controls
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus, MemorySink
+    from engine.training.loop import Trainer
 
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls())
@@ -139,8 +139,8 @@ def _smi_used() -> int | None:
 def gauges(task: str, preset: str, overrides: dict) -> dict:
     """MemorySampled's readings vs nvidia-smi, both taken at the same step boundary (memory is still then)."""
     from engine.run.control.requests import Controls
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus
+    from engine.training.loop import Trainer
 
     pairs: list[dict] = []
 
@@ -175,8 +175,8 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
     thread = threading.Thread(target=sampler, daemon=True)
     times: list[float] = []
     from engine.run.control.requests import Controls
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus
+    from engine.training.loop import Trainer
 
     def clock(event) -> None:
         if event.type == "step":

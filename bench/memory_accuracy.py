@@ -72,7 +72,8 @@ RANK_ROWS = [
     ("sensorlm demo b16, fsdp2 ×2", "sensorlm", "demo", {"train": {"batch_size": 16}}, 2),
     ("toy depth 4 b32, fsdp2 ×4", "toy", "demo", {"toy": {"depth": 4}}, 4),
 ]
-#: --quick: one row per kind of claim (plain, checkpointed — the bound's loosest —, long-sequence chunked, too big to run).
+#: --quick: one row per kind of claim (plain, checkpointed — the bound's loosest —, long-sequence chunked,
+#: too big to run).
 QUICK = {"demo b16", "demo ckpt math b8", "N2304 d128 chunked c256 b2", "base b8 fp32", "lm LoRA T256 b4"}
 
 
@@ -135,7 +136,8 @@ def rank_table(rows: list[dict]) -> str:
     out = ["| one rank of | traced MiB (FSDPMemTracker, fake group) | analytic MiB (err) | analytic peak at |",
            "|---|---:|---:|---|"]
     for r in rows:
-        out.append(f"| {r['config']} | {_mib(r['traced'])} | {_mib(r['analytic'])} ({_pct(r['analytic'], r['traced'])}) "
+        out.append(f"| {r['config']} | {_mib(r['traced'])} | {_mib(r['analytic'])} "
+                   f"({_pct(r['analytic'], r['traced'])}) "
                    f"| {r['phase']} |")
     return "\n".join(out)
 

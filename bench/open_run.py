@@ -36,7 +36,7 @@ from pathlib import Path
 from bench.common import Section, fmt_stats, smoke
 from engine.run import events as ev
 from engine.run.control.client import POLL_INTERVAL_S, RunClient
-from engine.run.history.store import read_history
+from engine.run.history import read_history
 from engine.run.history.index import save as save_index
 
 _STEP = ('{{"type":"step","t":{t!r},"step":{step},"epoch":{epoch},"loss":{loss!r},"lr":{lr!r},'
@@ -65,7 +65,8 @@ def write_run(root: Path, steps: int, seed: int = 0) -> Path:
                 lines.append(ev.to_json(ev.SystemSampled(t=t0 + step * 0.01, cpu_percent=rng.random() * 100,
                                                          ram_used=2 ** 33, ram_total=2 ** 35)))
             if step % 10_000 == 0:
-                lines.append(ev.to_json(ev.EvalDone(t=t0 + step * 0.01, step=step, val_loss=loss, metrics={"val_loss": loss, "psnr_db": 20.0},
+                lines.append(ev.to_json(ev.EvalDone(t=t0 + step * 0.01, step=step, val_loss=loss,
+                                                    metrics={"val_loss": loss, "psnr_db": 20.0},
                                                     primary="psnr_db")))
             if len(lines) >= 50_000:
                 out.write("\n".join(lines) + "\n")
@@ -97,7 +98,7 @@ def first_live_event(root: Path, trials: int = 20) -> list[float]:
         appended = threading.Event()
         stamp = [0.0]
 
-        def writer() -> None:
+        def writer(i: int = i, stamp: list[float] = stamp, appended: threading.Event = appended) -> None:
             time.sleep(0.005 + 0.003 * (i % 7))  # land at varying points of the poll cycle
             with open(path, "a", encoding="utf-8") as out:
                 out.write(ev.to_json(ev.Warning(text=f"bench {i}")) + "\n")

@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 from bench.common import Section, fmt_stats, interleave, smoke, stats, verdict
-from tui.model.ema import LEVELS, EmaState, ema_extend
 from tui.model.dashboard import RunModel
+from tui.model.ema import LEVELS, EmaState, ema_extend
 from tui.widgets.metric_chart import MetricChart
 
 #: Content size of the loss plot at 120×40 (inside its border).
@@ -89,7 +89,8 @@ def run(quick: bool = False) -> Section:
     raw = interleave({f"{n}": (lambda m=models[n]: raw_frame_ms(m)) for n in raw_sizes}, 1 if smoke() else 3 if quick
                      else 5)
     base = stats(timed[str(sizes[0])])[1]
-    lines = ["| logged steps | frame (ms) | vs 1k | plotext on the raw points, no reduction (ms) |", "|---:|---:|---:|---:|"]
+    lines = ["| logged steps | frame (ms) | vs 1k | plotext on the raw points, no reduction (ms) |",
+             "|---:|---:|---:|---:|"]
     for n in sizes:
         mid = stats(timed[str(n)])[1]
         raw_cell = fmt_stats(raw[str(n)], ".0f") if str(n) in raw else "not run (≈ 10–40 µs × points)"

@@ -24,7 +24,8 @@ def cli_env() -> dict:
     return env
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120, module: str = "tui.cli") -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
+            module: str = "tui.cli") -> subprocess.CompletedProcess:
     """Run `python -m <module> args…` and capture its output (stdin closed, so never a dashboard)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=cli_env(),
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from engine.core.cli_args import OneLineParser, add_train_arguments
 from engine.core.exit_codes import ExitCode
@@ -146,7 +145,8 @@ def _reader_gone() -> int:
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
-    from engine.app.main import UsageError, prepare, run_prepared
+    from engine.app.main import run_prepared
+    from engine.app.prepare import UsageError, prepare
     from engine.distributed import launch
 
     if launch.wanted(args):  # --nproc-per-node: headless under torchrun; watch it with `attach`

@@ -54,13 +54,14 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
                out: str | Path | None = None) -> Path:
     """Export ``kind`` from ``checkpoint`` (default: the newest good one) of ``run``; returns the written path."""
     from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
     from engine.core.config import ConfigError, validate
     from engine.core.registry import get_spec, make_task
     from engine.tasks.base import TaskError
 
     run_dir = _run_dir(str(run))
     try:
-        loaded = ckpt.read(Path(checkpoint)) if checkpoint else ckpt.load_latest(run_dir / "checkpoints")
+        loaded = store.read(Path(checkpoint)) if checkpoint else store.load_latest(run_dir / "checkpoints")
     except ckpt.CheckpointError as exc:
         raise ExportError(f"export: {exc}") from None
     meta = loaded.meta
@@ -103,8 +104,8 @@ def _load_file_weights(loaded, model, source: str | None) -> None:
     that train onto the rebuilt base, whose identity must match ``source`` and the file's (engine.checkpoint.weights).
     TaskError when they do not fit."""
     from engine.checkpoint import format as ckpt
-    from engine.tasks.base import TaskError
     from engine.checkpoint.weights import Weights
+    from engine.tasks.base import TaskError
 
     weights = Weights(model, source)
     try:

@@ -21,6 +21,9 @@ from engine.run.sinks import MemorySink
 class InProcessSession(Session):
     """Runs ``engine.app.main.run_prepared`` in a daemon thread; events arrive through memory, not the log."""
 
+    #: The trainer lives in this process: quitting the viewer ends it, so there is nothing to detach from.
+    detachable = False
+
     def __init__(self, prepared) -> None:
         self.prepared = prepared
         self.controls = Controls()
@@ -45,7 +48,8 @@ class InProcessSession(Session):
                 waiter.set()
 
     def _run(self) -> None:
-        from engine.app.main import UsageError, run_prepared
+        from engine.app.main import run_prepared
+        from engine.app.prepare import UsageError
 
         try:
             self.exit_code = run_prepared(self.prepared, console=False, install_signals=False, serve_controls=True,

@@ -21,10 +21,10 @@ from importlib import metadata
 
 from engine.budget import plan as planner
 from engine.budget.analytic import NoAnalyticModel
-from engine.core.fmt import GIB, human
 from engine.budget.layout import SINGLE, STRATEGIES, Layout
 from engine.budget.measure import DeviceInfo, nvml_device_info
 from engine.core.exit_codes import ExitCode
+from engine.core.fmt import GIB, human
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

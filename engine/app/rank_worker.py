@@ -20,13 +20,12 @@ import sys
 
 def follow(prepared, parallel) -> int:
     """A rank other than 0: train in step with rank 0, writing nothing in the run directory."""
-    from engine.app import main as engine_main
     from engine.app import signals
-    from engine.distributed.controls import AgreedControls
-    from engine.training.loop import Trainer
-    from engine.run.sinks import EventBus
-
+    from engine.app.prepare import settle_resumed_batch
     from engine.core import config as cfg
+    from engine.distributed.controls import AgreedControls
+    from engine.run.sinks import EventBus
+    from engine.training.loop import Trainer
 
     # As JSON: a task's config class is built at run time and does not pickle.
     settled = parallel.broadcast(None)
@@ -34,7 +33,7 @@ def follow(prepared, parallel) -> int:
         return 0
     config = cfg.validate(settled, "rank 0's config")
     if prepared.resume is not None:
-        engine_main._run_resumed_with(prepared.resume, config)
+        settle_resumed_batch(prepared.resume, config)
     controls = AgreedControls(parallel)
     # FSDP2: every rank writes its shard of each checkpoint into the (shared) run directory; DDP: none.
     checkpoint_dir = prepared.run_dir.checkpoints if parallel.writes_shards else None
@@ -49,12 +48,13 @@ def follow(prepared, parallel) -> int:
 
 def main(argv: list[str]) -> int:
     """Run this rank; its exit code."""
-    from engine.optim import device as dev
+    from engine.app.main import build_parser, run_prepared
+    from engine.app.prepare import UsageError, prepare
+    from engine.core.exit_codes import ExitCode
     from engine.distributed.controls import AgreedControls
     from engine.distributed.fsdp import Fsdp2
     from engine.distributed.parallel import CollectiveTimeout, Ddp, env_world
-    from engine.core.exit_codes import ExitCode
-    from engine.app.main import UsageError, build_parser, prepare, run_prepared
+    from engine.optim import device as dev
 
     args, _ = build_parser().parse_known_args(argv[1:] if argv[:1] == ["train"] else argv)  # view flags are not ours
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)

@@ -16,8 +16,8 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.run.control.requests import Controls, checkpoint_now
 from engine.core.exit_codes import ExitCode
+from engine.run.control.requests import Controls, checkpoint_now
 
 
 def _redirect_output(log_path: Path) -> None:

@@ -58,12 +58,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from engine.tasks import ledger
 from engine.budget import settings as knobs
-from engine.core.estimate import Estimate
 from engine.budget.layout import SINGLE, Layout
 from engine.core.config import RunConfig
+from engine.core.estimate import Estimate
 from engine.optim.fused import fused_adamw
+from engine.tasks import ledger
 
 F32 = 4
 CUDA_BLOCK = 512

@@ -30,12 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.budget import plan as planner
-from engine.core.estimate import Estimate
-from engine.core.fmt import GIB, human
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.measure import DeviceInfo
 from engine.budget.settings import with_settings
 from engine.core.config import RunConfig, load
+from engine.core.estimate import Estimate
+from engine.core.fmt import GIB, human
 
 
 @dataclass
@@ -156,21 +156,15 @@ def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: in
 
 
 def train_strategies() -> tuple[str, ...]:
-    """The ``--strategy`` values ``train`` accepts (engine.distributed.launch), so no option names one it lacks."""
-    import argparse
+    """The ``--strategy`` values ``train`` accepts (engine.core.cli_args), so no option names one it lacks."""
+    from engine.core.cli_args import STRATEGIES
 
-    from engine.distributed.launch import add_distributed_arguments
-
-    parser = argparse.ArgumentParser()
-    add_distributed_arguments(parser)
-    action = next((a for a in parser._actions if a.dest == "strategy"), None)
-    return tuple(action.choices or ()) if action is not None else ()
+    return STRATEGIES
 
 
 def _smaller_preset(config: RunConfig, budget: planner.Budget, layout: Layout = SINGLE) -> tuple[str, int] | None:
     """The largest preset of this task, smaller than the configured one, in which the batch fits."""
     from engine.budget import analytic
-
     from engine.core.registry import get_spec
 
     names = list(get_spec(config.task.name).presets)

@@ -38,14 +38,14 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
-from engine.run import events as ev
 from engine.budget import analytic
 from engine.budget import plan as planner
-from engine.core.fmt import human
 from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
-from engine.core.estimate import BudgetSummary
 from engine.budget.settings import ENGINE, declared, describe, with_settings
 from engine.core.config import RunConfig
+from engine.core.estimate import BudgetSummary
+from engine.core.fmt import human
+from engine.run import events as ev
 
 #: CPU: emit a MemorySampled at least every this many steps.
 CPU_EVERY = 100

@@ -7,7 +7,8 @@ line (research/memory.md: the B=1/B=4 slope predicted B=512 within 0.4 %),
 and a caller can confirm the chosen batch with one more trace.
 
 Budget: ``budget.vram_gb`` GiB (or, without it, the device's free memory
-plus what this process's allocator already holds), times ``budget.safety``. When the budget is a device's *total* (``vram_gb``)
+plus what this process's allocator already holds), times ``budget.safety``.
+When the budget is a device's *total* (``vram_gb``)
 on CUDA, the CUDA context and workspaces are not in any prediction, so
 ``context`` bytes (measured, or DEFAULT_CONTEXT) are reserved out of it; free
 memory is measured after the context exists, so it needs no reserve.
@@ -35,12 +36,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from engine.budget import analytic
-from engine.core.estimate import Estimate
-from engine.core.fmt import GIB, human
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
 from engine.budget.settings import declared, value_of
 from engine.core.config import RunConfig
+from engine.core.estimate import Estimate
+from engine.core.fmt import GIB, human
+
 #: Largest batch the planner searches up to.
 MAX_BATCH = 1 << 20
 

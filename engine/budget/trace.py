@@ -29,10 +29,10 @@ import time
 from importlib import metadata, util
 from pathlib import Path
 
-from engine.core.estimate import Estimate
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.settings import describe, with_settings
 from engine.core.config import RunConfig
+from engine.core.estimate import Estimate
 
 #: Config fields that cannot change the memory of a step; left out of the cache key.
 IRRELEVANT = {
@@ -75,7 +75,8 @@ def _source_files(task_name: str) -> list[Path]:
 
 
 def cache_key(config: RunConfig, device: str, layout: Layout = SINGLE) -> str:
-    """Hex digest of what decides a trace: memory-relevant config, torch version, device, layout, harness and task code."""
+    """Hex digest of what decides a trace: memory-relevant config, torch version, device, layout, harness and task
+    code."""
     data = config.model_dump(mode="json")
     for section, fields in IRRELEVANT.items():
         if fields is None:

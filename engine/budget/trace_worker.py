@@ -200,9 +200,8 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from engine.budget import step as stepmod
     from engine.distributed.fsdp import precision_policy, vectorize_scalars

@@ -9,8 +9,7 @@ digests per tensor and of the JSON itself. Nothing is ever unpickled.
 Writes are atomic: temp file in the same directory → flush → fsync → rename
 → fsync the directory. Before ``last`` is replaced, the old one is renamed to
 ``last.prev``; a crash between the two renames leaves ``last.prev`` for the
-loader's fallback. ``load_latest`` tries last, last.prev, step-N (newest
-first) and best, verifying each, and says which damaged files it skipped.
+loader's fallback (engine.checkpoint.store, which also finds DCP directories).
 """
 
 from __future__ import annotations
@@ -34,9 +33,6 @@ from engine.run.rundir import pid_alive
 #: Format version written into every checkpoint's metadata.
 FORMAT_VERSION = 1
 
-#: Test hook: called with the temp file's path after it is fsynced and before the rename that commits it
-#: (engine.training.faults' slow_save sleeps here so a kill can land mid-write). None in normal runs.
-before_commit: Callable[[Path], None] | None = None
 
 
 class CheckpointError(Exception):
@@ -109,8 +105,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], keep_previous: bool = False) -> int:
-    """Write one checkpoint atomically; returns its size in bytes. Raises CheckpointWriteError on failure."""
+def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], keep_previous: bool = False,
+          before_commit: Callable[[Path], None] | None = None) -> int:
+    """Write one checkpoint atomically; returns its size in bytes. Raises CheckpointWriteError on failure.
+
+    ``before_commit(tmp)`` runs after the temp file is fsynced and before the rename that commits it (a test
+    hook: engine.training.faults' slow_save sleeps there so a kill can land mid-write)."""
     path = Path(path)
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     meta_json = json.dumps(meta, separators=(",", ":"), allow_nan=True)
@@ -172,15 +172,9 @@ def remove_stale_temps(directory: Path) -> int:
 
 
 def read(path: Path) -> Loaded:
-    """Load and verify one checkpoint; CheckpointError if it is truncated, tampered or not ours.
-
-    A directory is an FSDP2 (DCP) checkpoint: its sidecar is read here, the weights only when it is
-    applied (engine.checkpoint.dcp)."""
+    """Load and verify one checkpoint file; CheckpointError if it is truncated, tampered or not ours.
+    (engine.checkpoint.store reads any checkpoint, a DCP directory too.)"""
     path = Path(path)
-    if path.is_dir():
-        from engine.checkpoint import dcp
-
-        return dcp.read_sidecar(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
@@ -208,45 +202,6 @@ def read(path: Path) -> Loaded:
         if _digest(tensor) != manifest[name]:
             raise CheckpointError(f"{path}: tensor {name} fails its checksum (file damaged)")
     return Loaded(path=path, tensors=tensors, meta=meta)
-
-
-def candidates(directory: Path) -> list[Path]:
-    """Checkpoints in the order a resume should try them: last, last.prev, step-N newest first, best; then an
-    FSDP2 run's committed DCP directories (``step-N/`` with DCP's ``.metadata``), newest first."""
-    from engine.checkpoint.dcp import complete
-
-    directory = Path(directory)
-    steps = sorted(directory.glob("step-*.safetensors"), reverse=True)
-    ordered = [directory / "last.safetensors", directory / "last.prev.safetensors", *steps,
-               directory / "best.safetensors"]
-    # `last` and `best` of a DCP run are links to step directories: the step directories themselves are the
-    # candidates, newest first, so a save cut off before its pointer moved is still found.
-    sharded = sorted((p for p in directory.glob("step-*") if not p.is_symlink() and p.is_dir() and complete(p)),
-                     reverse=True)
-    return [p for p in ordered if p.is_file()] + sharded
-
-
-def load_latest(directory: Path, check: Callable[[Loaded], None] | None = None,
-                after: Path | None = None) -> Loaded:
-    """The newest checkpoint in ``directory`` that verifies (and passes ``check``, which raises CheckpointError);
-    skipped ones are listed in ``skipped``. ``after``: only candidates older than that file."""
-    skipped = []
-    paths = candidates(directory)
-    if after is not None:
-        names = [p.name for p in paths]
-        paths = paths[names.index(Path(after).name) + 1:] if Path(after).name in names else paths
-    for path in paths:
-        try:
-            loaded = read(path)
-            (check or validate_meta)(loaded)
-        except CheckpointError as exc:
-            skipped.append(str(exc))
-            continue
-        loaded.skipped = skipped
-        return loaded
-    if skipped:
-        raise CheckpointError(f"{directory}: no usable checkpoint ({len(skipped)} damaged: {skipped[0]})")
-    raise CheckpointError(f"{directory}: holds no checkpoint")
 
 
 # -- metadata validation ----------------------------------------------------------------
@@ -410,8 +365,9 @@ def rng_restore(tensors: dict[str, torch.Tensor], meta: dict) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
-def timed_write(path: Path, tensors: dict, meta: dict, keep_previous: bool) -> tuple[int, float]:
+def timed_write(path: Path, tensors: dict, meta: dict, keep_previous: bool,
+                before_commit: Callable[[Path], None] | None = None) -> tuple[int, float]:
     """write() plus its wall time in seconds."""
     start = time.perf_counter()
-    size = write(path, tensors, meta, keep_previous)
+    size = write(path, tensors, meta, keep_previous, before_commit)
     return size, time.perf_counter() - start

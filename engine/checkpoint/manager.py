@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Callable
 
 from engine.checkpoint import format as ckpt
-from engine.run import events as ev
+from engine.checkpoint import store
 from engine.core.config import CheckpointConfig
+from engine.run import events as ev
 
 #: ``apply(loaded)``: validate a checkpoint against the live run, then load it; CheckpointError if it does not fit.
 Apply = Callable[[ckpt.Loaded], None]
@@ -40,10 +41,13 @@ Apply = Callable[[ckpt.Loaded], None]
 class Checkpointer:
     """Saves, prunes and restores one run's checkpoints in ``directory`` (None: a run that keeps none)."""
 
-    def __init__(self, directory: Path | None, config: CheckpointConfig, emit: Callable[[ev.Event], None]) -> None:
+    def __init__(self, directory: Path | None, config: CheckpointConfig, emit: Callable[[ev.Event], None],
+                 before_commit: Callable[[Path], None] | None = None) -> None:
+        """``before_commit``: a test hook every write calls before its commit (engine.training.faults)."""
         self.directory = Path(directory) if directory else None
         self.config = config
         self.emit = emit
+        self.before_commit = before_commit
         #: The newest checkpoint on disk that holds this run's state (what a failed save leaves it with).
         self.last_checkpoint: str | None = None
         #: Step of the newest ``last`` (written, or resumed from); a save at that step again is skipped.
@@ -85,7 +89,7 @@ class Checkpointer:
         meta = {**meta, "optimizer_digest": digest}
         rotate = which == "last" and self.last_trusted
         try:
-            size, seconds = ckpt.timed_write(path, tensors, meta, keep_previous=rotate)
+            size, seconds = ckpt.timed_write(path, tensors, meta, rotate, self.before_commit)
         except ckpt.CheckpointWriteError as exc:
             self.error = str(exc)
             self.emit(ev.CheckpointFailed(step=step, path=str(path), error=str(exc)))
@@ -145,7 +149,7 @@ class Checkpointer:
             if self.directory is None:
                 return None
             try:
-                return self.restore(ckpt.load_latest(self.directory), apply)
+                return self.restore(store.load_latest(self.directory), apply)
             except ckpt.CheckpointError:
                 return None
         after = None
@@ -169,7 +173,7 @@ class Checkpointer:
         if self.directory is None:
             return None
         try:
-            return ckpt.load_latest(self.directory, after=after)
+            return store.load_latest(self.directory, after=after)
         except ckpt.CheckpointError:
             return None
 
@@ -189,8 +193,8 @@ class Checkpointer:
     def weights(self, loaded: ckpt.Loaded, kept, optim) -> Callable[[], None]:
         """Check ``loaded``'s model and optimizer state against the live ones now (CheckpointError naming the
         first misfit, CheckpointMismatch for another frozen base) and return what loads them, then checks the
-        optimizer digest. ``kept`` is the model's engine.checkpoint.weights.Weights. A DCP directory is checked by DCP as it
-        loads, resharded."""
+        optimizer digest. ``kept`` is the model's engine.checkpoint.weights.Weights. A DCP directory is checked by DCP
+        as it loads, resharded."""
         if Path(loaded.path).is_dir():
             from engine.checkpoint import dcp
 
@@ -211,7 +215,7 @@ class Checkpointer:
     def _older_than(self, path: Path, skipped: list[str]) -> ckpt.Loaded | None:
         directory = self.directory or Path(path).parent
         try:
-            older = ckpt.load_latest(directory, after=path)
+            older = store.load_latest(directory, after=path)
         except ckpt.CheckpointError:
             return None
         skipped.extend(older.skipped)

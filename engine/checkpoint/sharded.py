@@ -28,18 +28,18 @@ import shutil
 import time
 from pathlib import Path
 
-from engine.checkpoint import format as ckpt
-from engine.run import events as ev
-from engine.checkpoint.manager import Checkpointer
 from engine.checkpoint import dcp
+from engine.checkpoint import format as ckpt
+from engine.checkpoint.manager import Checkpointer
+from engine.run import events as ev
 
 
 class ShardedCheckpointer(Checkpointer):
     """Saves DCP directories on every rank of ``group`` (engine.distributed.fsdp.Fsdp2)."""
 
-    def __init__(self, directory, config, emit, group) -> None:
+    def __init__(self, directory, config, emit, group, before_commit=None) -> None:
         """``directory`` is the run's checkpoints/ on every rank (shared by all: DCP writes each rank's shard)."""
-        super().__init__(directory, config, emit)
+        super().__init__(directory, config, emit, before_commit)
         self.group = group
         self.live: tuple | None = None  # (model, optimizer), bound once built
         #: The step whose directory this process wrote (or restored) with the live weights; -1: none.
@@ -91,7 +91,7 @@ class ShardedCheckpointer(Checkpointer):
                     self._unlink_links_to(path)
                     shutil.rmtree(path)
                 path.mkdir(parents=True, exist_ok=True)
-                ckpt.write(path / dcp.SIDECAR, rng, meta)
+                ckpt.write(path / dcp.SIDECAR, rng, meta, before_commit=self.before_commit)
             except (OSError, ckpt.CheckpointWriteError) as exc:
                 error = f"{path}: {getattr(exc, 'strerror', None) or exc}"
         if self.group.agree(error is not None):  # also the barrier before any rank writes a shard

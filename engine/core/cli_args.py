@@ -39,6 +39,10 @@ FLAG_FIELDS: dict[str, str] = {
 }
 
 
+#: How ``--strategy`` spreads a model over ranks (what the start guard may suggest instead).
+STRATEGIES = ("ddp", "fsdp2")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (no usage dump) and exits 2."""
 
@@ -61,7 +65,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("run")
     g.add_argument("--config", metavar="TOML", help="TOML file with any config fields")
     g.add_argument("--preset", help="named preset: demo, tiny, small, base (default demo)")
-    g.add_argument("--task", help=f"task to train (default {DEFAULT_TASK}; toy is the engine's self-test task; `presets` lists all)")
+    g.add_argument("--task", help=f"task to train (default {DEFAULT_TASK}; toy is the engine's self-test task; "
+                   "`presets` lists all)")
     g.add_argument("--data", metavar="PATH", help="data file or directory in the task's format (data.path; "
                    "default: the task's synthetic data)")
     g.add_argument("--run-dir", metavar="DIR", help="run directory (default ./runs/<timestamp>)")
@@ -90,8 +95,6 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     b = parser.add_argument_group("memory budget")
     b.add_argument("--vram-gb", type=float, help="memory budget in GiB (caps the batch size to fit)")
     b.add_argument("--no-vram-check", action="store_true", help="start even when predicted not to fit")
-    from engine.distributed.launch import add_distributed_arguments
-
     add_distributed_arguments(parser)
 
 
@@ -197,3 +200,16 @@ def explain_flag_error(error: ConfigError) -> ConfigError:
     if flag is None:
         return ConfigError(f"--set {rest}")
     return ConfigError(f"{flag}{rest[len(field):].split(':', 1)[0]} ({field}):{rest.split(':', 1)[1]}")
+
+
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `train` flags that launch under torchrun (absent: one process, as always)."""
+    d = parser.add_argument_group("distributed (torchrun)")
+    d.add_argument("--nproc-per-node", type=int, metavar="N", help="train on N processes on this machine (torchrun)")
+    d.add_argument("--nnodes", type=int, metavar="N", help="machines in the job (default 1)")
+    d.add_argument("--node-rank", type=int, metavar="R", help="this machine's rank among --nnodes")
+    d.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous address (multi-node)")
+    d.add_argument("--strategy", choices=STRATEGIES,
+                   help="ddp replicates the model on every rank (default); fsdp2 shards it (fully_shard, DCP "
+                   "checkpoints; without --nproc-per-node: one process, a world of 1)")
+    d.add_argument("--max-restarts", type=int, metavar="K", help="restart all ranks up to K times after a failure")

@@ -29,8 +29,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, ValidationError, create_model
 
-from engine.core import migrate
-from engine.core import registry
+from engine.core import migrate, registry
 from engine.core.sections import MAX_SEED, MAX_VAL_SAMPLES, Section  # noqa: F401 - re-exported
 
 _Section = Section  # the name older modules import
@@ -66,7 +65,8 @@ class TrainConfig(_Section):
     epochs: int = Field(1, ge=1, description="Epochs, when max_steps is 0.")
     steps_per_epoch: int = Field(0, ge=0, description="Steps per epoch (0 = one pass over the training set).")
     batch_size: int = Field(16, ge=1, le=1_000_000, description="Samples per optimizer step (the effective batch).")
-    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per step; micro-batch = batch_size/grad_accum.")
+    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per step; micro-batch = "
+                            "batch_size/grad_accum.")
     lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate.")
     betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="AdamW betas.")
     eps: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon.")
@@ -76,13 +76,15 @@ class TrainConfig(_Section):
     cooldown_frac: float = Field(0.1, ge=0, lt=1, description="rsqrt: fraction of steps of linear cool-down to 0.")
     min_lr_frac: float = Field(0.0, ge=0, le=1, description="cosine/onecycle: final LR as a fraction of lr.")
     clip_grad_norm: float = Field(1.0, ge=0, description="Clip the global grad norm to this (0 = off).")
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a grad scaler.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a "
+                                                       "grad scaler.")
     eval_every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
     log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
     print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
     overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
-    overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x the untrained one.")
+    overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x "
+                                  "the untrained one.")
     overfit_gate: int = Field(0, ge=0, le=1024, description="If > 0: before training, a copy of the model must "
                               "learn this many frozen samples (engine.training.overfit_gate) or the run stops, exit 1.")
     overfit_gate_steps: int = Field(300, ge=1, le=100_000, description="Steps the overfit gate trains its copy.")
@@ -101,8 +103,10 @@ class TrainConfig(_Section):
                               "step cost and the cores, engine.training.threads).")
     threads: int = Field(0, ge=0, le=1024, description="torch intra-op threads (0 = planned from the usable cores, "
                          "engine.training.threads).")
-    on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and exit.")
-    oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective batch.")
+    on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and "
+                                                   "exit.")
+    oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective "
+                               "batch.")
     strategy: Literal["ddp", "fsdp2"] = Field(
         "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
         "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
@@ -172,11 +176,12 @@ def config_class(name: str) -> type[RunConfig]:
     return _class_for(name)
 
 
-def _deep_merge(base: dict, update: dict) -> dict:
+def deep_merge(base: dict, update: dict) -> dict:
+    """``base`` with ``update`` laid over it: tables merged key by key, any other value replaced."""
     out = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
@@ -388,17 +393,17 @@ def load(
         spec.default_preset
     if not isinstance(preset_name, str):
         raise ConfigError(f"{origin}: task.preset={preset_name!r}: must be a string")
-    base = _deep_merge(preset_dict(task_name, preset_name) if spec.presets or preset else {},
+    base = deep_merge(preset_dict(task_name, preset_name) if spec.presets or preset else {},
                        {"task": {"name": task_name, "preset": preset_name}})
     # Validate the file on its own first so its errors point at its own lines.
-    merged = _deep_merge(base, file_data)
+    merged = deep_merge(base, file_data)
     if config_path is not None:
         validate(merged, origin, text)
     overrides = _resolve_setting_flags(overrides, task_name)
     if migrate.is_v1_config(overrides):  # an override dict in the old layout (a script written for v1)
         overrides = migrate.config({**overrides, "task": {**overrides.get("task", {}), "name": task_name}})
         overrides.pop("version")
-    merged = _deep_merge(merged, overrides)
+    merged = deep_merge(merged, overrides)
     return validate(merged, "flags")
 
 

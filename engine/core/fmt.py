@@ -1,4 +1,4 @@
-"""Byte formatting shared by the plan table, the guard's messages and the budget summary. Torch-free."""
+"""Formatting of bytes and rates shared by the plan table, the guard, the budget summary and every viewer's lines."""
 
 from __future__ import annotations
 
@@ -20,3 +20,8 @@ def human(n: int | float | None) -> str:
 def gib(n: int | float) -> str:
     """Bytes as GiB with two decimals ('80.00 GiB'), for budgets the user typed in GiB."""
     return f"{n / GIB:.2f} GiB"
+
+
+def format_mfu(value: float | None) -> str:
+    """"41.2 %", or "–" where it is unknown (0 or None: no peak, no FLOP count)."""
+    return f"{100 * value:.1f} %" if value else "–"

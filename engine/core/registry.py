@@ -90,15 +90,12 @@ def load_task_class(name: str):
             from None
 
 
-def make_task(config):
-    """Build the configured task and attach the test fault injector (``task.faults``, None unless asked for).
+def make_task(config, faults=None):
+    """Build the configured task; ``faults`` is the test fault injector its ``loss()`` consults (None: none).
 
-    The one place tasks are constructed for training, so every task — built-in or
-    plugin — gets the SENSORLM_TUI_FAULTS hook without knowing about it; a task
-    only has to pass its loss through ``self.faults.on_loss`` (see engine.training.faults).
+    The one place tasks are constructed, so every task, built-in or plugin, gets
+    the hook without knowing where it comes from (engine.training.faults).
     """
-    from engine.training import faults
-
     task = load_task_class(config.task.name)(config)
-    task.faults = faults.from_env()
+    task.faults = faults
     return task

@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic_core import PydanticCustomError
 
-
 #: Largest seed: torch.manual_seed takes a signed 64-bit value at most (2**64 raised OverflowError mid-setup).
 MAX_SEED = 2**63 - 1
 #: Most validation samples: every eval runs them all (10**12 was accepted and never finished an eval).

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
 #: How a validation metric reduces over the validation set.
-#: "per_batch": mean of per-batch means weighted by batch size (right for per-sample means, e.g. a per-sample quality score);
+#: "per_batch": mean of per-batch means weighted by batch size (right for per-sample means, e.g. a per-sample quality
+#: score);
 #: "pooled": the task returns sums and counts and the engine divides once (right for token-level losses).
 Reduction = Literal["per_batch", "pooled"]
 

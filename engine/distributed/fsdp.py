@@ -44,7 +44,8 @@ def vectorize_scalars(model) -> list[str]:
     for prefix, module in model.named_modules():
         for name, param in list(module.named_parameters(recurse=False)):
             if param.ndim == 0:
-                setattr(module, name, nn.Parameter(param.detach().reshape(1).clone(), requires_grad=param.requires_grad))
+                setattr(module, name, nn.Parameter(param.detach().reshape(1).clone(),
+                                                   requires_grad=param.requires_grad))
                 names.append(f"{prefix}.{name}" if prefix else name)
     return names
 
@@ -105,8 +106,3 @@ class Fsdp2(Ddp):
         with self.collective("gradient reduce-scatter"):  # a hung peer's timeout is reported, not raised raw
             yield
 
-    def checkpointer(self, directory, config, emit):
-        """The DCP checkpoint manager (every rank writes its shards; rank 0 the sidecar and the links)."""
-        from engine.checkpoint.sharded import ShardedCheckpointer
-
-        return ShardedCheckpointer(directory, config, emit, self)

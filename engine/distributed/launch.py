@@ -24,19 +24,6 @@ from pathlib import Path
 TORCHRUN_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "max_restarts")
 
 
-def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `train` flags that launch under torchrun (absent: one process, as always)."""
-    d = parser.add_argument_group("distributed (torchrun)")
-    d.add_argument("--nproc-per-node", type=int, metavar="N", help="train on N processes on this machine (torchrun)")
-    d.add_argument("--nnodes", type=int, metavar="N", help="machines in the job (default 1)")
-    d.add_argument("--node-rank", type=int, metavar="R", help="this machine's rank among --nnodes")
-    d.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous address (multi-node)")
-    d.add_argument("--strategy", choices=["ddp", "fsdp2"],
-                   help="ddp replicates the model on every rank (default); fsdp2 shards it (fully_shard, DCP "
-                   "checkpoints; without --nproc-per-node: one process, a world of 1)")
-    d.add_argument("--max-restarts", type=int, metavar="K", help="restart all ranks up to K times after a failure")
-
-
 def wanted(args: argparse.Namespace) -> bool:
     """True when the flags ask for a torchrun launch and this process is not already a rank of one."""
     return getattr(args, "nproc_per_node", None) is not None and "TORCHELASTIC_RUN_ID" not in os.environ

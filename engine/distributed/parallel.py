@@ -67,12 +67,6 @@ class Single:
         """The module the training forward runs through (``units``: the task's shard units, for FSDP2)."""
         return model
 
-    def checkpointer(self, directory, config, emit):
-        """The run's checkpoint manager: one file per save, written by the rank that owns the directory."""
-        from engine.checkpoint.manager import Checkpointer
-
-        return Checkpointer(directory, config, emit)
-
     def sync(self, final: bool):
         """Context for one micro-batch's forward and backward (gradient sync only when ``final``)."""
         return nullcontext()

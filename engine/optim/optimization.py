@@ -26,9 +26,6 @@ from engine.core.config import TrainConfig
 from engine.optim.fused import fused_adamw
 from engine.optim.schedule import lr_at
 
-#: Test hook (engine.training.faults' ``lr@A-B=F``): ``lr_fault(step)`` multiplies step ``step``'s LR. None in real runs.
-lr_fault: Callable[[int], float] | None = None
-
 
 def adamw(groups: list[dict], train: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with the run's betas/eps over ``groups``: fused where ``engine.optim.fused`` says the run allows it
@@ -52,9 +49,11 @@ class Optimization:
     """AdamW + precision + schedule + clipping for one model."""
 
     def __init__(self, train: TrainConfig, model: torch.nn.Module, groups: list[dict], device: torch.device,
-                 total_steps: int) -> None:
-        """``groups`` are torch param groups (``Task.param_groups(model)``); ``total_steps`` shapes the schedule."""
+                 total_steps: int, lr_fault: Callable[[int], float] | None = None) -> None:
+        """``groups`` are torch param groups (``Task.param_groups(model)``); ``total_steps`` shapes the schedule;
+        ``lr_fault(step)``, a test hook (engine.training.faults' ``lr@A-B=F``), multiplies step ``step``'s LR."""
         self.train = train
+        self.lr_fault = lr_fault
         self.total_steps = total_steps
         #: Peak LR (``set lr`` changes it) and the multiplier NaN rollbacks lower.
         self.peak_lr = train.lr
@@ -85,7 +84,7 @@ class Optimization:
         t = self.train
         lr = self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, t.schedule, t.warmup_frac,
                                                   t.cooldown_frac, t.min_lr_frac)
-        return lr if lr_fault is None else lr * lr_fault(step)
+        return lr if self.lr_fault is None else lr * self.lr_fault(step)
 
     def step(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor], skip: Callable[[bool], bool]
              ) -> tuple[tuple[float, float, dict[str, float]], float, bool]:

@@ -104,7 +104,8 @@ class StepLogged(Event):
 class EvalDone(Event):
     """A validation pass: every metric the task reported (``metrics``, val_loss included), which is primary.
 
-    Schema-1 records (a fixed metric field and ``extra`` instead of ``metrics``) are migrated on read (engine.core.migrate).
+    Schema-1 records (a fixed metric field and ``extra`` instead of ``metrics``) are migrated on read
+    (engine.core.migrate).
     """
 
     type: ClassVar[str] = "eval"
@@ -316,7 +317,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved, ExportWritten,
-        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine, RanksSampled, RunFinished,
+        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine,
+        RanksSampled, RunFinished,
     )
 }
 

@@ -16,9 +16,9 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from engine.run import events as ev
+from engine.core.fmt import format_mfu
 from engine.core.taskspec import Capabilities
-from engine.training.throughput import format_mfu
+from engine.run import events as ev
 
 #: Event types written through to disk immediately (everything else within a second).
 URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "export", "state", "setting",

@@ -48,13 +48,15 @@ class Task(ABC):
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
-        #: Test fault injector (engine.training.faults), attached by engine.core.registry.make_task; None in normal runs.
+        #: Test fault injector (engine.training.faults), attached by engine.core.registry.make_task; None in normal
+        #: runs.
         #: A task's loss() should end with ``if self.faults is not None: loss = self.faults.on_loss(step, loss)``.
         self.faults = None
 
     # -- lifecycle -----------------------------------------------------------------
     def setup(self, state: dict | None = None) -> None:
         """Build datasets and task state (tokenizer, normalisation); ``state`` comes from a checkpoint."""
+        return None
 
     @abstractmethod
     def build_model(self) -> "nn.Module":
@@ -69,7 +71,8 @@ class Task(ABC):
         return {}
 
     def tokens_per_sample(self) -> int:
-        """Tokens one training sample holds, for tokens/s and MFU in the step events (engine.training.throughput); 0: none."""
+        """Tokens one training sample holds, for tokens/s and MFU in the step events (engine.training.throughput);
+        0: none."""
         return 0
 
     def flops_per_token(self, model: "nn.Module") -> float:

@@ -93,8 +93,8 @@ class TaskBatches(Dataset):
         if self.silent:
             _silence_stdio()
         from engine.core import config as cfg
-        from engine.training.allocator import keep_freed_memory
         from engine.core.registry import make_task
+        from engine.training.allocator import keep_freed_memory
 
         keep_freed_memory()  # its batch arrays churn like the trainer's step (engine.training.allocator)
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
+from engine.core.exit_codes import ExitCode
+from engine.optim.device import release_cache
 from engine.run import events as ev
 from engine.run.control.requests import ENGINE_SETTINGS, Controls, Request
-from engine.optim.device import release_cache
-from engine.core.exit_codes import ExitCode
 
 #: Seconds between looks at the mailbox while paused (a request or a stop wakes it at once).
 PAUSE_POLL_S = 0.25

@@ -19,10 +19,10 @@ from typing import Callable
 
 import torch
 
-from engine.run import events as ev
 from engine.core.config import TrainConfig
-from engine.training.control_handler import GracefulStop
 from engine.core.exit_codes import ExitCode
+from engine.run import events as ev
+from engine.training.control_handler import GracefulStop
 from engine.training.overfit_gate import OverfitGate, verdict
 from engine.training.policies import AbortPolicy
 
@@ -32,7 +32,8 @@ class Evaluator:
 
     def __init__(self, train: TrainConfig, task, emit: Callable[[ev.Event], None] = lambda event: None,
                  agree: Callable[[bool], bool] = bool) -> None:
-        """``emit`` takes the overfit gate's events; ``agree`` makes its verdict every rank's (engine.training.policies)."""
+        """``emit`` takes the overfit gate's events; ``agree`` makes its verdict every rank's
+        (engine.training.policies)."""
         self.train = train
         self.task = task
         self.emit, self.agree = emit, agree

@@ -1,10 +1,11 @@
 """Fault injection for tests: NaN losses, out-of-memory, crashes, a too-high LR and slow checkpoint writes.
 
 A TEST hook, off unless the environment variable ``SENSORLM_TUI_FAULTS`` is
-set. It lives in the task layer, not the loop: the task registry
-(``engine.core.registry.make_task``) attaches an injector to every task it builds as
-``task.faults``, and a task's ``loss()`` passes its loss through
-``self.faults.on_loss(step, loss)`` when ``self.faults`` is not None. So the
+set. The Trainer parses it once and hands each hook to the component that
+calls it: the task gets the injector as ``task.faults`` (engine.core.registry.make_task),
+and a task's ``loss()`` passes its loss through ``self.faults.on_loss(step, loss)``
+when ``self.faults`` is not None; the optimizer gets ``lr_hook()``, the checkpoint
+manager ``save_hook()``. So the
 faults are real to the loop: it sees a NaN loss, a ``torch.OutOfMemoryError``
 or a RuntimeError from the task exactly as it would from a broken model.
 
@@ -18,8 +19,8 @@ Spec: comma-separated items, e.g. ``SENSORLM_TUI_FAULTS="nan@12,nan@13,oom@20,sl
   redone after a rollback or an OOM retry goes through.
 - ``lr@N=F`` / ``lr@A-B=F``: the learning rate of step N (each of steps A..B)
   is multiplied by F, on top of the schedule: a run made to regress on
-  purpose (what the abort rule is for). It reaches the loop through
-  ``engine.optim.optimization.lr_fault``, so the step events log the LR it ran at.
+  purpose (what the abort rule is for). Optimization applies it, so the step
+  events log the LR it ran at.
 - ``slow_save=S``: every checkpoint write sleeps S seconds between its fsynced
   temp file and the rename, so a kill can land mid-write.
 
@@ -113,22 +114,16 @@ class FaultInjector:
         """The LR multiplier of the optimizer step after ``step`` steps done (1.0 where no lr fault is set)."""
         return self.lr_factors.get(step + 1, 1.0)
 
-    def install_lr_fault(self) -> None:
-        """Make engine.optim.optimization scale the LR of the steps an ``lr@`` item names (no-op without one)."""
-        if not self.lr_factors:
-            return
-        from engine.optim import optimization
+    def lr_hook(self):
+        """What Optimization multiplies each step's LR by (None without an ``lr@`` item)."""
+        return self.lr_factor if self.lr_factors else None
 
-        optimization.lr_fault = self.lr_factor
-
-    def install_save_delay(self) -> None:
-        """Make engine.checkpoint.format.write sleep before its rename (no-op without slow_save)."""
+    def save_hook(self):
+        """What a checkpoint write calls between its fsynced temp file and the rename (None without slow_save)."""
         if self.slow_save_s <= 0:
-            return
-        from engine.checkpoint import format as checkpoint
-
+            return None
         delay = self.slow_save_s
-        checkpoint.before_commit = lambda tmp: time.sleep(delay)
+        return lambda tmp: time.sleep(delay)
 
 
 def from_env(environ: dict | None = None) -> FaultInjector | None:
@@ -136,10 +131,7 @@ def from_env(environ: dict | None = None) -> FaultInjector | None:
     spec = (os.environ if environ is None else environ).get(ENV, "").strip()
     if not spec:
         return None
-    injector = FaultInjector.parse(spec)
-    injector.install_save_delay()
-    injector.install_lr_fault()
-    return injector
+    return FaultInjector.parse(spec)
 
 
 def _steps(item: str, first: str, last: str | None) -> range:

@@ -20,31 +20,33 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from engine.checkpoint import format as ckpt
-from engine.optim import device as dev
-from engine.run import events as ev
-from engine.training import threads
 from engine.budget.hook import BudgetHook
+from engine.checkpoint import format as ckpt
+from engine.checkpoint.manager import Checkpointer
+from engine.checkpoint.sharded import ShardedCheckpointer
+from engine.checkpoint.weights import Weights
 from engine.core.config import RunConfig
+from engine.core.exit_codes import ExitCode, Outcome
+from engine.core.registry import get_spec, make_task
+from engine.distributed.parallel import Single
+from engine.optim import device as dev
+from engine.optim.optimization import Optimization, accumulate
+from engine.run import events as ev
 from engine.run.control.requests import Controls
+from engine.run.sinks import EventBus
+from engine.training import faults, threads
 from engine.training.control_handler import ControlHandler, GracefulStop, Stop
 from engine.training.evaluator import Evaluator
-from engine.core.exit_codes import ExitCode, Outcome
+from engine.training.exporter import Exporter
 from engine.training.live_settings import LiveSettings
-from engine.optim.optimization import Optimization, accumulate
 from engine.training.policies import Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
 from engine.training.prefetch import step_keys, upcoming_keys
-from engine.distributed.parallel import Single
 from engine.training.sample_order import SampleOrder
-from engine.run.sinks import EventBus
-from engine.core.registry import get_spec, make_task
 from engine.training.throughput import Throughput
-from engine.training.exporter import Exporter
-from engine.checkpoint.weights import Weights
 
 
 class Trainer:
@@ -63,7 +65,9 @@ class Trainer:
         self.name, self.step = name or config.name, 0
         self.on_step = on_step or (lambda step: None)
         self.control = ControlHandler(controls or Controls(), bus.emit, self)
-        self.checkpoints = self.parallel.checkpointer(checkpoint_dir, config.checkpoint, bus.emit)
+        #: The test fault injector (SENSORLM_TUI_FAULTS); None in real runs. Each hook goes to its component.
+        self.faults = faults.from_env()
+        self.checkpoints = self._checkpointer(checkpoint_dir)
         self._pending: tuple | None = None  # the last step's values, emitted after its checks
         self._ranks = None  # the distributed strategy's per-rank telemetry event, emitted with the step's
 
@@ -72,7 +76,7 @@ class Trainer:
         t = self.config.train
         ckpt.seed_all(t.seed)
         self.device = dev.resolve(t.device)
-        self.task = make_task(self.config)  # also attaches the test fault hook (engine.training.faults)
+        self.task = make_task(self.config, self.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
         self.order = SampleOrder(t.overfit or self.task.train_size(), t.seed, shuffle=not t.overfit,
                                  rank=self.parallel.rank, world=self.parallel.world,
@@ -84,7 +88,8 @@ class Trainer:
         self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
         self.weights, self.rates, self.exporter = Weights.of(self), Throughput.of(self), Exporter.of(self)
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self.order.size // t.batch_size))
-        self.optim = Optimization(t, self.model, self.task.param_groups(self.model), self.device, self.total_steps)
+        self.optim = Optimization(t, self.model, self.task.param_groups(self.model), self.device, self.total_steps,
+                                  self.faults and self.faults.lr_hook())
         self.checkpoints.bind(self.model, self.optim.optimizer)
         self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
         self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
@@ -94,6 +99,13 @@ class Trainer:
         self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         if self.resume:
             self.resume = self.checkpoints.restore(self.resume, self.load)
+
+    def _checkpointer(self, directory: Path | None) -> Checkpointer:
+        """One file per save, or DCP directories when every rank writes its shard (the strategy declares which)."""
+        hook = self.faults and self.faults.save_hook()
+        if self.parallel.writes_shards:
+            return ShardedCheckpointer(directory, self.config.checkpoint, self.bus.emit, self.parallel, hook)
+        return Checkpointer(directory, self.config.checkpoint, self.bus.emit, hook)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Outcome:
@@ -165,7 +177,7 @@ class Trainer:
         for i, key in enumerate(keys):
             host = self.parallel.fetch(self.prefetch, key)
             if self.prefetch.depth:  # what comes next, built while this micro-batch trains
-                self.prefetch.ahead(lambda: self._upcoming(keys, i + 1))
+                self.prefetch.ahead(lambda i=i: self._upcoming(keys, i + 1))
             batch = host if self._on_host else {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
             weight = len(key[0]) / len(indices)
             with self.parallel.sync(final=i == len(keys) - 1):  # DDP: gradients all-reduced on the last only

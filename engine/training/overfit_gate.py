@@ -32,8 +32,8 @@ from typing import Callable
 
 import torch
 
-from engine.run import events as ev
 from engine.core.config import TrainConfig
+from engine.run import events as ev
 
 
 def verdict(first: float | None, last: float | None, target: float) -> tuple[bool, str]:

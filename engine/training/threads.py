@@ -455,7 +455,8 @@ def prefetcher_for(trainer) -> PlannedPrefetcher:
     from engine.training.allocator import keep_freed_memory
     from engine.training.batches import build_batch
 
-    allocator = keep_freed_memory()  # the step's buffers from here on come from the tuned heap (engine.training.allocator)
+    # The step's buffers from here on come from the tuned heap (engine.training.allocator).
+    allocator = keep_freed_memory()
     source = PlannedPrefetcher(lambda key: build_batch(trainer.task, key), worker_args, trainer.config,
                                steps_left=lambda: trainer.total_steps - trainer.step,
                                emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")),

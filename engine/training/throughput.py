@@ -38,11 +38,6 @@ def peak_flops(device_name: str) -> float | None:
     return None
 
 
-def format_mfu(value: float | None) -> str:
-    """"41.2 %", or "–" where it is unknown (0 or None: no peak, no FLOP count)."""
-    return f"{100 * value:.1f} %" if value else "–"
-
-
 class Throughput:
     """Turns a step's samples and seconds into ``tokens_per_s`` and ``mfu`` (module docstring)."""
 

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from bench import __main__ as suite
+from bench import page as results_page
 from bench.common import Section
 
 pytestmark = pytest.mark.timeout(120)
@@ -33,7 +34,7 @@ def test_every_module_has_run():
 
 
 def test_cheap_modules_run_and_the_page_is_written(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    monkeypatch.setattr(results_page, "ROOT", tmp_path)
     code = suite.main(["--only", "plot_render", "open_run", "startup"])
     page = (tmp_path / "docs" / "BENCHMARKS.md").read_text()
     assert code == 0, page
@@ -155,7 +156,8 @@ def test_fast_overhead_table_with_slices():
     section = engine_overhead_fast.section(results, slices, 4000, 2, quick=False)
     text = "\n".join(section.verdicts)
     assert "engine ÷ bare loop steps/s (toy, default logging): 0.955 — goal ≥ 0.95 met" in text
-    assert "dashboard attached ÷ alone steps/s (slices): 0.99 — goal ≥ 0.95 met; spread 0.990–0.990 over 5 pairs" in text
+    assert ("dashboard attached ÷ alone steps/s (slices): 0.99 — goal ≥ 0.95 met; spread 0.990–0.990 over 5 pairs"
+            in text)
     assert "viewer read rate ÷ engine write rate: 150 — goal ≥ 1 met" in text
 
 
@@ -238,12 +240,12 @@ def test_baseline_loops_reach_the_same_loss():
 
 
 def test_only_rewrites_its_sections_and_keeps_the_rest(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    monkeypatch.setattr(results_page, "ROOT", tmp_path)
     (tmp_path / "docs").mkdir()
     page = tmp_path / "docs" / "BENCHMARKS.md"
-    page.write_text("# Benchmarks\n\nMachine: old.\n\n## Goals\n\n- kept goal: 1 — goal ≥ 1 met\n- redo: 0.5 — goal ≥ 1 "
-                    "MISSED by 0.5\n\n## Kept\n\nold body\n\n## Redo\n\nold redo body\n")
-    suite.write_page([Section("Redo", "python -m bench --only redo", "new body", ["redo: 1.2 — goal ≥ 1 met"]),
+    page.write_text("# Benchmarks\n\nMachine: old.\n\n## Goals\n\n- kept goal: 1 — goal ≥ 1 met\n"
+                    "- redo: 0.5 — goal ≥ 1 MISSED by 0.5\n\n## Kept\n\nold body\n\n## Redo\n\nold redo body\n")
+    results_page.write_page([Section("Redo", "python -m bench --only redo", "new body", ["redo: 1.2 — goal ≥ 1 met"]),
                       Section("New one", "cmd", "fresh", [])], quick=False, argv=["--only", "redo"], facts="box",
                      partial=True)
     text = page.read_text()
@@ -252,11 +254,11 @@ def test_only_rewrites_its_sections_and_keeps_the_rest(tmp_path, monkeypatch):
     assert text.index("## Redo") < text.index("## New one")
     assert "Sections Redo, New one re-measured by `python -m bench --only redo` on: box." in text
     # a later partial run of another section keeps this note; one that measures Redo and New one again drops it
-    suite.write_page([Section("Kept", "cmd", "kept again", [])], quick=False, argv=["--only", "kept"], facts="box 2",
-                     partial=True)
+    results_page.write_page([Section("Kept", "cmd", "kept again", [])], quick=False, argv=["--only", "kept"],
+                     facts="box 2", partial=True)
     text = page.read_text()
     assert "Sections Redo, New one re-measured" in text and "Sections Kept re-measured" in text
-    suite.write_page([Section("Redo", "cmd", "b", []), Section("New one", "cmd", "c", [])], quick=False,
+    results_page.write_page([Section("Redo", "cmd", "b", []), Section("New one", "cmd", "c", [])], quick=False,
                      argv=["--only", "redo"], facts="box 3", partial=True)
     text = page.read_text()
     assert "on: box." not in text and "Sections Kept re-measured" in text and "on: box 3." in text
@@ -308,10 +310,11 @@ def test_gpu_section_reads_every_row_and_lands_on_the_page(tmp_path, monkeypatch
     assert "GPU engine ÷ DataLoader loop steps/s: 1.05 — goal ≥ 1 met" in text
     assert "GPU tests (pytest -m gpu): 4 passed, 0 failed — met" in text
     assert "MFU 31.0 %" in section.body and "GPU idle 7.5 %" in section.body
-    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    monkeypatch.setattr(results_page, "ROOT", tmp_path)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "BENCHMARKS.md").write_text("# Benchmarks\n\nMachine: cpu box.\n\n## Start-up\n\nbody\n")
-    page = suite.merge_page((tmp_path / "docs" / "BENCHMARKS.md").read_text(), [section], "python -m bench --gpu", "h")
+    page = results_page.merge_page((tmp_path / "docs" / "BENCHMARKS.md").read_text(), [section],
+                                   "python -m bench --gpu", "h")
     assert "## GPU: NVIDIA H200" in page and "## Start-up\n\nbody" in page
 
 

@@ -1,4 +1,5 @@
-"""A 2-rank job in a real terminal (tmux): the terminal dies, the job trains on, `attach` shows both ranks and pauses them.
+"""A 2-rank job in a real terminal (tmux): the terminal dies, the job trains on, `attach` shows both ranks and
+pauses them.
 
 `sensorlm-tui train --nproc-per-node 2` runs in a tmux session; the session
 is killed (a real SIGHUP, what an SSH drop does): the job keeps training

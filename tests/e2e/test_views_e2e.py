@@ -7,9 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 import psutil
+import pytest
 
 from engine.run import events as ev
 from engine.run.rundir import RunDir, pid_alive

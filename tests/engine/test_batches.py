@@ -7,12 +7,12 @@ import multiprocessing
 
 import torch
 
-from engine.checkpoint import format as ckpt
+from engine.checkpoint import store
 from engine.core import config as cfg
-from engine.training.batches import KeySampler
 from engine.run.control.requests import Controls, set_value
-from engine.training.loop import Trainer
 from engine.run.sinks import EventBus, MemorySink
+from engine.training.batches import KeySampler
+from engine.training.loop import Trainer
 
 torch.set_num_threads(1)
 
@@ -65,7 +65,7 @@ def test_dataloader_workers_train_bit_identically_through_a_batch_change_and_a_r
     # inline (the sampler had handed out the old size's keys); the worker served the rest.
     assert misses <= 3 and hits == 24 - misses, (hits, misses)
 
-    resumed, sink = _trainer(tmp_path / "w", resume=ckpt.load_latest(tmp_path / "w"), data_workers=1)
+    resumed, sink = _trainer(tmp_path / "w", resume=store.load_latest(tmp_path / "w"), data_workers=1)
     try:
         assert resumed.step == 8 and resumed.settings.batch_size == 5
         after = _train(resumed, sink, 12)
@@ -109,7 +109,8 @@ same = all(torch.equal(a[name], b[name]) for key, a in zip(keys, got)
            for b in [task.make_batch(list(key[0]), key[1], train=True)] for name in a)
 restored = sys.stdout is capture and sys.stderr is capture
 source.close()
-os.write(int(sys.argv[1]), f"hits={source.hits} same={same} restored={restored} silent={source.dataset.silent}".encode())
+os.write(int(sys.argv[1]),
+         f"hits={source.hits} same={same} restored={restored} silent={source.dataset.silent}".encode())
 """
 
 
@@ -121,8 +122,8 @@ def test_worker_processes_start_under_the_in_process_dashboards_stdio(tmp_path) 
     import sys
 
     read, write = os.pipe()
-    proc = subprocess.run([sys.executable, "-c", _UNDER_TEXTUAL_STDIO, str(write)], pass_fds=(write,), capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.run([sys.executable, "-c", _UNDER_TEXTUAL_STDIO, str(write)], pass_fds=(write,),
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
     os.close(write)
     with os.fdopen(read) as pipe:
         report = pipe.read()
@@ -137,8 +138,8 @@ def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
     import signal
     import time
 
-    from engine.training.batches import WorkerBatches
     from engine.core.registry import make_task
+    from engine.training.batches import WorkerBatches
 
     config = cfg.load(task="toy", overrides={"train": {"batch_size": 4}})
     task = make_task(config)

@@ -22,7 +22,8 @@ CASES = {
                     "bad.toml:2: sensorlm.model.attn_backend='flash9': allowed:"),
     "heads must divide": ("[sensorlm.model]\ndim = 30\nheads = 4\n", ["--task", "sensorlm"],
                           "sensorlm.model.heads=4 must divide sensorlm.model.dim=30"),
-    "v1 file, task field": ("[model]\ndim = 3\n", [], "bad.toml:2: toy.dim=3: Input should be greater than or equal to 8"),
+    "v1 file, task field": ("[model]\ndim = 3\n", [],
+                            "bad.toml:2: toy.dim=3: Input should be greater than or equal to 8"),
     "task section unknown key": ("[toy]\nwidth = 3\n", [], "bad.toml:2: toy.width=3: unknown key"),
     "other task's section": ("[sensorlm.model]\ndim = 32\n", [], "bad.toml: sensorlm: unknown key"),
     "setting the task lacks": (None, ["--attn-chunk", "64"], "--attn-chunk: task 'toy' has no such setting"),
@@ -97,7 +98,8 @@ def test_unreadable_parent_is_one_line(tmp_path: Path) -> None:
     try:
         for flags, expected in ((["--task", "toy", "--run-dir", str(locked / "inner" / "run")],
                                  "cannot use this path (Permission denied)"),
-                                (["--resume", str(locked / "inner")], "cannot read the run directory (Permission denied)")):
+                                (["--resume", str(locked / "inner")],
+                                 "cannot read the run directory (Permission denied)")):
             result = subprocess.run([*prefix, sys.executable, "-m", "tui.cli", "train", *flags], cwd=ROOT,
                                     env=cli_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
             _one_line(result, expected)
@@ -107,7 +109,8 @@ def test_unreadable_parent_is_one_line(tmp_path: Path) -> None:
 
 def _finished_run(tmp_path: Path) -> Path:
     run = tmp_path / "done"
-    result = run_cli("train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir", str(run), "--headless")
+    result = run_cli("train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir", str(run),
+                     "--headless")
     assert result.returncode == 0, result.stderr
     return run
 

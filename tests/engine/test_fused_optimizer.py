@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.core import config as cfg
 from engine.budget import analytic
+from engine.core import config as cfg
 from engine.optim.optimization import adamw
 
 

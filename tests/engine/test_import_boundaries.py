@@ -17,7 +17,8 @@ def _loaded(code: str) -> set[str]:
 
 
 def test_engine_contract_modules_load_neither_torch_nor_textual() -> None:
-    assert _loaded("import engine.core.config, engine.run.events, engine.run.control.requests, engine.run.control.session, engine.run.rundir, "
+    assert _loaded("import engine.core.config, engine.run.events, engine.run.control.requests, "
+                   "engine.run.control.session, engine.run.rundir, "
                    "engine.run.sinks, engine.core.cli_args, engine.app.main") == set()
 
 

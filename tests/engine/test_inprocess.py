@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from argparse import Namespace
 from pathlib import Path
 
-from engine.run.control import requests as control
-from engine.core.cli_args import OneLineParser, add_train_arguments
 from engine.app.inprocess import InProcessSession
-from engine.app.main import prepare
+from engine.app.prepare import prepare
+from engine.core.cli_args import OneLineParser, add_train_arguments
+from engine.run.control import requests as control
 
 
 def _prepared(tmp_path: Path, *flags: str):

@@ -1,4 +1,5 @@
-"""Run directories made by the previous release (tests/fixtures/runs_v1) attach, list and resume through engine.core.migrate."""
+"""Run directories made by the previous release (tests/fixtures/runs_v1) attach, list and resume through
+engine.core.migrate."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from engine.core import config as cfg
-from engine.run import events as ev
 from engine.core import migrate
-from engine.run.history.store import read_history
+from engine.run import events as ev
+from engine.run.history import read_history
 from engine.run.rundir import RunDir
 from tests.conftest import read_events, run_cli
 

@@ -1,4 +1,5 @@
-"""The overfit gate preflight (engine.training.overfit_gate) leaves the run it guards exactly as it would be without it."""
+"""The overfit gate preflight (engine.training.overfit_gate) leaves the run it guards exactly as it would be
+without it."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.run import events as ev
+from engine.app.main import run_prepared
+from engine.app.prepare import prepare
 from engine.core.cli_args import OneLineParser, add_train_arguments
-from engine.app.main import prepare, run_prepared
+from engine.run import events as ev
 
 
 def test_phases_come_before_the_first_step_in_order(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import torch
 
 from engine.core import config as cfg
 from engine.run.control.requests import Controls
+from engine.run.sinks import EventBus, MemorySink
 from engine.training.loop import Trainer
 from engine.training.prefetch import Prefetcher
-from engine.run.sinks import EventBus, MemorySink
 
 torch.set_num_threads(1)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.run.control.requests import abort
 from engine.run.control.launcher import launch
+from engine.run.control.requests import abort
 from tests.conftest import run_cli
 
 

@@ -7,7 +7,7 @@ import torch
 
 from engine.core import config as cfg
 from engine.training import threads
-from engine.training.threads import Costs, Cores, PlannedPrefetcher, plan
+from engine.training.threads import Cores, Costs, PlannedPrefetcher, plan
 
 FAST = Costs(batch_s=0.0006, step_s=0.0007)  # the toy task at ~800 steps/s: the build is most of a step
 DEMO = Costs(batch_s=0.030, step_s=0.060)  # SensorLM demo on CPU: long kernels
@@ -193,8 +193,8 @@ def test_a_viewer_attaching_replans_the_threads(monkeypatch):
 
 def test_a_toy_run_logs_its_plan():
     from engine.run.control.requests import Controls
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus, MemorySink
+    from engine.training.loop import Trainer
 
     config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "eval_every": 0}})
     sink = MemorySink()

@@ -40,7 +40,8 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
     assert "resumed from" in resumed.stdout
 
     reference, events = _steps(read_events(tmp_path / "whole")), read_events(run)
-    after = [e for e in events if e["type"] == "step" and e["t"] > [x for x in events if x["type"] == "run_started"][-1]["t"]]
+    after = [e for e in events
+             if e["type"] == "step" and e["t"] > [x for x in events if x["type"] == "run_started"][-1]["t"]]
     assert [e["step"] for e in after] == list(range(21, 41))
     assert {e["step"]: e["loss"] for e in after} == {s: reference[s] for s in range(21, 41)}
     assert _last_digest(events) == _last_digest(read_events(tmp_path / "whole"))

@@ -121,7 +121,8 @@ async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
         tune = app.screen
         assert "budget 8 GiB" in _estimate(tune)
         tune.query_one("#tune-batch_size").focus()
-        await pilot.press("end", "backspace", "backspace", "6", "4")  # typed key by key: one dry run, after the last key
+        # Typed key by key: one dry run, after the last key.
+        await pilot.press("end", "backspace", "backspace", "6", "4")
         await wait_for(pilot, lambda: "fits" in _estimate(tune), "the engine's prediction for batch 64")
         assert "predicted peak 7 GiB" in _estimate(tune) and f"({7 << 30} B) of budget 8 GiB" in _estimate(tune)
         assert [(r.name, r.value, r.dry_run) for r in session.sent] == [("batch_size", 64, True)]
@@ -192,9 +193,9 @@ async def test_a_read_only_viewer_sees_predictions_but_cannot_apply():
 
 @pilot_test
 async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(tmp_path):
-    from engine.core.cli_args import OneLineParser, add_train_arguments
     from engine.app.inprocess import InProcessSession
-    from engine.app.main import prepare
+    from engine.app.prepare import prepare
+    from engine.core.cli_args import OneLineParser, add_train_arguments
 
     parser = OneLineParser(prog="t")
     add_train_arguments(parser)

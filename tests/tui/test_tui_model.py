@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from engine.run import events as ev
-from tui.model.dashboard import RunModel
 from tui.dashboard.scripted import demo_run
+from tui.model.dashboard import RunModel
 
 
 def _started(**config):
@@ -137,7 +137,8 @@ def test_memory_panel_says_when_nothing_is_measurable():
     m.ingest(demo_run(10))
     text = MemoryPanel.gauge_and_numbers(m, 40)
     gauge = text.splitlines()[0]
-    assert "[$success]meas 2.06[/] · [$primary]pred 2.09 GiB[/]" in text and "err [b]+1.8 %[/b]" in text  # (2.09 − 2.06) / 2.06
+    # (2.09 − 2.06) / 2.06
+    assert "[$success]meas 2.06[/] · [$primary]pred 2.09 GiB[/]" in text and "err [b]+1.8 %[/b]" in text
     assert gauge.startswith("[$success]█████[/]") and gauge.index("┃") > gauge.index("█")
 
 

@@ -8,9 +8,9 @@ from textual.widgets import OptionList
 
 from engine.run import events as ev
 from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
-from tui.model.format import bytes_pair, middle_ellipsis
-from tui.model.dashboard import RunModel
 from tui.dashboard.scripted import ScriptedSession, demo_run
+from tui.model.dashboard import RunModel
+from tui.model.format import bytes_pair, middle_ellipsis
 
 
 def _footer(app) -> list[str]:
@@ -151,7 +151,7 @@ async def test_status_line_shortens_paths_in_the_middle_and_wraps_the_rest():
 @pilot_test
 async def test_the_palette_offers_one_theme_system():
     app, _ = make()
-    async with opened(app) as pilot:
+    async with opened(app):
         titles = [command.title.lower() for command in app.get_system_commands(app.screen)]
         assert "theme" not in titles and "quit" in titles
 
@@ -171,8 +171,10 @@ async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
         await wait_for(pilot, lambda: "pause" in _footer(app), "pause back in the footer")
     ended, _ = make(ScriptedSession(history=demo_run(300, finished=True)))
     async with opened(ended) as pilot:
-        await wait_for(pilot, lambda: "metric" in _footer(ended) and "pause" not in _footer(ended), "no controls once ended")
-        assert not {"ckpt", "abort", "tune", "resume"} & set(_footer(ended)) and "metric" in _footer(ended), _footer(ended)
+        await wait_for(pilot, lambda: "metric" in _footer(ended) and "pause" not in _footer(ended),
+                       "no controls once ended")
+        assert not {"ckpt", "abort", "tune", "resume"} & set(_footer(ended)) and "metric" in _footer(ended), \
+            _footer(ended)
         await pilot.press("c")
         assert "the run has ended" in ended.status_text
 
@@ -221,7 +223,8 @@ def test_units_paths_and_grammar():
     assert bytes_pair(975 << 20, int(23.5 * 2**30)) == "975 MiB / 23.5 GiB"
     text = "checkpoint written: runs/some-long-run-name/checkpoints/step-000123.safetensors (1.2 GiB)"
     short = middle_ellipsis(text, 60)
-    assert len(short) <= 60 and short.startswith("checkpoint written: runs/") and short.endswith(".safetensors (1.2 GiB)")
+    assert (len(short) <= 60 and short.startswith("checkpoint written: runs/")
+            and short.endswith(".safetensors (1.2 GiB)"))
     assert "…" in short
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from engine.run import events as ev
-from engine.run.history.store import History, read_history
+from engine.run.history import History, read_history
 from engine.run.sinks import JsonlSink
 from tui.dashboard.app import DashboardApp
 from tui.dashboard.scripted import ScriptedSession, demo_memory, demo_run

@@ -62,8 +62,8 @@ def open_dashboard(run_dir: Path, *, read_only: bool = False, theme: str | None 
                    refresh: float | None = None, ansi: bool = False, compare: Path | None = None) -> int:
     """Run the attach dashboard on ``run_dir`` until the user quits; prints the summary line after."""
     from engine.run.control.client import RunClient
-    from tui.dashboard.attach_app import AttachApp
     from tui.commands.run_dashboard import run_dashboard
+    from tui.dashboard.attach_app import AttachApp
 
     return run_dashboard(lambda: RunClient(run_dir, read_only=read_only), theme=theme, refresh=refresh,
                          read_only=read_only, ansi=ansi,

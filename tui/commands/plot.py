@@ -47,7 +47,7 @@ def render(runs: list[Path], metric: str | None = None, width: int = 100, height
     """The chart as text; raises PlotError for a metric none of the runs logged."""
     import plotext as plt
 
-    from engine.run.history.store import read_history
+    from engine.run.history import read_history
     from tui.model.history import minmax_columns
     from tui.model.run_metrics import primary, series
 
@@ -111,7 +111,8 @@ def plot_after_run(run: Path, metric: str | None = None) -> None:
     """`train --headless --plot [METRIC]`: the finished run's chart after its last line (a problem is one line)."""
     size = shutil.get_terminal_size((100, 25))
     try:
-        text = render([Path(run)], metric, min(size.columns, 160), 20, sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+        text = render([Path(run)], metric, min(size.columns, 160), 20,
+                      sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     except PlotError as exc:
         sys.stderr.write(f"sensorlm-tui: plot: {exc}\n")
         return

@@ -26,8 +26,8 @@ _SHAPE_FIELDS = ("dim", "depth", "heads", "patch_time", "patch_channels")
 
 def param_count(task: str, preset: str) -> int | None:
     """Parameters of one preset from the analytic memory model; None when the task has none."""
-    from engine.core import config as cfg
     from engine.budget import analytic
+    from engine.core import config as cfg
 
     config = cfg.load(preset=preset, task=task)
     if not analytic.has_model(config):

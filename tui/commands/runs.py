@@ -22,7 +22,6 @@ from tui.model.format import human_duration
 from tui.model.run_index import RunSummary, list_runs
 from tui.model.trend import trend
 
-
 _HEADERS = ("NAME", "STATE", "STEP", "BEST", "TREND", "LAST CHECKPOINT", "AGE")
 
 

@@ -30,14 +30,21 @@ from textual.worker import get_current_worker
 
 import themes
 from engine.run.control import requests as control
-from engine.run.events import Refused, SettingChanged
 from engine.run.control.session import Session
+from engine.run.events import Refused, SettingChanged
+from tui.dashboard.messages import (
+    CompareLoaded,
+    ControlDone,
+    EventBatch,
+    HistoryFolded,
+    LivenessChanged,
+    SessionFailed,
+    SessionReady,
+)
 from tui.dashboard.palette import DashboardCommands
-from tui.model.history_fold import deferred_fold
-from tui.dashboard.messages import (CompareLoaded, ControlDone, EventBatch, HistoryFolded, LivenessChanged, SessionFailed,
-                          SessionReady)
-from tui.model.dashboard import RunModel
 from tui.dashboard.pump import BATCH_S, SessionPump
+from tui.model.dashboard import RunModel
+from tui.model.history_fold import deferred_fold
 from tui.screens.confirm import AbortScreen, QuitScreen
 from tui.screens.dashboard import CONTROL_ACTIONS, DashboardScreen
 from tui.screens.help import HelpScreen
@@ -487,9 +494,8 @@ class DashboardApp(App[int]):
             return
 
         def watchdog() -> None:
-            wait = getattr(session, "wait", None)
-            if wait is not None:
-                wait(300)  # the in-process trainer checkpoints before we may go
+            if session is not None:
+                session.wait(300)  # the in-process trainer checkpoints before we may go
             time.sleep(5.0)
             os._exit(code)
 
@@ -504,9 +510,7 @@ class DashboardApp(App[int]):
         # In-process the trainer dies with this process: ask it to checkpoint and stop, with the reason the run's
         # log will carry; the session worker then waits for it when it closes the session (InProcessSession.close).
         reason = "terminal hung up (SIGHUP): checkpointed and stopped (in-process mode)"
-        stop = getattr(self._pump.session, "stop", None)
-        if stop is not None:
-            stop(timeout=0, reason=reason)
+        self._pump.session.stop(timeout=0, reason=reason)
         self._leave(130, f"{self._run_name()}: {reason}")
         self._exit_after_hangup(130, self._pump.session)
 

@@ -21,8 +21,8 @@ from textual.binding import Binding
 from textual.message import Message
 
 from engine.run.control.client import RunClient
-from engine.run.rundir import RunDir, liveness, resume_command
 from engine.run.control.session import Session
+from engine.run.rundir import RunDir, liveness, resume_command
 from tui.dashboard.app import DashboardApp
 from tui.dashboard.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
 from tui.screens.dashboard import KEYS, DashboardScreen
@@ -85,8 +85,8 @@ class AttachApp(DashboardApp):
 
     def switch_session(self, factory: Callable[[], Session]) -> None:
         """Watch another session from now on: the old one is closed, the model rebuilt from the new history."""
-        from tui.model.dashboard import RunModel
         from tui.dashboard.pump import SessionPump
+        from tui.model.dashboard import RunModel
 
         old = self._pump
         old.stop.set()  # its worker closes the old session after the poll in flight

@@ -17,8 +17,8 @@ import time
 from typing import Callable
 
 from engine.run.control.session import Session
-from tui.model.history_fold import TAIL_STEPS
 from tui.dashboard.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
+from tui.model.history_fold import TAIL_STEPS
 
 #: How long events are gathered before one batch is posted (seconds).
 BATCH_S = 0.08
@@ -31,20 +31,8 @@ SHOWN_WAIT_S = 10.0
 
 
 def is_detachable(session: Session) -> bool:
-    """True when quitting may leave the engine running: a process-mode session with a run directory.
-
-    A session may say so itself with a ``detachable`` attribute; otherwise an
-    ``in_process`` attribute (the Trainer runs in this process) rules it out.
-    """
-    explicit = getattr(session, "detachable", None)
-    if explicit is not None:
-        return bool(explicit)
-    if getattr(session, "in_process", False):
-        return False
-    try:
-        return session.run_dir() is not None
-    except Exception:  # noqa: BLE001 - a broken run_dir() just means "cannot detach"
-        return False
+    """True when quitting may leave the engine running (``Session.detachable``)."""
+    return bool(session.detachable)
 
 
 def _run_dir_text(session: Session) -> str | None:

@@ -48,7 +48,7 @@ class ScriptedSession(Session):
         self.policy = policy or accept_policy
         self.refuse = dict(refuse or {})
         self.read_only = read_only
-        self.detachable = detachable
+        self._detachable = detachable
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self._liveness = liveness
         self.ack_delay = ack_delay
@@ -76,6 +76,11 @@ class ScriptedSession(Session):
             self._observe(event)
 
     # ------------------------------------------------------------- Session API
+    @property
+    def detachable(self) -> bool:
+        """As told (``detachable=``), else as any session with a run directory."""
+        return super().detachable if self._detachable is None else self._detachable
+
     def history(self) -> list[ev.Event]:
         """The scripted history (returned whole, as a run's events.jsonl would be)."""
         self.history_calls += 1

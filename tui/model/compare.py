@@ -2,7 +2,7 @@
 
 The overlay needs the same series a live run has (loss, every per-step scalar,
 every validation metric), so the other run goes through the same fold as an
-attach: ``engine.run.history.store.read_history`` then ``RunModel.ingest``. It is read
+attach: ``engine.run.history.read.read_history`` then ``RunModel.ingest``. It is read
 on a thread worker and never updated (a compare run is history).
 """
 
@@ -15,7 +15,7 @@ from tui.model.dashboard import RunModel
 
 def read_run(path: str | Path, capacity: int = 1 << 20) -> RunModel:
     """The run at ``path`` (a run directory or its events.jsonl) as a model; OSError/ValueError naming the path."""
-    from engine.run.history.store import read_history
+    from engine.run.history import read_history
 
     path = Path(path)
     events = path / "events.jsonl" if path.is_dir() else path

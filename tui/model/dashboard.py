@@ -23,7 +23,8 @@ from tui.model import metrics as mx
 from tui.model.ema import LEVELS, EmaState, ema_extend
 from tui.model.format import human_bytes, short_float
 from tui.model.history import Ring
-from tui.model.history_fold import LOSS as _LOSS, STEP as _STEP  # columns of the step ring
+from tui.model.history_fold import LOSS as _LOSS  # columns of the step ring
+from tui.model.history_fold import STEP as _STEP
 from tui.model.history_fold import STEP_FIELDS, HistoryFold, StepRings, known, latest_attempts, scalar_ring
 
 #: States in which the engine no longer runs.

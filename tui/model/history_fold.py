@@ -27,7 +27,7 @@ every step line is most of its cost (~2.4 s CPU at 1M steps). So the worker
 reads a tail first (``RunClient.history_tail(TAIL_STEPS)``: every other event,
 only the newest ``TAIL_STEPS`` steps, enough for the preview and its EMAs'
 warm-up), and this fold's ``finish`` reads the whole log behind the first frame
-(``engine.run.history.store.read_rest``, which also leaves the index for the next viewer).
+(``engine.run.history.read.read_rest``, which also leaves the index for the next viewer).
 The live poll starts only after ``finish``, so no step arrives in between.
 
 Torch- and Textual-free; ``finish`` touches nothing but its own arrays, so
@@ -199,7 +199,7 @@ def deferred_fold(history, capacity: int) -> HistoryFold | None:
     if not (hasattr(history, "column") and hasattr(history, "step_columns")):
         return None
     if getattr(history, "steps_left_out", 0):
-        from engine.run.history.store import read_rest
+        from engine.run.history import read_rest
 
         return HistoryFold(history, capacity, complete=partial(read_rest, history))
     if len(history.column("step", "step")) <= PREVIEW_ROWS:

@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.run.rundir import RunDir, liveness, resume_command
 from engine.core.taskspec import Capabilities
+from engine.run.rundir import RunDir, liveness, resume_command
 from tui.model.log_tail import first_event, last_events
 
 #: Files whose presence makes a directory a run (an engine writes config.toml first, then the others).

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.run import events as ev
-from engine.run.history.store import parse_line
+from engine.run.history import parse_line
 from tui.model.log_tail import first_event
 from tui.model.run_metrics import eval_values
 

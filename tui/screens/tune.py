@@ -26,9 +26,9 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
+from engine.core.taskspec import Setting
 from engine.run.control.requests import Request, RequestError, set_value
 from engine.run.events import Prediction, Refused, SettingChanged
-from engine.core.taskspec import Setting
 from tui.model.format import human_bytes, short_float
 
 #: The engine's own live settings (engine.training.live_settings); the task's declared ones follow them.
@@ -137,7 +137,8 @@ class TuneScreen(ModalScreen[None]):
             try:
                 value = int(raw) if setting.kind == "int" else float(raw)
             except ValueError:
-                errors.append(f"{setting.name}: {raw!r} is not a {'whole number' if setting.kind == 'int' else 'number'}")
+                errors.append(f"{setting.name}: {raw!r} is not a "
+                              f"{'whole number' if setting.kind == 'int' else 'number'}")
                 continue
             why = setting.check(value) or (f"{setting.name}: must be > 0, got {raw}"
                                            if value <= 0 and setting.name in ("batch_size", "lr") else None)

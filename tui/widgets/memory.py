@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from textual.markup import escape
 
-from tui.model.format import human_bytes
 from tui.model.dashboard import MEM_COLUMNS
+from tui.model.format import human_bytes
 from tui.widgets.panel import TextPanel
 
 #: Predicted/budget ratios: ≤ FITS is comfortable, ≤ 1 is tight, above does not fit.

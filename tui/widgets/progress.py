@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from textual.markup import escape
 
-from engine.training.throughput import format_mfu
+from engine.core.fmt import format_mfu
 from tui.model.format import human_duration, short_float
 from tui.widgets.panel import TextPanel
 

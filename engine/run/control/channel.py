@@ -71,8 +71,8 @@ from typing import Any, Iterator
 
 from engine.run import events as ev
 from engine.run.control.requests import Controls, Request, RequestError
-from engine.run.rundir import RunDir
 from engine.run.control.session import ACK_TYPES
+from engine.run.rundir import RunDir
 from engine.run.sinks import EventBus
 
 #: Version of the channel's own messages (hello, error); requests carry engine.run.control.requests.REQUEST_VERSION.

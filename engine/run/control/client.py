@@ -25,12 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-from engine.run.control import channel
 from engine.run import events as ev
+from engine.run.control import channel
 from engine.run.control.requests import Request
-from engine.run.history.store import History, parse_line, read_history
-from engine.run.rundir import RunDir, liveness, resume_command
 from engine.run.control.session import ACK_TYPES, Session, SessionError
+from engine.run.history import History, parse_line, read_history
+from engine.run.rundir import RunDir, liveness, resume_command
 
 #: How often poll() looks at the file while waiting (s); bounds the latency a viewer adds.
 POLL_INTERVAL_S = 0.02
@@ -61,7 +61,7 @@ class RunClient(Session):
 
     def history_tail(self, steps: int | None) -> History:
         """``history()``, but a long log without an index decodes only its newest ``steps`` step events (and
-        every other event): ``History.steps_left_out`` counts the rest, ``engine.run.history.store.read_rest`` reads
+        every other event): ``History.steps_left_out`` counts the rest, ``engine.run.history.read.read_rest`` reads
         them. ``poll`` continues after what this read either way."""
         with self._lock:
             history = read_history(self._run_dir.events, tail_steps=steps)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import queue
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any

@@ -56,5 +56,23 @@ class Session(ABC):
         """The run directory (engine.run.rundir.RunDir) when there is one, else None."""
         return None
 
+    @property
+    def detachable(self) -> bool:
+        """True when quitting may leave the engine running: its own process, with a run directory to attach to."""
+        try:
+            return self.run_dir() is not None
+        except Exception:  # a broken run_dir() just means "cannot detach"
+            return False
+
+    def stop(self, timeout: float = 30.0, reason: str | None = None) -> None:
+        """Checkpoint and stop the run this session owns, waiting up to ``timeout`` s. A session that only
+        watches an engine in another process owns nothing: the engine outlives it, so this does nothing."""
+        return None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code of an engine this session owns once it has ended (None: still running, or not owned)."""
+        return None
+
     def close(self) -> None:
         """Stop watching (the engine keeps running unless this session owns it in-process)."""
+        return None

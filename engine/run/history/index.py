@@ -114,13 +114,14 @@ def _load(index: BinaryIO, history: History, handle: BinaryIO) -> int:
         return 0
     objects: list = []
     if len(where):
-        # Sliced from a map of the log (no read call per line), then decoded together (engine.run.history.store.parse_lines).
+        # Sliced from a map of the log (no read call per line), then decoded together
+        # (engine.run.history.store.parse_lines).
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             lines = [mapped[a:a + n] for a, n in zip(offsets[where].tolist(), lengths[where].tolist())]
         objects = parse_lines(lines)
         if any(event is None for event in objects):
             return 0
-    history._restore(offsets, lengths, rows, columns, objects, offset, int(header["skipped"]))
+    history.restore(offsets, lengths, rows, columns, objects, offset, int(header["skipped"]))
     return offset
 
 
@@ -136,12 +137,10 @@ def save(history: History) -> None:
     target = path_for(history.path)
     temp = target.with_name(f".{NAME}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        history._seal()
         with open(history.path, "rb") as handle:
             head, tail = _probe(handle, history.offset)
-        arrays = [("offsets", history._offsets.astype("<i8")), ("lengths", history._lengths.astype("<i8")),
-                  ("rows", history._rows.astype("<i8"))]
-        arrays += [(f"col:{name}", values.astype("<f8")) for name, values in history._columns.items()]
+        arrays = [(name, values.astype("<f8" if name.startswith("col:") else "<i8"))
+                  for name, values in history.index_arrays().items()]
         header = msgspec.json.encode({"offset": history.offset, "skipped": history.skipped, "head": head,
                                       "tail": tail, "arrays": [(n, a.dtype.str, len(a)) for n, a in arrays]})
         with open(temp, "wb") as out:

@@ -1,4 +1,4 @@
-"""Reading a whole events.jsonl fast: msgspec decodes it, step events become columns, an index makes reopening free.
+"""The events of a run as a list-like History: step events as columns, every other event an object.
 
 Why: a viewer opening a run with a million steps must not build a million
 event objects. ``json.loads`` + ``events.from_dict`` costs ~11–19 µs a line on
@@ -41,10 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import mmap
-import operator
-import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -52,14 +48,16 @@ from typing import Any, Callable, Iterator
 import msgspec
 import numpy as np
 
-from engine.run import events as ev
 from engine.core import migrate
+from engine.run import events as ev
 
 #: Bytes of the file decoded per chunk (a chunk always ends at a line end).
 CHUNK_BYTES = 16 << 20
 #: What every step line starts with (``events.to_json`` writes ``type`` first).
 STEP_PREFIX = b'{"type":"step",'
 _NAN = float("nan")
+#: Numeric StepLogged fields, each a column (bool ``skipped`` as 0/1).
+STEP_FIELDS = tuple(f.name for f in dataclasses.fields(ev.StepLogged) if f.type in ("float", "int", "bool"))
 
 
 # ---------------------------------------------------------------- records → events
@@ -157,73 +155,6 @@ def parse_lines(lines: list[bytes]) -> list[ev.Event | None]:
     return out
 
 
-# ---------------------------------------------------------------- step lines → columns
-
-_STRUCT_TYPES = {"float": float, "int": int, "bool": bool, "dict": dict[str, float]}
-
-
-def _step_struct() -> type:
-    """A msgspec struct mirroring StepLogged's fields, typed so a row decodes without any Python code."""
-    spec = []
-    for f in dataclasses.fields(ev.StepLogged):
-        default = msgspec.field(default_factory=f.default_factory) \
-            if f.default_factory is not dataclasses.MISSING else f.default
-        spec.append((f.name, _STRUCT_TYPES.get(f.type, Any), default))
-    return msgspec.defstruct("StepRow", spec, gc=False)
-
-
-_StepRow = _step_struct()
-#: Numeric StepLogged fields, each a column (bool ``skipped`` as 0/1).
-STEP_FIELDS = tuple(f.name for f in dataclasses.fields(ev.StepLogged) if f.type in ("float", "int", "bool"))
-_ROWS = msgspec.json.Decoder(list[_StepRow], strict=False)
-_ROW = msgspec.json.Decoder(_StepRow, strict=False)
-
-
-def _rows_to_columns(rows: list) -> dict[str, np.ndarray]:
-    """Decoded step rows to float64 columns: the numeric fields and ``components.<name>`` (NaN where absent)."""
-    n = len(rows)
-    out = {name: np.fromiter(map(operator.attrgetter(name), rows), np.float64, n) for name in STEP_FIELDS}
-    comps = list(map(operator.attrgetter("components"), rows))
-    names = set().union(*comps)  # C-level: ~50 ns a row
-    order = [k for k in {**comps[0], **comps[-1]} if k in names] + sorted(names - comps[0].keys() - comps[-1].keys())
-    for key in order:
-        out[f"components.{key}"] = np.fromiter(map(operator.methodcaller("get", key, _NAN), comps), np.float64, n)
-    return out
-
-
-def _decode_steps(buf: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray) -> list:
-    """The step rows of ``lines`` (indices into starts/ends), one call for all; None for a line that failed."""
-    if not len(lines):
-        return []
-    breaks = np.flatnonzero(np.diff(lines) != 1) + 1
-    firsts = np.concatenate(([0], breaks)).tolist()
-    lasts = np.concatenate((breaks - 1, [len(lines) - 1])).tolist()
-    s, e, ln = starts.tolist(), ends.tolist(), lines.tolist()
-    parts = [buf[s[ln[a]]:e[ln[b]]].replace(b"\n", b",") for a, b in zip(firsts, lasts)]
-    try:
-        rows = _ROWS.decode(b"[" + b",".join(parts) + b"]")
-        if len(rows) == len(ln):
-            return rows
-    except msgspec.DecodeError:
-        pass
-    out = []
-    for i in ln:  # a torn or odd line in this chunk: one by one, so only that line leaves the fast path
-        try:
-            out.append(_ROW.decode(buf[s[i]:e[i]]))
-        except msgspec.DecodeError:
-            out.append(None)
-    return out
-
-
-def _starts_with(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, prefix: bytes) -> np.ndarray:
-    """Which lines begin with ``prefix`` (one gather of len(prefix) bytes a line)."""
-    ok = ends - starts >= len(prefix)
-    if not len(starts):
-        return ok
-    g = c[np.minimum(starts[:, None] + np.arange(len(prefix)), len(c) - 1)]
-    return ok & (g == np.frombuffer(prefix, np.uint8)).all(1)
-
-
 # ---------------------------------------------------------------- the history
 
 class History(Sequence):
@@ -255,11 +186,11 @@ class History(Sequence):
 
     # Sequence protocol ------------------------------------------------------
     def __len__(self) -> int:
-        self._seal()
+        self.seal()
         return len(self._rows)
 
     def __getitem__(self, index):  # type: ignore[override]
-        self._seal()
+        self.seal()
         if isinstance(index, slice):
             return [self._get(i) for i in range(*index.indices(len(self._rows)))]
         if index < 0:
@@ -269,7 +200,7 @@ class History(Sequence):
         return self._get(index)
 
     def __iter__(self) -> Iterator[ev.Event]:
-        self._seal()
+        self.seal()
         handle = open(self.path, "rb") if self.columnar else None
         try:
             for i, row in enumerate(self._rows.tolist()):
@@ -316,19 +247,19 @@ class History(Sequence):
         A viewer takes the step events of a long run from ``column()`` and folds
         only the rest as objects: at 1M steps that skips ~1M object builds.
         """
-        self._seal()
+        self.seal()
         if event_type == "step":
             return [e for e in self._objects if e.type != "step"]
         return [e for e in self if e.type != event_type]
 
     def count_type(self, event_type: str) -> int:
         """Number of events of one type (e.g. "step")."""
-        self._seal()
+        self.seal()
         return (self.columnar if event_type == "step" else 0) + sum(1 for o in self._objects if o.type == event_type)
 
     def step_columns(self) -> list[str]:
         """Names ``column("step", name)`` answers from columns: the numeric fields, then ``components.<name>``."""
-        self._seal()
+        self.seal()
         return list(self._columns) or list(STEP_FIELDS)
 
     def column(self, event_type: str, name: str) -> np.ndarray:
@@ -340,7 +271,7 @@ class History(Sequence):
         key = (event_type, name)
         if key in self._cache:
             return self._cache[key]
-        self._seal()
+        self.seal()
         picked = self._objects_of(event_type)
         values = np.array([_field(o, name) for _, o in picked], np.float64)
         if event_type == "step" and self.columnar:
@@ -363,7 +294,7 @@ class History(Sequence):
         return self._cache[key]  # type: ignore[return-value]
 
     # Building ---------------------------------------------------------------
-    def _restore(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict[str, np.ndarray],
+    def restore(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict[str, np.ndarray],
                  objects: list[ev.Event], offset: int, skipped: int) -> None:
         """Take the state an index saved (engine.run.history.index) as what was read up to ``offset``."""
         self._offsets, self._lengths, self._rows = offsets, lengths, rows
@@ -372,7 +303,7 @@ class History(Sequence):
         self.offset, self.skipped, self.from_index = offset, skipped, offset
         self._parts, self._cache = [], {}
 
-    def _add(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict | None,
+    def add_chunk(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict | None,
              objects: list[ev.Event]) -> None:
         """Append events of one chunk: rows >= 0 index ``columns`` (chunk-local), < 0 ``objects``."""
         base_row, base_obj = self.columnar, len(self._objects)
@@ -382,7 +313,7 @@ class History(Sequence):
         self.columnar += n
         self._parts.append((offsets, lengths, rows, columns, n))
 
-    def _seal(self) -> None:
+    def seal(self) -> None:
         """Merge the per-chunk parts (once, when reading is done)."""
         if not self._parts:
             return
@@ -398,6 +329,12 @@ class History(Sequence):
                                                for cols, n in blocks]) for name in names}
         self._cache = {}
 
+    def index_arrays(self) -> dict[str, np.ndarray]:
+        """What an index saves of the step lines: offsets, lengths, rows and every column (sealed first)."""
+        self.seal()
+        return {"offsets": self._offsets, "lengths": self._lengths, "rows": self._rows,
+                **{f"col:{name}": values for name, values in self._columns.items()}}
+
 
 def _field(event: Any, name: str) -> float:
     value: Any = event
@@ -411,128 +348,3 @@ def _field(event: Any, name: str) -> float:
         return _NAN
 
 
-def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True) -> None:
-    """Add the events of ``buf[base:stop]`` (complete lines; ``buf`` is the mapped file) to ``history``;
-    without ``steps`` the step lines are only counted (``History.steps_left_out``), not decoded."""
-    c = np.frombuffer(buf, np.uint8, stop - base, base)
-    ends = np.flatnonzero(c == 10) + base
-    starts = np.empty_like(ends)
-    if len(ends):
-        starts[0] = base
-        starts[1:] = ends[:-1] + 1
-    step_lines = np.flatnonzero(_starts_with(c, starts - base, ends - base, STEP_PREFIX))
-    left_out = np.zeros(len(ends), bool)
-    if not steps:
-        history.steps_left_out += len(step_lines)
-        left_out[step_lines] = True
-        step_lines = step_lines[:0]
-    rows = _decode_steps(buf, starts, ends, step_lines)
-    good = [r for r in rows if r is not None]
-    if len(good) < len(rows):
-        step_lines = step_lines[np.array([r is not None for r in rows], bool)]
-    is_row = np.zeros(len(ends), bool)
-    is_row[step_lines] = True
-    row_of = np.full(len(ends), -1, np.int64)
-    row_of[is_row] = np.arange(len(good))
-    keep = is_row.copy()
-    objects: list[ev.Event] = []
-    s, e = starts.tolist(), ends.tolist()
-    lines = [i for i in np.flatnonzero(~is_row & ~left_out).tolist() if e[i] > s[i]]  # a blank line: not counted
-    for i, event in zip(lines, parse_lines([buf[s[i]:e[i]] for i in lines])):
-        if event is None:
-            history.skipped += 1
-            continue
-        keep[i] = True
-        row_of[i] = -1 - len(objects)
-        objects.append(event)
-    history._add(starts[keep], (ends - starts)[keep], row_of[keep], _rows_to_columns(good) if good else None,
-                 objects)
-
-
-def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | None = None,
-                 index: bool = True, tail_steps: int | None = None) -> History:
-    """Every complete line of an events.jsonl (up to ``end`` bytes); a torn last line is left unread.
-
-    A missing file is an empty history. ``History.offset`` says where a
-    follower should continue reading. With ``index``, a valid
-    ``events.index`` beside the file stands in for the part it covers, and
-    a new one is written (in a background thread) when none matched or the
-    file grew by more than engine.run.history.index.REWRITE_BYTES since.
-
-    ``tail_steps``: where no index covers a long log (over
-    ``history_index.MIN_INDEX_BYTES`` left to decode), only the newest
-    ``tail_steps`` step lines are decoded, with every other event: what a
-    viewer's first frame needs, for a fraction of the decode (the step lines
-    are most of the log and of its cost). ``History.steps_left_out`` counts
-    the others; ``read_rest`` reads them all. No index is written for it.
-    """
-    from engine.run.history import index as history_index
-
-    path = Path(path)
-    history = History(path)
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        return history
-    with handle:
-        loaded = history_index.load(path, history, handle) if index and end is None else 0
-        size = os.fstat(handle.fileno()).st_size if end is None else end
-        offset = history.offset
-        if size > offset:
-            # Mapped, not read: the chunks and the step lines are sliced from the page cache, never copied whole.
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                size = min(size, len(mapped))
-                split = offset
-                if tail_steps is not None and size - offset >= history_index.MIN_INDEX_BYTES:
-                    split = _tail_start(mapped, offset, size, tail_steps)
-                while offset < size:
-                    limit = split if offset < split else size
-                    cut = mapped.rfind(b"\n", offset, min(limit, offset + chunk_bytes))
-                    if cut < 0:  # a line longer than a chunk, or the torn tail
-                        cut = mapped.find(b"\n", offset, limit)
-                        if cut < 0:
-                            break
-                    _decode_chunk(history, mapped, offset, cut + 1, steps=offset >= split)
-                    offset = cut + 1
-        history.offset = offset
-    history._seal()
-    if index and end is None and not history.steps_left_out and history_index.worth_writing(history, loaded):
-        threading.Thread(target=history_index.save, args=(history,), name="events-index", daemon=False).start()
-    return history
-
-
-def read_rest(tail: History) -> History:
-    """The whole history a tail read (``read_history(tail_steps=…)``) covered, every step decoded, up to the
-    same byte (what was appended since is the follower's); writes the log's index (in a background thread)."""
-    from engine.run.history import index as history_index
-
-    full = read_history(tail.path, end=tail.offset, index=False)  # type: ignore[arg-type]
-    if history_index.worth_writing(full, 0):
-        threading.Thread(target=history_index.save, args=(full,), name="events-index", daemon=False).start()
-    return full
-
-
-def _tail_start(mapped, begin: int, size: int, steps: int) -> int:
-    """Byte offset of the first of the newest ``steps`` step lines among the complete lines of
-    ``mapped[begin:size]`` (``begin`` when there are fewer): blocks read backwards from the end."""
-    stop = mapped.rfind(b"\n", begin, size) + 1  # past the last complete line (a torn tail is not counted)
-    if steps <= 0:
-        return max(begin, stop)
-    found, block = 0, 1 << 20
-    while stop > begin:
-        lo = max(begin, stop - block)
-        if lo > begin:  # start at a line start: the line cut by lo belongs to the next block back
-            newline = mapped.find(b"\n", lo - 1, stop)
-            if newline < 0 or newline + 1 >= stop:
-                block *= 2  # one line longer than the block
-                continue
-            lo = newline + 1
-        c = np.frombuffer(mapped, np.uint8, stop - lo, lo)
-        ends = np.flatnonzero(c == 10)
-        starts = np.concatenate(([0], ends[:-1] + 1))
-        lines = np.flatnonzero(_starts_with(c, starts, ends, STEP_PREFIX))
-        if found + len(lines) >= steps:
-            return lo + int(starts[lines[len(lines) - (steps - found)]])
-        found += len(lines)
-        stop = lo
-    return begin

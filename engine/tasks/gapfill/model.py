@@ -7,7 +7,8 @@ interpolation in time, after alignment) and δ and α (one map per slot each)
 and the residual (one map per band) come from the U-Net's last convolution,
 which is zero-initialised. δ re-weights the neighbours within the convex
 blend; α adds unconstrained (possibly negative) weights, which is what a
-sharpening or a temporal extrapolation needs and a softmax cannot express. So the untrained model *is* the blend, every eval is judged
+sharpening or a temporal extrapolation needs and a softmax cannot express.
+So the untrained model *is* the blend, every eval is judged
 against a meaningful floor, and training can only move away from it by
 learning something.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from engine.core.sections import Section
-from engine.core.taskspec import Capabilities, Metric, Setting, TaskSpec
+from engine.core.taskspec import Capabilities, Metric, TaskSpec
 
 #: Band names in shard order (the same tuple as engine.tasks.gapfill.physics.BANDS, kept literal here so the
 #: spec stays import-light; a test checks they agree).
@@ -30,7 +30,8 @@ class SyntheticConfig(Section):
     val_every: int = Field(5, ge=2, le=366, description="Every N-th day is a validation day (the rest train).")
     size: int = Field(32, ge=16, le=1024, description="Image height and width in pixels.")
     cadence_minutes: int = Field(30, ge=1, le=1440, description="Minutes between frames.")
-    instruments: int = Field(2, ge=1, le=4, description="Instruments observing the same Sun (own gains, noise, radius).")
+    instruments: int = Field(2, ge=1, le=4, description="Instruments observing the same Sun (own gains, noise, "
+                             "radius).")
     noise: float = Field(0.02, ge=0, le=1, description="Photon-noise level (relative to the quiet-Sun level).")
     seed: int = Field(0, ge=0, description="Seed of the generator (the Sun, gains, noise, outages).")
 
@@ -50,7 +51,8 @@ class SampleConfig(Section):
     long_min: int = Field(24, ge=2, le=4096, description="Long gaps hide long_min..long_max frames.")
     long_max: int = Field(144, ge=2, le=4096, description="Longest gap hidden, in frames.")
     long_fraction: float = Field(0.5, ge=0, le=1, description="Share of training samples with a long gap.")
-    max_hours: float = Field(120.0, gt=0, le=10000, description="Neighbours farther than this from the target are not used.")
+    max_hours: float = Field(120.0, gt=0, le=10000, description="Neighbours farther than this from the target are "
+                             "not used.")
     val_samples: int = Field(64, ge=2, le=100000, description="Validation samples (rounded down to even): evenly "
                              "spaced, half short and half long gaps.")
 

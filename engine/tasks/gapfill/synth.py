@@ -108,14 +108,16 @@ def generate(out: str | Path, days: int = 10, val_every: int = 5, size: int = 32
         for d, day in enumerate(day_names):
             hours = d * 24.0 + np.arange(per_day) * cadence_minutes / 60.0
             valid = valid_all[d * per_day: (d + 1) * per_day]
-            gain = base_gain * (1 - 0.004 * (hours[:, None] / 24)) * np.exp(0.03 * irng.standard_normal((per_day, bands)))
+            gain = base_gain * (1 - 0.004 * (hours[:, None] / 24)) * np.exp(
+                0.03 * irng.standard_normal((per_day, bands)))
             offset = quiet * irng.uniform(0.0, 0.05, (per_day, bands))
             frames = np.zeros((per_day, bands, size, size), np.float32)
             for i, hour in enumerate(hours):
                 if not valid[i]:
                     continue  # a missing frame is zeros (and valid 0): never NaN
                 counts = gain[i, :, None, None] * radiance(regions, size, radius, hour) + offset[i, :, None, None]
-                sigma = np.sqrt(noise**2 * quiet[:, None, None] * np.abs(counts) + (0.25 * noise * quiet[:, None, None])**2)
+                sigma = np.sqrt(noise**2 * quiet[:, None, None] * np.abs(counts)
+                                + (0.25 * noise * quiet[:, None, None])**2)
                 counts = counts + sigma * irng.standard_normal(counts.shape)
                 frames[i] = physics.encode(counts, np).astype(np.float32)
             entries[shards.shard_name(name, day)] = shards.write_shard(

@@ -131,7 +131,8 @@ def outer_tensors(s: Shape) -> tuple[list[int], list[int]]:
 
 def _norm_saved(s: Shape, B: int, T: int, lp: int, out_kept: bool) -> int:
     u = B * T * s.d
-    return F32 * u + F32 * B * T + (F32 * u if s.norms_train else 0) + ((lp if lp < F32 else F32) * u if out_kept else 0)
+    return (F32 * u + F32 * B * T + (F32 * u if s.norms_train else 0)
+            + ((lp if lp < F32 else F32) * u if out_kept else 0))
 
 
 def layer_saved(s: Shape, B: int, T: int, lp: int) -> int:

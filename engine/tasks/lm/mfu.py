@@ -1,4 +1,5 @@
-"""FLOPs per trained token of a causal LM, counted once; MFU against the peak table is engine.training.throughput's. Torch-free.
+"""FLOPs per trained token of a causal LM, counted once; MFU against the peak table is
+engine.training.throughput's. Torch-free.
 
 FLOPs per trained token (the PaLM appendix-B count, split by what trains)::
 

@@ -30,11 +30,13 @@ class LMModelConfig(Section):
     """Where the model comes from: a local Hugging Face directory, or a Llama shape with random weights."""
 
     path: Optional[str] = Field(None, description="Local Hugging Face causal-LM directory (config.json + weights); "
-                                "read with local_files_only, never downloaded. Unset: a random Llama of the shape below.")
+                                "read with local_files_only, never downloaded. Unset: a random Llama of the shape "
+                                "below.")
     hidden_size: int = Field(64, ge=8, le=65536, description="Random init: model width.")
     layers: int = Field(2, ge=1, le=512, description="Random init: decoder layers.")
     heads: int = Field(4, ge=1, le=1024, description="Random init: attention heads; must divide hidden_size.")
-    kv_heads: int = Field(2, ge=1, le=1024, description="Random init: key/value heads (grouped-query); must divide heads.")
+    kv_heads: int = Field(2, ge=1, le=1024, description="Random init: key/value heads (grouped-query); must divide "
+                          "heads.")
     intermediate_size: int = Field(176, ge=8, le=1048576, description="Random init: SwiGLU MLP width.")
     vocab_size: int = Field(256, ge=2, le=1048576, description="Random init: vocabulary (256 = the byte tokenizer's).")
     tie_embeddings: bool = Field(False, description="Random init: share the input embedding with the LM head.")

@@ -221,7 +221,7 @@ class LMTask(Task):
         base = _unwrap(model)
         embed = base.get_input_embeddings().weight
         matmul = trainable = 0
-        for name, p in base.named_parameters():
+        for _name, p in base.named_parameters():
             if p.ndim < 2 or p is embed:
                 continue
             matmul += p.numel()
@@ -237,6 +237,7 @@ class LMTask(Task):
 def _unwrap(model: nn.Module) -> nn.Module:
     """The model inside torch.compile / DDP wrappers (a PeftModel stays a PeftModel)."""
     for attr in ("_orig_mod", "module"):
-        while hasattr(model, attr) and isinstance(getattr(model, attr), nn.Module) and not hasattr(model, "peft_config"):
+        while (hasattr(model, attr) and isinstance(getattr(model, attr), nn.Module)
+               and not hasattr(model, "peft_config")):
             model = getattr(model, attr)
     return model

@@ -43,7 +43,8 @@ SPOKEN: dict[str, tuple[str, str, int]] = {
     "distance": ("distance per minute", "m", 0), "heart_zone": ("heart zone", "", 1), "stress": ("stress", "", 0),
     "ambient_light": ("light", "log lux", 1), "ambient_temp": ("air temperature", "degrees", 1),
     "pressure": ("air pressure", "hpa", 0), "floors": ("floors per minute", "", 1), "on_wrist": ("wear", "", 2),
-    "battery": ("battery", "%", 0), "body_energy": ("body energy", "", 0), "gyro_mag": ("rotation", "degrees per second", 0),
+    "battery": ("battery", "%", 0), "body_energy": ("body energy", "", 0),
+    "gyro_mag": ("rotation", "degrees per second", 0),
     "stride_length": ("stride", "m", 2), "power": ("power", "watts", 0), "noise_db": ("sound level", "db", 0),
     "accel_x": ("x acceleration", "g", 2), "accel_y": ("y acceleration", "g", 2), "accel_z": ("z acceleration", "g", 2),
     "eda_peaks": ("skin responses", "per minute", 1), "vo2": ("oxygen uptake", "ml per kg per minute", 1),
@@ -51,8 +52,8 @@ SPOKEN: dict[str, tuple[str, str, int]] = {
 }
 
 LEVELS = ("semantic", "statistical", "structural")
-_KIND_WORDS = {RUN: ("run", "running"), CYCLE: ("bike ride", "cycling"), STRENGTH: ("strength workout", "strength training"),
-               WALK: ("walk", "walking")}
+_KIND_WORDS = {RUN: ("run", "running"), CYCLE: ("bike ride", "cycling"),
+               STRENGTH: ("strength workout", "strength training"), WALK: ("walk", "walking")}
 _PERIODS = (("night", 0, 6), ("morning", 6, 12), ("afternoon", 12, 18), ("evening", 18, 24))
 #: A scheduled segment is mentioned only if at least this fraction of its minutes was recorded.
 MIN_COVERAGE = 0.8
@@ -130,7 +131,8 @@ def statistical(values: np.ndarray, valid: np.ndarray, channels: Sequence[Channe
             {"channel": key, "mean": round(float(mean[c]), dec), "decimals": dec}))
         a, b = _fmt(lo[c], dec), _fmt(hi[c], dec)
         out.append(Fact("statistical", f"range:{key}", (
-            f"{name} ranged from {a} to {b}{u}", f"{name} between {a} and {b}{u}", f"{name} spanned {a} to {b}{u}")[p[1]],
+            f"{name} ranged from {a} to {b}{u}", f"{name} between {a} and {b}{u}",
+            f"{name} spanned {a} to {b}{u}")[p[1]],
             {"channel": key, "min": round(float(lo[c]), dec), "max": round(float(hi[c]), dec)}))
         s = _fmt(sd[c], max(dec, 1))
         out.append(Fact("statistical", f"spread:{key}", (

@@ -295,7 +295,8 @@ class SyntheticWearables:
                          segments=[s for s in merged if s.kind != SEDENTARY], gaps=gaps, person=person)
 
     def val_sample(self, j: int) -> DaySample:
-        """Validation window ``j``: one day of its own person (index V + 7·j + j mod 7, V = VAL_OFFSET rounded up to 7k).
+        """Validation window ``j``: one day of its own person (index V + 7·j + j mod 7, V = VAL_OFFSET rounded up
+        to 7k).
 
         One person per window, weekdays cycling, so a validation batch holds as many people as a
         shuffled training batch does; consecutive indices would put a week of one person (same
@@ -442,7 +443,7 @@ class SyntheticWearables:
 
         # Place: altitude between home and work, hills on outdoor workouts; pressure follows.
         altitude = np.full(T, p.home_altitude, np.float32)
-        for d, anch in enumerate(anchors):
+        for _d, anch in enumerate(anchors):
             if anch["work_start"] is not None and anch["work_end"] is not None:
                 a, b = anch["work_start"], min(anch["work_end"], T)
                 if a < T:

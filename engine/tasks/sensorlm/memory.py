@@ -49,9 +49,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.tasks.ledger import Pending, Stage, TaskLedger
 from engine.tasks.sensorlm import blocks
 from engine.tasks.sensorlm.blocks import BlockShape
-from engine.tasks.ledger import Pending, Stage, TaskLedger
 
 F32 = 4
 #: Bytes of the CPU generator state ``torch.utils.checkpoint`` snapshots per checkpoint call (preserve_rng_state);

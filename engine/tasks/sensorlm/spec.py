@@ -47,7 +47,8 @@ class SensorLMModel(Section):
     attn_chunk: int = Field(256, ge=1, le=65536, description="Query rows per chunk for attn_backend=chunked.")
     activation_checkpointing: bool = Field(False, description="Recompute each block in backward to save memory.")
     contrastive: Literal["infonce", "siglip"] = Field(
-        "infonce", description="Contrastive loss: infonce (softmax over the batch, as CLIP) or siglip (pairwise sigmoid).")
+        "infonce", description="Contrastive loss: infonce (softmax over the batch, as CLIP) or siglip (pairwise "
+        "sigmoid).")
     w_contrastive: float = Field(1.0, ge=0, le=1000, description="Weight of the sensor-caption contrastive loss.")
     w_caption: float = Field(1.0, ge=0, le=1000, description="Weight of the captioning cross-entropy.")
     w_recon: float = Field(1.0, ge=0, le=1000, description="Weight of the masked-patch reconstruction MSE.")
@@ -78,10 +79,12 @@ class SensorLMData(Section):
     minutes: int = Field(1440, ge=60, le=10080, description="Window length in minutes (a day is 1440).")
     train_samples: int = Field(100_000, ge=1, le=MAX_TRAIN_SAMPLES,
                                description="Synthetic training windows (generated on demand).")
-    val_samples: int = Field(64, ge=1, le=MAX_VAL_SAMPLES, description="Validation windows, a fixed evenly spaced subset.")
+    val_samples: int = Field(64, ge=1, le=MAX_VAL_SAMPLES, description="Validation windows, a fixed evenly spaced "
+                             "subset.")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="CSV data: fraction of days held out for validation.")
     mask_ratio: float = Field(0.5, gt=0, lt=1, description="Fraction of patches masked for reconstruction.")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic data generator (independent of train.seed).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic data generator (independent of "
+                      "train.seed).")
 
 
 class SensorLMConfig(Section):

@@ -67,7 +67,8 @@ class SensorLMTask(Task):
         self.gen: SyntheticWearables | None = None
         if not path:
             if d.channels > len(CHANNELS):
-                raise TaskError(f"sensorlm.data.channels={d.channels}: synthetic data has at most {len(CHANNELS)} channels")
+                raise TaskError(f"sensorlm.data.channels={d.channels}: synthetic data has at most {len(CHANNELS)} "
+                                "channels")
             if d.train_samples >= VAL_OFFSET:
                 raise TaskError(f"sensorlm.data.train_samples={d.train_samples}: must be below {VAL_OFFSET}")
             self.gen = SyntheticWearables(d.seed, d.channels, d.minutes)
@@ -81,8 +82,8 @@ class SensorLMTask(Task):
                     w.caption = cap.describe_signals(w.values, w.valid, self.channel_names, w.start_minute,
                                                      d.seed, k, self.caption_words)
         if m.patch_channels > len(self.channel_names) or len(self.channel_names) % m.patch_channels:
-            raise TaskError(f"sensorlm.model.patch_channels={m.patch_channels} must divide the {len(self.channel_names)} "
-                            "channels (sensorlm.data.channels)")
+            raise TaskError(f"sensorlm.model.patch_channels={m.patch_channels} must divide the "
+                            f"{len(self.channel_names)} channels (sensorlm.data.channels)")
         if d.minutes % m.patch_time:
             raise TaskError(f"sensorlm.model.patch_time={m.patch_time} must divide sensorlm.data.minutes={d.minutes}")
         self._val_item = lru_cache(maxsize=self.VAL_CACHE)(self._load_val)
@@ -141,7 +142,8 @@ class SensorLMTask(Task):
         self._ensure()
         m = self.cfg.model
         patches = (self.minutes // m.patch_time) * (len(self.channel_names) // m.patch_channels)
-        return {"source": "csv" if self.config.data.path else "synthetic", "channels": len(self.channel_names), "minutes": self.minutes,
+        return {"source": "csv" if self.config.data.path else "synthetic", "channels": len(self.channel_names),
+                "minutes": self.minutes,
                 "patches": patches, "caption_tokens": m.max_caption_tokens, "vocab": len(self.tokenizer),
                 "train_windows": self.train_size(), "val_windows": len(self.val_indices())}
 

@@ -100,6 +100,7 @@ class Tokenizer:
     @classmethod
     def from_state(cls, state: dict) -> "Tokenizer":
         """Rebuild from ``state_dict()`` output; ValueError on an unknown version or a bad vocabulary."""
-        if not isinstance(state, dict) or state.get("version") != cls.VERSION or not isinstance(state.get("words"), list):
+        if (not isinstance(state, dict) or state.get("version") != cls.VERSION
+                or not isinstance(state.get("words"), list)):
             raise ValueError("tokenizer state is not a version-1 vocabulary")
         return cls(state["words"])

@@ -23,7 +23,8 @@ class ToyConfig(Section):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout between hidden layers (0 keeps runs bit-exact).")
     channels: int = Field(8, ge=1, le=64, description="Channels per signal.")
     length: int = Field(128, ge=1, le=10080, description="Time steps per signal.")
-    train_samples: int = Field(100_000, ge=1, le=MAX_TRAIN_SAMPLES, description="Training signals (generated on demand).")
+    train_samples: int = Field(100_000, ge=1, le=MAX_TRAIN_SAMPLES, description="Training signals (generated on "
+                               "demand).")
     val_samples: int = Field(64, ge=1, le=MAX_VAL_SAMPLES, description="Validation signals, a fixed set disjoint "
                              "from training.")
     mask_ratio: float = Field(0.5, gt=0, lt=1, description="Fraction of time steps hidden for reconstruction.")

@@ -109,7 +109,8 @@ class ToyTask(Task):
         prediction = model(batch["masked"], batch["mask"])
         mask = batch["mask"]
         # A mean of per-sample means, so micro-batches weighted by size add up to the full batch exactly.
-        per_sample = ((prediction - batch["target"]) ** 2 * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp(min=1)
+        per_sample = (((prediction - batch["target"]) ** 2 * mask).flatten(1).sum(1)
+                      / mask.flatten(1).sum(1).clamp(min=1))
         mse = per_sample.mean()
         if self.faults is not None:
             mse = self.faults.on_loss(step, mse)
@@ -119,7 +120,8 @@ class ToyTask(Task):
     def eval_batch(self, model: nn.Module, batch: dict) -> dict[str, float]:
         prediction = model(batch["masked"], batch["mask"])
         mask = batch["mask"]
-        per_sample = ((prediction - batch["target"]) ** 2 * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp(min=1)
+        per_sample = (((prediction - batch["target"]) ** 2 * mask).flatten(1).sum(1)
+                      / mask.flatten(1).sum(1).clamp(min=1))
         psnr = 10 * torch.log10(DATA_RANGE**2 / per_sample.clamp(min=1e-12))
         return {"val_loss": float(per_sample.mean()), "psnr_db": float(psnr.mean())}
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from engine.core import config as cfg
 from engine.budget import analytic
+from engine.core import config as cfg
 from engine.tasks.sensorlm import memory as slm
 from engine.tasks.sensorlm.spec import PRESETS
 from tests.conftest import ROOT, cli_env

@@ -6,10 +6,10 @@ import psutil
 import pytest
 import torch
 
-from engine.core import config as cfg
 from engine.budget import step as stepmod
 from engine.budget import truth
 from engine.budget.cpu_meter import StepPeak, held_tensors
+from engine.core import config as cfg
 from tests.conftest import read_events, run_cli
 
 

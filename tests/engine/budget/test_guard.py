@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from engine.core import config as cfg
 from engine.budget import analytic
 from engine.budget.guard import check_start
 from engine.budget.measure import DeviceInfo
+from engine.core import config as cfg
 
 GIB = 1 << 30
 H100 = DeviceInfo(type="cuda", name="H100", total=80 * GIB, free=79 * GIB, context=500 << 20)

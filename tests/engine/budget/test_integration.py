@@ -7,8 +7,8 @@ import torch
 from engine.core import config as cfg
 from engine.run import events as ev
 from engine.run.control.requests import Controls, Request
-from engine.training.loop import Trainer
 from engine.run.sinks import EventBus, MemorySink
+from engine.training.loop import Trainer
 from tests.conftest import run_cli
 
 

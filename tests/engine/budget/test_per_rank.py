@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-from engine.core import config as cfg
-from engine.budget import analytic
 from engine.app import plan_cli
+from engine.budget import analytic
 from engine.budget.guard import check_start
 from engine.budget.layout import Layout
 from engine.budget.measure import DeviceInfo
+from engine.core import config as cfg
 
 #: Full fine-tune Llama, 2 layers of width 128, 4k vocabulary: ~1.5 M parameters, short sequences.
 LLAMA = {"lm": {"model": {"hidden_size": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 352,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from engine.budget import analytic, plan
-from engine.budget.trace_worker import trace as trace_in_process
 from engine.budget.settings import with_settings
+from engine.budget.trace_worker import trace as trace_in_process
 from engine.core.config import load
 from tests.engine.budget.conftest import small
 

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.run.control import channel
-
-from engine.run.control import requests as control
 from engine.run import events as ev
+from engine.run.control import channel
+from engine.run.control import requests as control
 from engine.run.control.client import RunClient
-from engine.run.rundir import RunDir
 from engine.run.control.session import SessionError
+from engine.run.rundir import RunDir
 
 
 def line(event: ev.Event) -> bytes:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from engine.run.control import channel
-
 from engine.run.control import requests as control
 from engine.run.control.launcher import LaunchError, launch
 from engine.run.control.session import SessionError

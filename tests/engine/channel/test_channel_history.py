@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.run import events as ev
-from engine.run.history import store as history
+from engine.run import history
 
 
 def _mixed_lines(n: int, seed: int = 0) -> list[str]:

@@ -15,18 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
+from channel_fakes import FakeEngine  # pytest puts this test directory on sys.path
 
 from engine.run.control import channel
-
 from engine.run.control import requests as control
 from engine.run.control.client import RunClient
 from engine.run.control.requests import Controls
-from engine.run.rundir import RunDir
 from engine.run.control.session import SessionError
+from engine.run.rundir import RunDir
 from engine.run.sinks import EventBus
 from tests.conftest import ROOT, cli_env
-
-from channel_fakes import FakeEngine  # pytest puts this test directory on sys.path
 
 
 class Rig:

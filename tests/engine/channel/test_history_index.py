@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from engine.run import events as ev
-from engine.run.history import store as history
-
-
+from engine.run import history
 from engine.run.history import index as history_index
+
+
 def _write(path: Path, steps: range, mode: str = "w", t0: float = 1.0) -> None:
     lines = [ev.to_json(ev.Schema(t=t0))] if mode == "w" else []
     for i in steps:

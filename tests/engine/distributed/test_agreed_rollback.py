@@ -8,8 +8,8 @@ import torch
 from engine.checkpoint import format as ckpt
 from engine.core import config as cfg
 from engine.run.control.requests import Controls
-from engine.training.loop import Trainer
 from engine.run.sinks import EventBus
+from engine.training.loop import Trainer
 
 torch.set_num_threads(1)
 

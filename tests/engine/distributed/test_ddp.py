@@ -125,9 +125,9 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
 
 
 def test_rank_telemetry_names_a_slowed_rank_and_a_pause_lands_on_every_rank_at_one_step(tmp_path):
+    from engine.distributed.telemetry import EVERY_STEPS, SLOW_ENV
     from engine.run.control import requests as control
     from engine.run.control.client import RunClient
-    from engine.distributed.telemetry import EVERY_STEPS, SLOW_ENV
 
     run = tmp_path / "run"
     env = {**cli_env(), SLOW_ENV: "1:0.05"}  # rank 1 sleeps 50 ms inside each step's own work

@@ -67,7 +67,8 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     # and the same 2 ranks continue from it exactly (CPU: bit-identical to the uninterrupted run).
     cut = tmp_path / "cut"
     shutil.copytree(two, cut, symlinks=True)
-    os.replace(cut / "checkpoints" / "step-00000012" / ".metadata", cut / "checkpoints" / "step-00000012" / ".metadata.tmp")
+    os.replace(cut / "checkpoints" / "step-00000012" / ".metadata",
+               cut / "checkpoints" / "step-00000012" / ".metadata.tmp")
     job = run_cli("--resume", str(cut), "--max-steps", "12", "--nproc-per-node", "2", module="engine", timeout=180)
     assert job.returncode == 0, (job.stdout[-2000:], job.stderr[-2000:])
     started = [e for e in read_events(cut) if e.get("type") == "run_started"][-1]
@@ -103,12 +104,12 @@ def _check_full_weights(sharded: Path, plain_dir: Path, tmp_path: Path) -> None:
 
     import torch
 
+    from engine.checkpoint import dcp, store
     from engine.checkpoint import format as ckpt
     from engine.core.config import validate
-    from engine.checkpoint import dcp
     from engine.core.registry import make_task
 
-    loaded, plain = ckpt.read(sharded), ckpt.load_latest(plain_dir)
+    loaded, plain = store.read(sharded), store.load_latest(plain_dir)
     assert loaded.meta["step"] == plain.meta["step"] == 20 and loaded.meta["world"] == 2
     build = make_task(validate(loaded.meta["config"], "test")).build_model
     model = build()

@@ -1,4 +1,5 @@
-"""`train --nproc-per-node 2` refuses a job predicted not to fit a rank: exit 2, one line naming ranks, bytes, budget."""
+"""`train --nproc-per-node 2` refuses a job predicted not to fit a rank: exit 2, one line naming ranks, bytes,
+budget."""
 
 from __future__ import annotations
 

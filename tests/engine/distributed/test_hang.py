@@ -37,7 +37,8 @@ def test_a_stopped_rank_is_reported_as_a_hang_within_the_timeout(tmp_path):
     assert job.returncode == 3, (out[-2000:], err[-2000:])
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] == 3
-    assert status["resume_command"].endswith(f"--resume {run} --nproc-per-node 2") and "did not arrive" in status["reason"]
+    assert (status["resume_command"].endswith(f"--resume {run} --nproc-per-node 2")
+            and "did not arrive" in status["reason"])
     hung = status["hung"]
     assert hung["missing"] == [1] and hung["timeout_s"] == 5 and hung["step"] >= 1 and hung["collective"]
     finished = [e for e in read_events(run) if e.get("type") == "run_finished"][-1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gapfill_helpers import TINY  # pytest puts this test directory on sys.path
 
 

@@ -69,8 +69,9 @@ def test_sample_padding_is_identity_missing_frames(data):
 
 
 def test_damage_is_deterministic_and_validation_has_both_gap_classes(data):
-    from engine.tasks.gapfill.task import GapfillTask
     from gapfill_helpers import make_config
+
+    from engine.tasks.gapfill.task import GapfillTask
 
     task = GapfillTask(make_config(data))
     a, b = task.make_batch([3, 5], 7, True), task.make_batch([3, 5], 7, True)

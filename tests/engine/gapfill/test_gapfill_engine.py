@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.path
+
 from tests.conftest import ROOT, cli_env, kill_at_checkpoint_and_resume, read_events, run_cli
 
 

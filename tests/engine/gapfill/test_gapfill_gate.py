@@ -8,9 +8,9 @@ already the blend, so the gate asks for a relative cut, not a loss near 0).
 from __future__ import annotations
 
 import pytest
+from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.path
 
 from engine.tasks.gapfill.spec import PRESETS
-from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.path
 from tests.conftest import read_events, run_cli
 
 

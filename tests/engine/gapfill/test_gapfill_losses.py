@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from gapfill_helpers import make_config  # pytest puts this test directory on sys.path
 
 from engine.tasks.gapfill import losses, physics
 from engine.tasks.gapfill.spec import LossConfig
 from engine.tasks.gapfill.task import GapfillTask
-from gapfill_helpers import make_config  # pytest puts this test directory on sys.path
 
 #: Largest per-pixel slope allowed for any term (the display term's analytic bound is ~50 at eps 5e-3).
 SLOPE_BOUND = 100.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from gapfill_helpers import make_config  # pytest puts this test directory on sys.path
 
 from engine.tasks.gapfill import align, baselines, physics, synth
 from engine.tasks.gapfill.task import GapfillTask
-from gapfill_helpers import make_config  # pytest puts this test directory on sys.path
 
 
 def _task(tiny_data, **sections) -> GapfillTask:

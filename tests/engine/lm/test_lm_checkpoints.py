@@ -17,8 +17,8 @@ TWO_STEPS = {"max_steps": 2, "eval_every": 0}
 
 
 def _train(config, directory: Path, controls=None):
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus
+    from engine.training.loop import Trainer
 
     seen = []
     trainer = Trainer(config, EventBus([seen.append]), controls, checkpoint_dir=directory)
@@ -28,8 +28,8 @@ def _train(config, directory: Path, controls=None):
 
 def _resume(config, directory: Path):
     from engine.checkpoint import format as ckpt
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus
+    from engine.training.loop import Trainer
 
     trainer = Trainer(config, EventBus(), checkpoint_dir=directory, resume=ckpt.read(directory / "last.safetensors"))
     trainer.setup()
@@ -86,8 +86,8 @@ def test_full_fine_tune_saves_every_tensor(corpus_file, tmp_path) -> None:
 
 
 def test_steps_carry_tokens_per_s_and_mfu_and_exports_are_written(corpus_file, tmp_path) -> None:
-    from engine.run.control import requests as control
     from engine.run import events as ev
+    from engine.run.control import requests as control
 
     controls = control.Controls()
     controls.submit(control.checkpoint_now())  # answered at the first boundary: step 0
@@ -104,7 +104,8 @@ def test_steps_carry_tokens_per_s_and_mfu_and_exports_are_written(corpus_file, t
 
 
 def test_mfu_against_the_peak_table() -> None:
-    from engine.training.throughput import Throughput, format_mfu, peak_flops
+    from engine.core.fmt import format_mfu
+    from engine.training.throughput import Throughput, peak_flops
 
     class Task:
         def tokens_per_sample(self) -> int:

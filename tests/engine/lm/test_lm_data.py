@@ -97,7 +97,8 @@ def test_missing_path_and_stdlib_demo_corpus(tmp_path) -> None:
 
 
 def test_byte_tokenizer_larger_than_the_vocabulary_is_refused(corpus_file) -> None:
-    with pytest.raises(TaskError, match=r"lm.model.vocab_size: the tokenizer has 256 tokens but the model's vocabulary is 100"):
+    with pytest.raises(TaskError,
+                       match=r"lm.model.vocab_size: the tokenizer has 256 tokens but the model's vocabulary is 100"):
         _task(corpus_file, model={"vocab_size": 100})
 
 
@@ -118,8 +119,8 @@ def test_a_live_seq_len_change_reaches_batches_built_by_data_workers(corpus_file
     """Data workers hold a copy of the task from when they started: after a live seq_len change they must not
     serve windows of the old length (they are replaced; the run equals one that builds every batch inline)."""
     from engine.run.control.requests import Controls, set_value
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus, MemorySink
+    from engine.training.loop import Trainer
 
     def losses(**train) -> dict[int, float]:
         sink = MemorySink()

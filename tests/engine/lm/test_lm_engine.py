@@ -57,7 +57,8 @@ def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, 
     restarted = [x for x in events if x["type"] == "run_started"][-1]["t"]
     after = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["t"] > restarted}
     assert after == {s: _steps(reference)[s] for s in range(4, STEPS + 1)}
-    digests = [[e["digest"] for e in ev if e["type"] == "checkpoint" and e["step"] == STEPS] for ev in (events, reference)]
+    digests = [[e["digest"] for e in ev if e["type"] == "checkpoint" and e["step"] == STEPS]
+               for ev in (events, reference)]
     assert digests[0] and digests[0][-1] == digests[1][-1]
     # The engine itself recomputed the digest of the optimizer it loaded and found the checkpoint's.
     assert any(e["type"] == "log" and e["text"].startswith("resume: optimizer state sha256 ")
@@ -82,8 +83,8 @@ def test_export_command_writes_from_any_checkpoint(whole, tmp_path) -> None:
 
 
 def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
-    from engine.training.loop import Trainer
     from engine.run.sinks import EventBus
+    from engine.training.loop import Trainer
 
     config = make_config(corpus_file, train={"max_steps": 2, "eval_every": 0, "clip_grad_norm": 1e-3,
                                              "schedule": "constant", "warmup_frac": 0.0, "lr": 1e-2},

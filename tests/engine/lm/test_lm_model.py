@@ -1,4 +1,5 @@
-"""The LM's model side: LoRA through peft, PEFT export round-trips, LoRA+ groups, checkpointing, seeding, bad model input.
+"""The LM's model side: LoRA through peft, PEFT export round-trips, LoRA+ groups, checkpointing, seeding, bad model
+input.
 
 One LoRA model is trained once per module (transformers' import and the
 model build cost seconds on 2 cores) and every round-trip test reads it.

@@ -73,10 +73,10 @@ def serve() -> None:
     import torch
     import torch._dynamo  # noqa: F401  (what AdamW's constructor would import in each child)
 
-    import engine.checkpoint.format  # noqa: F401
-    import engine.training.loop  # noqa: F401
     import engine.app.main  # noqa: F401
+    import engine.checkpoint.format  # noqa: F401
     import engine.tasks.toy  # noqa: F401
+    import engine.training.loop  # noqa: F401
 
     try:
         import engine.tasks.sensorlm  # noqa: F401  (CSV cases; optional while that task is being written)

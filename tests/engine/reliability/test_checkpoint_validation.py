@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from engine.checkpoint import format as ckpt
+from engine.checkpoint import store
 from tests.conftest import read_events
 from tests.engine.reliability.harness import TOY
 
@@ -95,4 +96,4 @@ def test_a_forged_last_is_skipped_for_last_prev_and_never_rotated_over_it(engine
     assert any("skipped damaged checkpoint" in w and "last.safetensors" in w for w in warnings), warnings
     # The run's final save (step 4) replaced the forged `last`; the good `last.prev` is untouched.
     assert (checkpoints / "last.prev.safetensors").read_bytes() == good_prev
-    assert ckpt.load_latest(checkpoints).meta["step"] == 4
+    assert store.load_latest(checkpoints).meta["step"] == 4

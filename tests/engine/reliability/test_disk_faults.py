@@ -61,7 +61,7 @@ def _sha(path: Path) -> str:
 
 
 def test_disk_full_keeps_the_previous_checkpoint_and_training_goes_on(engines, tmp_path: Path) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     run = tmp_path / "run"
     checkpoints = run / "checkpoints"
@@ -85,14 +85,14 @@ def test_disk_full_keeps_the_previous_checkpoint_and_training_goes_on(engines, t
         assert events_of(run, "run_finished")[-1]["steps"] == 60
         assert set(verify_all(checkpoints).values()) == {"ok"}
         assert not list(checkpoints.glob(".*.tmp-*")), "a failed save must remove its partial temp file"
-        newest = ckpt.load_latest(checkpoints)
+        newest = store.load_latest(checkpoints)
         assert newest.meta["step"] == saved[-1]["step"] < failed[-1]["step"]
         assert any(line.startswith(f"ckpt! step {failed[0]['step']} save failed, previous checkpoint kept")
                    for line in engine.lines())
 
 
 def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Path) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     run = tmp_path / "run"
     checkpoints = run / "checkpoints"
@@ -104,11 +104,11 @@ def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Pa
         set_read_only(True)
         at = len(engine.lines())
         first_failure = int(engine.wait_for(r"^ckpt! step (\d+) save failed", after=at).group(1))
-        good = ckpt.load_latest(checkpoints)
+        good = store.load_latest(checkpoints)
         digest, good_step = _sha(good.path), good.meta["step"]
         assert good_step < first_failure
         engine.wait_for(rf"^ckpt! step {first_failure + 5} save failed")  # still training, still failing
-        assert _sha(good.path) == digest and ckpt.load_latest(checkpoints).meta["step"] == good_step
+        assert _sha(good.path) == digest and store.load_latest(checkpoints).meta["step"] == good_step
         set_read_only(False)
         recovered = int(engine.wait_for(r"^ckpt  step (\d+) last", after=at).group(1))
         assert recovered > first_failure + 5
@@ -117,7 +117,7 @@ def test_read_only_checkpoints_mid_run_then_writable_again(engines, tmp_path: Pa
         failed = events_of(run, "checkpoint_failed")
         assert failed and all(os_error in e["error"] for e in failed), failed
         assert set(verify_all(checkpoints).values()) == {"ok"}
-        assert ckpt.load_latest(checkpoints).meta["step"] >= recovered
+        assert store.load_latest(checkpoints).meta["step"] >= recovered
         assert not list(checkpoints.glob(".*.tmp-*"))
 
 

@@ -34,7 +34,7 @@ def _wait_for_temp(directory: Path, pid: int, timeout: float = 30) -> bool:
 
 
 def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     run, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
     rng = random.Random(20261202)
@@ -66,7 +66,7 @@ def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> Non
         report = verify_all(checkpoints)
         corrupt += [f"kill {i}: {name}: {why}" for name, why in report.items() if why != "ok"]
         progress = max(engine.last_step(), resumed_at)
-        newest = ckpt.load_latest(checkpoints).meta["step"]
+        newest = store.load_latest(checkpoints).meta["step"]
         assert newest >= resumed_at, f"kill {i}: checkpoint went back from {resumed_at} to {newest}"
         lost.append(progress - newest)
         resumed_at = newest

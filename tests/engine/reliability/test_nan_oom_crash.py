@@ -24,7 +24,7 @@ def _steps(run: Path) -> list[dict]:
 
 
 def test_single_nan_step_is_skipped_counted_and_warned(engines, tmp_path: Path) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     run = tmp_path / "run"
     engine = engines.spawn([*QUICK, "--max-steps", "12", "--run-dir", str(run)], tmp_path, faults="nan@7")
@@ -38,7 +38,7 @@ def test_single_nan_step_is_skipped_counted_and_warned(engines, tmp_path: Path) 
     assert any(text.startswith("step 7: non-finite loss or gradient; optimizer step skipped (1 in a row)")
                for text in warnings), warnings
     assert "skip  step 7 non-finite" in "\n".join(engine.lines())
-    meta = ckpt.load_latest(run / "checkpoints").meta
+    meta = store.load_latest(run / "checkpoints").meta
     assert meta["step"] == 12 and meta["nan"]["total"] == 1 and meta["nan"]["consecutive"] == 0
 
 
@@ -119,13 +119,13 @@ def test_oom_doubles_grad_accum_keeps_the_batch_and_redoes_the_step(engines, tmp
     assert {e["batch_size"] for e in steps} == {32}
     for mine, theirs in zip(steps, reference):  # same samples: equal up to the sum order of two micro-batches
         assert math.isclose(mine["loss"], theirs["loss"], rel_tol=1e-5), (mine["step"], mine["loss"], theirs["loss"])
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
-    assert ckpt.load_latest(tmp_path / "oom" / "checkpoints").meta["grad_accum"] == 2
+    assert store.load_latest(tmp_path / "oom" / "checkpoints").meta["grad_accum"] == 2
 
 
 def test_crash_in_training_logs_checkpoints_and_resumes(engines, tmp_path: Path) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     run = tmp_path / "run"
     engine = engines.spawn([*QUICK, "--max-steps", "20", "--run-dir", str(run)], tmp_path, faults="raise@14")
@@ -137,7 +137,7 @@ def test_crash_in_training_logs_checkpoints_and_resumes(engines, tmp_path: Path)
     assert "RuntimeError: injected crash at step 14" in finished["reason"]
     saved = [e for e in events_of(run, "checkpoint") if e["kind"] == "crash"]
     assert [e["step"] for e in saved] == [13]  # the last good state: step 13 done, step 14 never applied
-    assert ckpt.load_latest(run / "checkpoints").meta["step"] == 13
+    assert store.load_latest(run / "checkpoints").meta["step"] == 13
     resumed = engines.spawn(["--resume", str(run)], tmp_path)
     assert resumed.wait(60) == 0, resumed.stderr()
     assert resumed.wait_for(r"^start .* at step (\d+)").group(1) == "13"

@@ -11,7 +11,8 @@ from engine.checkpoint import format as ckpt
 
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Conv2d(8, 3, 3, padding=1))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(),
+                                torch.nn.Conv2d(8, 3, 3, padding=1))
     for p in model.parameters():
         if p.dim() == 4:  # the gap-filler's weights are channels-last
             p.data = p.data.contiguous(memory_format=torch.channels_last)

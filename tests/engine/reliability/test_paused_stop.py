@@ -31,11 +31,11 @@ def _paused(engines, tmp_path: Path):
 
 
 def _checkpointed_at(run: Path, step: int) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     finished = events_of(run, "run_finished")[-1]
     assert finished["steps"] == step and finished["checkpoint"].endswith("last.safetensors")
-    assert ckpt.load_latest(run / "checkpoints").meta["step"] == step
+    assert store.load_latest(run / "checkpoints").meta["step"] == step
 
 
 def test_sigterm_while_paused_checkpoints_at_the_paused_step(engines, tmp_path: Path) -> None:

@@ -54,14 +54,14 @@ def test_sigterm_and_sigint_checkpoint_and_exit_130(engines, tmp_path: Path, sig
 
 
 def test_second_sigint_during_the_checkpoint_stops_at_once(engines, tmp_path: Path) -> None:
-    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
 
     run, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
     first = engines.spawn([*LONG, "--run-dir", str(run)], tmp_path)
     first.wait_for(r"^step\s+2/")
     first.signal(signal.SIGTERM)
     assert first.wait(60) == 130
-    saved = ckpt.load_latest(checkpoints).meta["step"]
+    saved = store.load_latest(checkpoints).meta["step"]
     # Resumed (so no step-0 save) with every save taking 30 s: the graceful checkpoint is a long write.
     engine = engines.spawn(["--resume", str(run)], tmp_path, faults="slow_save=30")
     engine.wait_for(rf"^step\s+{saved + 3}/")
@@ -74,7 +74,7 @@ def test_second_sigint_during_the_checkpoint_stops_at_once(engines, tmp_path: Pa
     assert engine.wait(20) == 130, engine.stderr()  # well before the 30 s save would have finished
     finished = events_of(run, "run_finished")[-1]
     assert finished["status"] == "interrupted" and finished["reason"] == "second SIGINT: stopped at once"
-    assert ckpt.load_latest(checkpoints).meta["step"] == saved  # the interrupted write replaced nothing
+    assert store.load_latest(checkpoints).meta["step"] == saved  # the interrupted write replaced nothing
     assert "Traceback" not in engine.stderr()
     _assert_resumable(engines, run, tmp_path, saved)
 

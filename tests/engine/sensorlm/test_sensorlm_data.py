@@ -7,10 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from engine.tasks.sensorlm.tokenizer import count_tokens
-
 from engine.tasks.sensorlm import captions as cap
 from engine.tasks.sensorlm.data import ACTIVITIES, CHANNELS, SLEEP, VAL_OFFSET, SyntheticWearables, channel_list
+from engine.tasks.sensorlm.tokenizer import count_tokens
 
 
 @pytest.fixture(scope="module")

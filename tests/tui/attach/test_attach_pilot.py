@@ -100,7 +100,7 @@ def test_two_viewers_one_read_only(tmp_path: Path, engines) -> None:
             for key, what in (("space", "pause/resume"), ("c", "checkpoint"), ("a", "abort")):
                 watch.say("")
                 await pw.press(key)
-                await until(pw, lambda: watch.status_text.startswith(f"{what}: read-only viewer"),
+                await until(pw, lambda what=what: watch.status_text.startswith(f"{what}: read-only viewer"),
                             what=f"read-only notice for {key}")
                 assert "controls are disabled" in watch.status_text
                 assert len(watch.screen_stack) == 1  # no abort modal opened

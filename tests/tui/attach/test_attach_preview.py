@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench.open_run import write_run
-from engine.run.history import index as history_index
 from engine.run.control.client import RunClient
+from engine.run.history import index as history_index
 from tests.tui.attach.conftest import screen_text, until
 from tui.dashboard.attach_app import AttachApp
 from tui.model.history_fold import PREVIEW_ROWS

@@ -11,7 +11,7 @@ from pathlib import Path
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
-from tests.tui.attach.conftest import screen_text, until, wait_for_step, wait_until
+from tests.tui.attach.conftest import screen_text, until, wait_until
 from tui.dashboard.attach_app import AttachApp
 from tui.screens.resume import ResumeScreen
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bench.open_run import write_run
 from engine.run import events as ev
-from engine.run.history.store import read_history
+from engine.run.history import read_history
 
 
 def test_others_equals_filtering_the_whole_history(tmp_path: Path) -> None:
@@ -49,7 +49,8 @@ def test_model_from_columns_equals_model_from_every_event(tmp_path: Path) -> Non
     for name in ("state", "last_t", "evals", "checkpoints", "markers", "last_memory", "system", "started"):
         assert getattr(columnar, name) == getattr(plain, name), name
     assert len(columnar.memory) == len(plain.memory)
-    assert [(e.kind, e.text, e.step) for e in columnar.take_log()] == [(e.kind, e.text, e.step) for e in plain.take_log()]
+    assert ([(e.kind, e.text, e.step) for e in columnar.take_log()]
+            == [(e.kind, e.text, e.step) for e in plain.take_log()])
     assert columnar.steps_per_s() == plain.steps_per_s() and columnar.eta_seconds() == plain.eta_seconds()
     assert columnar.summary() == plain.summary()
 
@@ -95,7 +96,8 @@ def test_the_preview_is_the_full_fold_s_tail(tmp_path: Path) -> None:
     assert np.allclose(tail[:, 2:], every[-PREVIEW_ROWS:, 2:], rtol=1e-12, atol=0, equal_nan=True)
     for a, b in zip(preview.ema, full.ema):
         assert a.count == b.count and np.isclose(a.mean, b.mean, rtol=1e-12, atol=0)
-    assert list(preview.scalars) == list(full.scalars) == ["grad_norm", "lr", "samples_per_s", "steps_per_s", "mse", "kl"]
+    assert list(preview.scalars) == list(full.scalars) == ["grad_norm", "lr", "samples_per_s", "steps_per_s", "mse",
+                                                           "kl"]
     for name, ring in preview.scalars.items():
         assert np.array_equal(ring.view(), full.scalars[name].view()[-PREVIEW_ROWS:], equal_nan=True), name
     short = read_history(_long_run(tmp_path / "s" / "events.jsonl", 3000))
@@ -106,8 +108,8 @@ def test_a_model_shown_from_the_preview_then_completed_equals_the_full_fold(tmp_
     """What the first frame draws from (the preview) and what the model holds once the worker's fold is adopted."""
     import numpy as np
 
-    from tui.model.history_fold import PREVIEW_ROWS, deferred_fold
     from tui.model.dashboard import RunModel
+    from tui.model.history_fold import PREVIEW_ROWS, deferred_fold
 
     path = write_run(tmp_path / "r", 12_000)
     history = read_history(path)
@@ -141,8 +143,8 @@ def test_a_tail_read_s_preview_is_the_full_fold_s_tail(tmp_path: Path) -> None:
     """The first open of a long log decodes only its newest steps: their preview still equals the full fold."""
     import numpy as np
 
-    from tui.model.history_fold import PREVIEW_ROWS, TAIL_STEPS, deferred_fold
     from tui.model.dashboard import RunModel
+    from tui.model.history_fold import PREVIEW_ROWS, TAIL_STEPS, deferred_fold
 
     path = _long_run(tmp_path / "r" / "events.jsonl", 16_000)
     tail = read_history(path, tail_steps=TAIL_STEPS)

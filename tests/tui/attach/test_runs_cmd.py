@@ -16,7 +16,7 @@ from tui.model.run_index import summarize
 def test_lists_live_finished_aborted_and_crashed_runs(tmp_path: Path, engines) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
-    live = engines(runs / "live")
+    engines(runs / "live")
     finished = engines(runs / "finished", "--eval-every", "10", max_steps=20)
     aborted = engines(runs / "aborted")
     crashed = engines(runs / "crashed")

@@ -1,0 +1,292 @@
+"""One engine run, step by step: guard, build, own the run directory, wire the sinks, serve, train, end.
+
+Each step is a method of ``EngineRun`` so the order reads at a glance in
+``run()`` and each step's failure modes sit beside it:
+
+- the guard and the build happen before anything is written, so bad input
+  (a config that cannot fit, a damaged data file) leaves no litter;
+- the lock is the first file written into the run directory: a second engine
+  stops there;
+- start-up phases (PhaseStarted) are stamped as they begin and emitted once
+  the event log exists, so a viewer sees what the first seconds went into;
+- the three crash endings (a second Ctrl-C, a hung rank, an exception) each
+  say so in the log and leave the resume command.
+
+The in-process dashboard runs this in a worker thread with its own
+``controls`` and an in-memory sink in ``extra_sinks`` (no signal handlers, no
+console). Under torchrun it is rank 0's path, with ``parallel`` the strategy
+(engine.distributed.parallel): the other ranks get the config it settles on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+
+from engine.app.prepare import Prepared, UsageError, refuse_existing, settle_resumed_batch
+from engine.core import config as cfg
+from engine.core.exit_codes import ExitCode
+from engine.run import events as ev
+from engine.run.rundir import RunDir, RunDirError, resume_command
+
+
+@dataclass
+class Options:
+    """How this process hosts the run (headless engine, in-process dashboard, rank 0 of a job)."""
+
+    console: bool = True
+    install_signals: bool = True
+    serve_controls: bool = True
+    controls: object | None = None
+    extra_sinks: tuple = ()
+    ui_shares_machine: bool = False
+    parallel: object | None = None
+
+
+class EngineRun:
+    """The run of one prepared config in this process; ``run()`` returns its exit code."""
+
+    def __init__(self, prepared: Prepared, options: Options) -> None:
+        self.prepared, self.options = prepared, options
+        self.parallel = options.parallel
+        self.phases = [ev.PhaseStarted(phase="importing torch")]
+        self.server = self.system = self.lock = self.status = None
+
+    def run(self) -> int:
+        """Guard, build, open the run directory, serve, train and end; UsageError before anything is written."""
+        self.config, guard_note = self.guard()
+        self.build()
+        jsonl = self.open_run_dir()
+        self.attach_sinks(jsonl, [self.prepared.note, guard_note])
+        self.serve()
+        try:
+            exit_code, final_state = self.train()
+        finally:
+            self.system.stop()
+            if self.server is not None:
+                self.server.stop()
+        self.status.stop(state=final_state, exit_code=int(exit_code), step=self.trainer.step)
+        self.bus.close()
+        self.lock.release()
+        return int(exit_code)
+
+    # -- before anything is written ---------------------------------------------------
+    def guard(self) -> tuple[cfg.RunConfig, str]:
+        """The memory guard's verdict on the config (per rank under torchrun), shared with the other ranks."""
+        from engine.tasks.base import TaskError
+
+        self.phases.append(ev.PhaseStarted(phase="predicting memory"))
+        many = self.parallel is not None and self.parallel.world > 1
+        try:  # the guard's trace builds the task first, so a task's bad input (a damaged data file) surfaces here
+            config, note = guarded_config(self.prepared.config, self.parallel)
+        except (TaskError, UsageError) as exc:
+            if many:  # the other ranks wait for the config: tell them there is none, so they exit quietly
+                self.parallel.broadcast({"refused": True})
+            raise UsageError(str(exc) if isinstance(exc, UsageError) else str(exc).splitlines()[0]) from None
+        if many:
+            self.parallel.broadcast(config.model_dump(mode="json"))  # the others train what the guard let through
+        if self.prepared.resume is not None:
+            settle_resumed_batch(self.prepared.resume, config)
+        return config, note
+
+    def build(self) -> None:
+        """The Trainer with its data, model and optimizer (UsageError for a task's bad input)."""
+        from engine.checkpoint.format import CheckpointError
+        from engine.run.control.requests import Controls
+        from engine.run.sinks import EventBus
+        from engine.tasks.base import TaskError
+        from engine.training.loop import Trainer
+
+        config, run_dir = self.config, self.prepared.run_dir
+        self.controls = self.options.controls or Controls()
+        self.bus = EventBus()
+        # on_step reads `status` when steps run, after the run directory and its status record exist.
+        self.trainer = Trainer(config, self.bus, self.controls, checkpoint_dir=run_dir.checkpoints,
+                               resume=self.prepared.resume, name=run_dir.name, run_dir=run_dir.root,
+                               on_step=lambda step: self.status.update(step=step), parallel=self.parallel)
+        if self.parallel is not None and hasattr(self.controls, "bind"):
+            # engine.distributed.controls: telemetry where the controls land
+            self.controls.bind(lambda: self.trainer.step, self.bus.emit)
+        self.phases.append(ev.PhaseStarted(phase="building data and model",
+                                           detail=f"{config.task.name}/{config.task.preset}"))
+        try:
+            self.trainer.setup()
+        except (TaskError, CheckpointError, ValueError) as exc:
+            raise UsageError(str(exc).splitlines()[0]) from None
+
+    # -- the run directory ----------------------------------------------------------
+    def open_run_dir(self):
+        """Lock, create and describe the run directory; its events.jsonl sink (UsageError when it cannot)."""
+        from engine.run.runlock import RunLock
+        from engine.run.sinks import JsonlSink
+
+        run_dir = self.prepared.run_dir
+        try:
+            self.lock = RunLock.acquire(run_dir)  # the first file written there; a second engine stops here
+            if self.prepared.fresh:
+                refuse_existing(run_dir)  # again, now that no other engine can be creating it
+            run_dir.create()
+            if self.prepared.resume is None:
+                run_dir.config.write_text(cfg.dump_toml(self.config))
+            return JsonlSink(run_dir.events, warn=lambda text: self.bus.emit(ev.Warning(text=text)))
+        except (RunDirError, UsageError, OSError) as exc:
+            if self.lock is not None:
+                self.lock.release()
+            if isinstance(exc, (RunDirError, UsageError)):
+                raise UsageError(str(exc)) from None
+            raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
+
+    def attach_sinks(self, jsonl, notes: list[str | None]) -> None:
+        """Events to the log, the status record, the console; then the phases and notes held until now."""
+        from engine.run.rundir import StatusWriter
+        from engine.run.sinks import ConsoleSink
+
+        run_dir = self.prepared.run_dir
+        self.status = StatusWriter(run_dir, on_beat=jsonl.flush)
+        sinks = [jsonl, status_sink(self.status), *self.options.extra_sinks]
+        if self.options.console:
+            sinks.append(ConsoleSink(sys.stdout, print_every=self.config.train.print_every))
+        for sink in sinks:
+            self.bus.add(sink)
+        for phase in self.phases:
+            self.bus.emit(phase)
+        for note in notes:
+            if note:
+                self.bus.emit(ev.Warning(text=note))
+        self.status.update(resume_command=resume_command(run_dir))
+        self.status.start()
+
+    def serve(self) -> None:
+        """The control channel, signal handlers, the system sampler, and the core left to viewers."""
+        from engine.training.system import SystemSampler
+
+        if self.options.serve_controls:
+            from engine.run.control.channel import ControlServer
+
+            self.server = ControlServer(self.prepared.run_dir, self.controls, self.bus)
+            self.server.start()
+        if self.options.install_signals:
+            from engine.app import signals
+
+            signals.install(self.controls, self.config.train.on_hangup, self.prepared.run_dir.log,
+                            note=lambda text: self.bus.emit(ev.Warning(text=text)))
+        # The data plan (engine.training.threads) leaves a core to viewers on this machine.
+        shares, server = int(self.options.ui_shares_machine), self.server
+        self.trainer.prefetch.viewers = lambda: shares + (server.viewers() if server is not None else 0)
+        self.system = SystemSampler(self.bus.emit).start()  # CPU/RAM/GPU load for viewers, every 2 s
+
+    # -- training and its endings ---------------------------------------------------
+    def train(self) -> tuple[int, str]:
+        """(exit code, final state) of the training, whatever ends it."""
+        from engine.distributed.parallel import CollectiveTimeout
+
+        first = "restoring state, first step" if self.prepared.resume is not None else "first evaluation, first step"
+        self.bus.emit(ev.PhaseStarted(phase=first))
+        try:
+            outcome = self.trainer.run()
+            return outcome.exit_code, "finished" if outcome.status == "finished" else "aborted"
+        except KeyboardInterrupt:
+            return self.interrupted()
+        except CollectiveTimeout as exc:
+            return self.hung(exc)
+        except Exception as exc:
+            return self.crashed(exc)
+
+    def interrupted(self) -> tuple[int, str]:
+        """A second SIGINT: stopped at once, no save."""
+        code = ExitCode.INTERRUPTED
+        self.bus.emit(ev.RunFinished(status="interrupted", steps=self.trainer.step,
+                                     reason="second SIGINT: stopped at once",
+                                     checkpoint=self.trainer.checkpoints.last_checkpoint,
+                                     resume_command=resume_command(self.prepared.run_dir), exit_code=int(code)))
+        return code, "aborted"
+
+    def hung(self, exc) -> tuple[int, str]:
+        """A rank hung: nothing can be saved (a save may be collective); say which."""
+        code = ExitCode.HUNG
+        resume = resume_command(self.prepared.run_dir) + launch_tail(self.parallel)
+        self.status.update(hung=exc.record(), reason=str(exc), resume_command=resume)
+        self.bus.emit(ev.Warning(text=f"{exc} ({exc.detail})", step=self.trainer.step))
+        self.bus.emit(ev.RunFinished(status="failed", steps=self.trainer.step, reason=str(exc),
+                                     checkpoint=self.trainer.checkpoints.last_checkpoint, resume_command=resume,
+                                     exit_code=int(code)))
+        return code, "failed"
+
+    def crashed(self, exc: Exception) -> tuple[int, str]:
+        """Training raised: say so everywhere, save what can be saved."""
+        trainer, run_dir = self.trainer, self.prepared.run_dir
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        log_crash(run_dir, text)
+        self.bus.emit(ev.Warning(text=f"training crashed: {type(exc).__name__}: {exc}", step=trainer.step))
+        path = None
+        try:  # nothing new to save when it crashed at the step its `last` already holds (e.g. right after resume)
+            if trainer.checkpoints.saved_last_at != trainer.step:
+                path = trainer.checkpoint(kind="crash")
+        except Exception:
+            path = None
+        code = ExitCode.POLICY
+        self.bus.emit(ev.RunFinished(status="failed", steps=trainer.step, reason=f"{type(exc).__name__}: {exc}",
+                                     checkpoint=path or trainer.checkpoints.last_checkpoint,
+                                     resume_command=resume_command(run_dir), exit_code=int(code)))
+        return code, "failed"
+
+
+def guarded_config(config: cfg.RunConfig, parallel=None) -> tuple[cfg.RunConfig, str]:
+    """The memory guard (engine.budget.guard): UsageError listing the options when the run is predicted not
+    to fit; with --vram-gb the batch is capped instead, and the note says so. Returns (config, note).
+    Under torchrun (``parallel``) the prediction is one rank's (engine.budget.layout)."""
+    from engine.budget.guard import check_start
+    from engine.budget.layout import SINGLE, Layout
+    from engine.budget.measure import device_info
+    from engine.optim import device as dev
+
+    try:
+        device = dev.resolve(config.train.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    layout = SINGLE if parallel is None else Layout(parallel.world, getattr(parallel, "strategy", "ddp"))
+    result = check_start(config, device_info(device), layout)
+    if not result.ok:
+        raise UsageError(result.text())
+    return result.config, (result.message if result.capped_from is not None else "")
+
+
+def launch_tail(parallel) -> str:
+    """The resume command's tail for a torchrun job (its processes per node, from torchrun's environment)."""
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "1") if parallel is not None and parallel.world > 1 else "1"
+    return f" --nproc-per-node {per_node}" if per_node != "1" else ""
+
+
+def log_crash(run_dir: RunDir, text: str) -> None:
+    """Append a crash's traceback to engine.log unless stderr already is engine.log (the dashboard's launch).
+
+    Headless, stderr is a terminal that may be gone (SSH dropped) by the time
+    anyone asks why the run died; the run directory is where they will look.
+    """
+    try:
+        log = run_dir.log
+        if log.exists():
+            here, there = os.fstat(2), os.stat(log)
+            if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                return
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError:
+        pass  # the traceback is on stderr already; a full disk must not hide the crash's own report
+
+
+def status_sink(status):
+    """The sink that keeps status.json's state, step, best and last checkpoint current."""
+    def sink(event) -> None:
+        if event.type == "state":
+            status.update(state=event.state, step=event.step)
+        elif event.type == "run_started":
+            status.update(total_steps=event.total_steps, step=event.start_step, state="running")
+        elif event.type == "eval" and event.best is not None:
+            status.update(best=event.best, best_metric=event.primary, last_eval_step=event.step)
+        elif event.type == "checkpoint":
+            status.update(last_checkpoint=event.path)
+    return sink

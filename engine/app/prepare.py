@@ -1,0 +1,196 @@
+"""Everything checked before a run touches disk: the config, the run directory, the checkpoint to resume.
+
+Errors a user can fix (config, data, resume directory) raise ``UsageError``
+with the one line to print (``sensorlm-tui: error: <place>: <what>``, exit 2);
+nothing on disk is touched before the config has validated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.core import config as cfg
+from engine.core.cli_args import explain_flag_error, overrides_from
+from engine.run.rundir import RunDir, default_name
+
+#: Longest file name (bytes) Linux file systems take; a run name becomes a directory name.
+NAME_MAX = 255
+
+
+class UsageError(Exception):
+    """Bad input from the user or a file; the message is the one line to print."""
+
+
+@dataclass
+class Prepared:
+    """A validated config, its run directory and (when resuming) the checkpoint to load."""
+
+    config: cfg.RunConfig
+    run_dir: RunDir
+    resume: object | None  # engine.checkpoint.format.Loaded; typed loosely to keep this module torch-free at import
+    #: A line for the run's log before training starts (e.g. a resume that had to start over).
+    note: str | None = None
+    #: A fresh run: refused if the directory already holds one (checked again once it owns the directory).
+    fresh: bool = False
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """Validate everything before touching disk; UsageError with a one-line message otherwise."""
+    try:
+        overrides = overrides_from(args)
+        if args.resume:
+            return _prepare_resume(args, overrides)
+        config = cfg.load(args.config, preset=args.preset, overrides=overrides, task=args.task)
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
+    name = config.name or (Path(args.run_dir).name if args.run_dir else default_name())
+    if "/" in name or "\0" in name or name in (".", ".."):  # it becomes runs/<name>: no escaping that
+        raise UsageError(f"name={name[:80]!r}: a run name cannot contain '/' or be '.' or '..'")
+    if len(os.fsencode(name)) > NAME_MAX:  # it names a directory: the file system would refuse it later
+        raise UsageError(f"name={name[:40]!r}…: {len(os.fsencode(name))} bytes; a run name is at most "
+                         f"{NAME_MAX} bytes")
+    config = config.model_copy(update={"name": name})
+    root = Path(args.run_dir) if args.run_dir else Path("runs") / name
+    try:
+        refuse_existing(RunDir(root))
+    except OSError as exc:  # a component over 255 bytes, a parent we may not search, a file where a dir goes
+        raise UsageError(f"--run-dir {clip(root)}: cannot use this path ({exc.strerror})") from None
+    _check_task(config)
+    return Prepared(config, RunDir(root), None, fresh=True)
+
+
+def clip(path: Path | str, limit: int = 120) -> str:
+    """A path short enough for a one-line error."""
+    text = str(path)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def refuse_existing(run_dir: RunDir) -> None:
+    """UsageError when a fresh run would write into a directory that holds one (its events, config, checkpoints)."""
+    what = run_dir.holds_run()
+    if what:
+        raise UsageError(f"--run-dir {clip(run_dir.root)}: already holds a run ({what}); use --resume "
+                         "with it, or another directory")
+
+
+def _check_task(config: cfg.RunConfig) -> None:
+    from engine.core.registry import task_names  # names only: importing a task would import torch
+
+    if config.task.name not in task_names():
+        raise UsageError(f"task.name={config.task.name!r}: unknown task; allowed: {', '.join(task_names())}") \
+            from None
+
+
+def _prepare_resume(args: argparse.Namespace, overrides: dict) -> Prepared:
+    root = Path(args.resume)
+    # Refused rather than honoured: a resume continues the run from its own config and directory; another
+    # TOML file would silently fight the checkpoint's config, and another --run-dir would mean copying the
+    # run. Flags and --set still change fields (e.g. --max-steps to extend it). --run-dir naming the same
+    # directory is fine (the dashboard's launcher always passes it).
+    if args.config:
+        raise UsageError(f"--config {args.config}: not allowed with --resume (the run's own config.toml and "
+                         f"checkpoint decide); change fields with flags or --set")
+    try:
+        return _prepare_resume_in(root, args, overrides)
+    except OSError as exc:  # a parent we may not search, a name too long: is_dir()/is_file() raise these
+        raise UsageError(f"--resume {clip(root)}: cannot read the run directory ({exc.strerror})") from None
+
+
+def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) -> Prepared:
+    if not root.is_dir():
+        raise UsageError(f"--resume {root}: no such run directory")
+    if args.run_dir and not _same_dir(args.run_dir, root):
+        raise UsageError(f"--run-dir {clip(args.run_dir)}: not allowed with --resume {clip(root)} (a run "
+                         "resumes in its own directory); copy the directory first to continue it elsewhere")
+    run_dir = RunDir(root)
+    if not run_dir.config.is_file():
+        raise UsageError(f"--resume {root}: not a run directory (no config.toml)")
+    from engine.run.control.channel import serving
+
+    if serving(run_dir):  # a live engine owns this directory: appending to its log would corrupt the run
+        raise UsageError(f"--resume {root}: an engine is still running this run; watch it with "
+                         f"`sensorlm-tui attach {root}`")
+    try:
+        config = cfg.load_resolved(run_dir.config)  # validates the file even when the checkpoint's copy wins
+    except cfg.ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    from engine.checkpoint import format as ckpt
+    from engine.checkpoint import store
+
+    if run_dir.checkpoints.is_dir() and not store.candidates(run_dir.checkpoints):
+        # Stopped before its first checkpoint (the step-0 one, right after the first eval): nothing was
+        # trained that could be lost, so start it again from its own config rather than refuse. A
+        # directory whose checkpoints are all damaged still refuses (below): those may be recoverable.
+        config = _with_flags(config, overrides)
+        _check_task(config)
+        return Prepared(config, run_dir, None, note="resume: the run stopped before its first checkpoint; "
+                                                    f"starting it over from step 0 with {run_dir.config}")
+    def usable(loaded) -> None:  # metadata and its config checked: a bad one is skipped for an older one
+        ckpt.validate_meta(loaded)
+        try:
+            if loaded.meta.get("config") is not None:
+                cfg.validate(loaded.meta["config"], f"{loaded.path}")
+        except cfg.ConfigError as exc:
+            raise ckpt.CheckpointError(f"{loaded.path}: checkpoint metadata is incomplete or invalid "
+                                       f"(config: {str(exc)[:160]})") from None
+
+    try:
+        loaded = store.load_latest(run_dir.checkpoints, check=usable)
+    except ckpt.CheckpointError as exc:
+        raise UsageError(f"--resume {root}: {exc}") from None
+    # The checkpoint's live settings (batch size, backend changed during the run) win over config.toml;
+    # flags given with --resume (e.g. --max-steps to extend a run) win over both.
+    base = _with_live_batch(loaded.meta.get("config") or config.model_dump(), loaded.meta)
+    try:
+        config = cfg.validate(base, f"{loaded.path}")
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
+    config = _with_flags(config, overrides)
+    sharded = Path(loaded.path).is_dir()  # an FSDP2 run's DCP directory, else one file (DDP, one process)
+    if sharded != (config.train.strategy == "fsdp2"):
+        was = "fsdp2" if sharded else "ddp"
+        raise UsageError(f"--strategy {config.train.strategy} (train.strategy): {root} was trained with {was} "
+                         f"(its checkpoints are {'DCP directories' if sharded else 'single files'}) and keeps it; "
+                         f"resume it with --strategy {was}")
+    return Prepared(config, run_dir, loaded)
+
+
+def _same_dir(a: str, b: Path) -> bool:
+    """True when two paths name the same directory (compared resolved: ./runs/x and runs/x/ are the same)."""
+    try:
+        return Path(a).resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def _with_live_batch(config: dict, meta: dict) -> dict:
+    """The checkpoint's config with the batch that was really running (OOM recovery changes grad_accum
+    without touching the saved config), so flags and the memory guard start from the truth."""
+    train = dict(config.get("train") or {})
+    for key in ("batch_size", "grad_accum"):
+        if isinstance(meta.get(key), int) and not isinstance(meta.get(key), bool):
+            train[key] = meta[key]
+    return {**config, "train": train}
+
+
+def settle_resumed_batch(loaded, config: cfg.RunConfig) -> None:
+    """Make the checkpoint restore the batch the config settled on (live value < flags < the guard's cap).
+
+    The trainer restores batch_size/grad_accum from the checkpoint's metadata; without this a resume
+    capped by --vram-gb said "batch_size 64 → 14" and then ran 64.
+    """
+    loaded.meta["batch_size"] = config.train.batch_size
+    loaded.meta["grad_accum"] = config.train.grad_accum
+
+
+def _with_flags(config: cfg.RunConfig, overrides: dict) -> cfg.RunConfig:
+    """``config`` with the flags given beside --resume applied (UsageError naming the flag when one is bad)."""
+    if not overrides:
+        return config
+    try:
+        return cfg.validate(cfg.deep_merge(config.model_dump(), overrides), "flags")
+    except cfg.ConfigError as exc:
+        raise UsageError(str(explain_flag_error(exc))) from None
