@@ -19,7 +19,7 @@ from tests.engine.budget.conftest import small
 def test_budget_planning_modules_do_not_import_torch() -> None:
     code = ("import engine.budget.analytic, engine.budget.plan, engine.budget.guard, engine.app.plan_cli, "
             "engine.budget.trace, engine.budget.settings\n"
-            "from engine import config\n"
+            "from engine.core import config\n"
             "c = config.load(preset='base', task='sensorlm', overrides={'budget': {'vram_gb': 80}})\n"
             "from engine.budget import plan\n"
             "plan.make_plan(c, plan.resolve_budget(c, None))\n"
