@@ -31,7 +31,7 @@ from typing import Callable
 
 from engine.checkpoint import format as ckpt
 from engine.checkpoint import store
-from engine.core.config import CheckpointConfig
+from engine.core.core_sections import CheckpointConfig
 from engine.run import events as ev
 
 #: ``apply(loaded)``: validate a checkpoint against the live run, then load it; CheckpointError if it does not fit.

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from engine.checkpoint import format as ckpt
-from engine.core.config import TrainConfig
+from engine.core.core_sections import TrainConfig
 from engine.optim.fused import fused_adamw
 from engine.optim.schedule import lr_at
 

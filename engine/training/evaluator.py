@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from engine.core.config import TrainConfig
+from engine.core.core_sections import TrainConfig
 from engine.core.exit_codes import ExitCode
 from engine.run import events as ev
 from engine.training.control_handler import GracefulStop

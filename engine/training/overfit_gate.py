@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from engine.core.config import TrainConfig
+from engine.core.core_sections import TrainConfig
 from engine.run import events as ev
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from engine.core.config import TrainConfig
+from engine.core.core_sections import TrainConfig
 from engine.tasks.gapfill.spec import GapfillConfig
 
 #: The tiny data set every test shares: 16 px, 5 days (day 5 validates), 2-hour cadence, 1 instrument.

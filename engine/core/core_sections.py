@@ -1,0 +1,110 @@
+"""The config sections every run has, whatever its task: task, data, train, checkpoint, budget.
+
+Each field carries its bounds and a one-line description (the README's config
+reference is generated from them). A task's own section is declared by its
+spec (engine.tasks.<name>.spec) on the same strict base. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import Field
+
+from engine.core import registry
+from engine.core.sections import MAX_SEED, Section
+
+_Section = Section
+
+
+#: An Adam beta: a decay rate in [0, 1) (torch raised "Invalid beta parameter" without naming the field).
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class TaskConfig(_Section):
+    """Which task trains, and with which preset."""
+
+    name: str = Field(registry.DEFAULT_TASK, description="Task to train: a built-in task or an installed plugin "
+                      "(`sensorlm-tui presets` lists them).")
+    preset: str = Field("demo", description="Named preset the defaults start from (the task's own presets).")
+
+
+class DataConfig(_Section):
+    """Where the data comes from; what it looks like is the task's business (its own section)."""
+
+    path: Optional[str] = Field(None, description="Data file or directory, in the task's format (none: the "
+                                "task's synthetic data, where it has one).")
+
+
+class TrainConfig(_Section):
+    """Optimisation, schedule, evaluation and stopping policy."""
+
+    max_steps: int = Field(300, ge=0, description="Optimizer steps to run (0 = use epochs × steps_per_epoch).")
+    epochs: int = Field(1, ge=1, description="Epochs, when max_steps is 0.")
+    steps_per_epoch: int = Field(0, ge=0, description="Steps per epoch (0 = one pass over the training set).")
+    batch_size: int = Field(16, ge=1, le=1_000_000, description="Samples per optimizer step (the effective batch).")
+    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per step; micro-batch = "
+                            "batch_size/grad_accum.")
+    lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate.")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon.")
+    weight_decay: float = Field(0.01, ge=0, le=10, description="AdamW decoupled weight decay.")
+    schedule: Literal["constant", "cosine", "rsqrt", "onecycle"] = Field("cosine", description="LR schedule.")
+    warmup_frac: float = Field(0.05, ge=0, lt=1, description="Fraction of steps of linear warm-up.")
+    cooldown_frac: float = Field(0.1, ge=0, lt=1, description="rsqrt: fraction of steps of linear cool-down to 0.")
+    min_lr_frac: float = Field(0.0, ge=0, le=1, description="cosine/onecycle: final LR as a fraction of lr.")
+    clip_grad_norm: float = Field(1.0, ge=0, description="Clip the global grad norm to this (0 = off).")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a "
+                                                       "grad scaler.")
+    eval_every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
+    log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
+    print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
+    overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
+    overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x "
+                                  "the untrained one.")
+    overfit_gate: int = Field(0, ge=0, le=1024, description="If > 0: before training, a copy of the model must "
+                              "learn this many frozen samples (engine.training.overfit_gate) or the run stops, exit 1.")
+    overfit_gate_steps: int = Field(300, ge=1, le=100_000, description="Steps the overfit gate trains its copy.")
+    abort_drop: float = Field(1.5, ge=0, description="Abort when the primary metric sits this much worse than its "
+                              "best, in its own unit...")
+    abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort).")
+    nan_policy: Literal["skip", "rollback", "stop"] = Field(
+        "rollback", description="After nan_patience consecutive non-finite steps: roll back to last good or stop.")
+    nan_patience: int = Field(5, ge=1, description="Consecutive non-finite steps tolerated (each is skipped).")
+    rollback_lr_factor: float = Field(0.5, gt=0, le=1, description="LR multiplier applied on a NaN rollback.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks CUDA when available.")
+    prefetch: bool = Field(True, description="Build the next batch on a background thread during the step "
+                           "(off: every batch inline, for a task whose make_batch is not thread-safe).")
+    data_workers: int = Field(-1, ge=-1, le=256, description="With prefetch: build batches in this many DataLoader "
+                              "worker processes, two ahead each (0: one thread; -1: planned from the measured batch ÷ "
+                              "step cost and the cores, engine.training.threads).")
+    threads: int = Field(0, ge=0, le=1024, description="torch intra-op threads (0 = planned from the usable cores, "
+                         "engine.training.threads).")
+    on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and "
+                                                   "exit.")
+    oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective "
+                               "batch.")
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
+        "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
+    collective_timeout_s: float = Field(
+        300.0, ge=1, le=86_400, description="Across ranks: seconds a collective waits for a stuck rank before the "
+        "job stops and names the hang (exit 3).")
+
+
+class CheckpointConfig(_Section):
+    """When and what to checkpoint."""
+
+    every_steps: int = Field(100, ge=0, description="Write `last` every N steps (and at every eval); 0 = evals only.")
+    keep_last: int = Field(0, ge=0, description="Also keep this many step-N checkpoints (0 = none; fsdp2, "
+                           "where every save is a step-N directory: the newest max(2, keep_last) stay).")
+    save_best: bool = Field(True, description="Write `best` when the primary metric improves.")
+
+
+class BudgetConfig(_Section):
+    """Memory budget the guard and the tuning screen plan against."""
+
+    vram_gb: Optional[float] = Field(None, gt=0, le=100_000, description="Budget in GiB (default: device free memory).")
+    safety: float = Field(0.9, gt=0, le=1, description="Fraction of the budget a plan may use.")
+    check: bool = Field(True, description="Refuse to start a run predicted not to fit (--no-vram-check disables).")
