@@ -102,16 +102,16 @@ class EngineRun:
         config, run_dir = self.config, self.prepared.run_dir
         self.controls = self.options.controls or Controls()
         self.bus = EventBus()
-        # on_step reads `status` when steps run, after the run directory and its status record exist.
-        self.trainer = Trainer(config, self.bus, self.controls, checkpoint_dir=run_dir.checkpoints,
-                               resume=self.prepared.resume, name=run_dir.name, run_dir=run_dir.root,
-                               on_step=lambda step: self.status.update(step=step), parallel=self.parallel)
-        if self.parallel is not None and hasattr(self.controls, "bind"):
-            # engine.distributed.controls: telemetry where the controls land
-            self.controls.bind(lambda: self.trainer.step, self.bus.emit)
-        self.phases.append(ev.PhaseStarted(phase="building data and model",
-                                           detail=f"{config.task.name}/{config.task.preset}"))
-        try:
+        try:  # a bad fault spec (a test hook) is bad input too; then data, model and optimizer
+            # on_step reads `status` when steps run, after the run directory and its status record exist.
+            self.trainer = Trainer(config, self.bus, self.controls, checkpoint_dir=run_dir.checkpoints,
+                                   resume=self.prepared.resume, name=run_dir.name, run_dir=run_dir.root,
+                                   on_step=lambda step: self.status.update(step=step), parallel=self.parallel)
+            if self.parallel is not None and hasattr(self.controls, "bind"):
+                # engine.distributed.controls: telemetry where the controls land
+                self.controls.bind(lambda: self.trainer.step, self.bus.emit)
+            self.phases.append(ev.PhaseStarted(phase="building data and model",
+                                               detail=f"{config.task.name}/{config.task.preset}"))
             self.trainer.setup()
         except (TaskError, CheckpointError, ValueError) as exc:
             raise UsageError(str(exc).splitlines()[0]) from None

@@ -160,10 +160,10 @@ def test_a_failed_final_checkpoint_is_not_a_clean_exit(tmp_path, monkeypatch) ->
     trainer, sink = _trainer(tmp_path, max_steps=6, checkpoint={"every_steps": 3})  # a good one at step 3, then
     # the disk fills up
 
-    def write(path, tensors, meta, keep_previous=False):
+    def write(path, tensors, meta, keep_previous=False, before_commit=None):
         if meta["step"] >= 6:
             raise ckpt_module.CheckpointWriteError(f"{path}: No space left on device")
-        return real_write(path, tensors, meta, keep_previous=keep_previous)
+        return real_write(path, tensors, meta, keep_previous, before_commit)
 
     monkeypatch.setattr(ckpt_module, "timed_write", write)
     outcome = trainer.run()

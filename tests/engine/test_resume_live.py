@@ -21,5 +21,5 @@ def test_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
         after = (run / "events.jsonl").read_bytes()
         assert after.startswith(before) and after.count(b'"type":"schema"') == 1
     finally:
-        engine.run.control.client().send(abort("now"))
+        engine.client().send(abort("now"))
         engine.wait(30)

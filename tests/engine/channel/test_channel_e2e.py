@@ -68,7 +68,7 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     engine = launch(ENGINE, run_dir, timeout=120)
     try:
-        client = engine.run.control.client()
+        client = engine.client()
         assert client.liveness() == "live"
         history = list(client.history())  # up as soon as the socket exists: maybe only the schema so far
         calm = collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 30)
@@ -169,7 +169,7 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
 def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     engine = launch(ENGINE, run_dir, timeout=120)
-    client = engine.run.control.client(read_only=True)
+    client = engine.client(read_only=True)
     try:
         collect(client, lambda evs: any(e.type == "step" for e in evs))
         with pytest.raises(SessionError, match="read-only"):
@@ -182,7 +182,7 @@ def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -
         assert client.liveness() == "crashed"
         assert client.resume_command() == f"sensorlm-tui train --resume {run_dir}"
         with pytest.raises(SessionError, match=r"\(crashed\); resume with: sensorlm-tui train --resume"):
-            engine.run.control.client().send(control.pause(), timeout=2)
+            engine.client().send(control.pause(), timeout=2)
         assert len(client.history()) > 3, "the log of a crashed run still opens"
     finally:
         if engine.poll() is None:
