@@ -75,6 +75,9 @@ def get_spec(name: str) -> TaskSpec:
     if spec.name != name or not name.isidentifier() or name in RESERVED:
         raise TaskLoadError(f"{where}: spec name {spec.name!r} must equal the entry point's name, be an "
                             f"identifier and not one of {', '.join(sorted(RESERVED))}")
+    unbounded = next(filter(None, (s.declaration_error() for s in spec.capabilities.settings)), None)
+    if unbounded:  # a live value nobody bounded reaches a running job: refuse the plugin, not the value later
+        raise TaskLoadError(f"{where}: {unbounded}")
     return spec
 
 

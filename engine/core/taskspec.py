@@ -17,6 +17,7 @@ named by a ``"module:Class"`` string and imported only when a run needs it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -54,9 +55,11 @@ class Setting:
     ``path`` is where it lives in the resolved config, dotted from the top
     (``train.batch_size``, or inside the task's own section such as
     ``<task>.model.<field>``). ``kind`` "int" and "float" are bounded by
-    ``minimum``/``maximum``; "choice" takes one of ``choices``. For "int" and
-    "float", ``choices`` (optional) are the values ``plan`` tries, not a limit.
-    ``choices`` are listed fastest first: ``plan`` recommends the first that fits.
+    ``minimum``/``maximum`` (both required: a live value nobody bounded is how
+    ``lr=1e308`` reached a running optimizer); "choice" takes one of ``choices``.
+    For "int" and "float", ``choices`` (optional) are the values ``plan`` tries,
+    not a limit. ``choices`` are listed fastest first: ``plan`` recommends the
+    first that fits.
     """
 
     name: str
@@ -72,20 +75,47 @@ class Setting:
     #: (other setting, value) pairs this one matters under (a chunk size only when the backend chunks);
     #: ``plan`` does not vary it otherwise.
     requires: tuple = ()
+    #: True when ``minimum`` itself is not allowed (a learning rate must be above 0, not at it).
+    minimum_exclusive: bool = False
 
     def check(self, value: Any) -> str | None:
-        """None when ``value`` is allowed, else the one-line reason."""
+        """None when ``value`` is allowed, else the one-line reason (which names the allowed range)."""
         if self.kind == "choice":
             return None if value in self.choices else \
                 f"{self.name} {value!r}; allowed: {', '.join(map(str, self.choices))}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
                 (self.kind == "int" and not float(value).is_integer()):
-            return f"{self.name} must be {'an integer' if self.kind == 'int' else 'a number'}, got {value!r}"
-        if self.minimum is not None and value < self.minimum:
-            return f"{self.name} must be >= {self.minimum:g}, got {value}"
-        if self.maximum is not None and value > self.maximum:
-            return f"{self.name} must be <= {self.maximum:g}, got {value}"
+            return (f"{self.name} must be {'an integer' if self.kind == 'int' else 'a finite number'} in "
+                    f"{self.range_text()}, got {value!r}")
+        low = self.minimum is not None and (value <= self.minimum if self.minimum_exclusive else value < self.minimum)
+        if low or (self.maximum is not None and value > self.maximum):
+            return f"{self.name} {_show(value)} is out of range; allowed: {self.range_text()}"
         return None
+
+    def range_text(self) -> str:
+        """The allowed values in a few characters, as the tune modal shows them: "1..4096", ">0..10", "sdpa|math"."""
+        if self.kind == "choice":
+            return "|".join(map(str, self.choices))
+        low = "" if self.minimum is None else (">" if self.minimum_exclusive else "") + _show(self.minimum)
+        high = "" if self.maximum is None else _show(self.maximum)
+        return f"{low}..{high}"
+
+    def declaration_error(self) -> str | None:
+        """Why this declaration cannot bound a live value (None when it can): a number needs finite bounds."""
+        if self.kind == "choice":
+            return None if self.choices else f"setting {self.name!r}: a choice needs its choices"
+        bounds = (self.minimum, self.maximum)
+        if any(b is None or isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b)
+               for b in bounds):
+            return f"setting {self.name!r}: kind {self.kind!r} needs a finite minimum and maximum, got {bounds}"
+        if self.minimum > self.maximum:
+            return f"setting {self.name!r}: minimum {self.minimum:g} is above maximum {self.maximum:g}"
+        return None
+
+
+def _show(number: float) -> str:
+    """A bound or a value as a person writes it: 1000000 (not 1e+06), 0.001, 1e+308."""
+    return str(int(number)) if float(number).is_integer() and abs(number) < 1e15 else f"{number:g}"
 
 
 @dataclass(frozen=True)

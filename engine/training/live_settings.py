@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.budget.settings import ENGINE, declared, describe, with_settings
 from engine.core.config import RunConfig
+from engine.core.live_bounds import engine_setting
 from engine.run.control.requests import ENGINE_SETTINGS
 
 
@@ -42,20 +43,20 @@ class LiveSettings:
                                                        for s in declared(self.config)))
 
     def error(self, name: str, value: Any) -> str | None:
-        """Why ``value`` is not allowed for ``name``, before the budget's check; None when it is."""
-        if name in ("batch_size", "grad_accum") and value < 1:
-            return f"{name} must be >= 1, got {value}"
-        if name == "grad_accum" and value > self.batch_size:
-            return f"grad_accum {value}: at most batch_size {self.batch_size}"
-        if name == "lr" and not value > 0:
-            return f"lr must be > 0, got {value}"
-        if name not in ENGINE_SETTINGS:
-            setting = next((s for s in declared(self.config) if s.name == name), None)
-            if setting is None:
-                names = ", ".join([*ENGINE_SETTINGS, *(s.name for s in declared(self.config))])
-                return f"task {self.config.task.name!r} has no setting {name!r}; settable: {names}"
-            return setting.check(value)
-        return None
+        """Why ``value`` is not allowed for ``name``, before the budget's check; None when it is.
+
+        Every setting has declared bounds (the engine's own in engine.core.live_bounds,
+        the task's in its spec), checked here for every submitter: the control
+        socket, an in-process viewer, a test's Controls.
+        """
+        setting = engine_setting(name) or next((s for s in declared(self.config) if s.name == name), None)
+        if setting is None:
+            names = ", ".join([*ENGINE_SETTINGS, *(s.name for s in declared(self.config))])
+            return f"task {self.config.task.name!r} has no setting {name!r}; settable: {names}"
+        why = setting.check(value)
+        if why is None and name == "grad_accum" and value > self.batch_size:
+            why = f"grad_accum {value} is out of range; allowed: 1..{self.batch_size} (at most the batch size)"
+        return why
 
     def change(self, name: str, value: Any) -> tuple[Any, str]:
         """Apply a checked change; (old value, a note for the acknowledgement)."""

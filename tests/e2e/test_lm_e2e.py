@@ -32,12 +32,12 @@ def _type_sequence_length(tmux: Tmux, value: str) -> None:
     """Open the tune modal, tab to its sequence-length field (after batch size, grad accum and learning rate)
     and type ``value`` over what it holds."""
     tmux.keys("lm", "t")
-    tmux.wait_for("lm", lambda s: "Tune the running job" in s and "sequence length" in s, 20, "the tune modal")
+    tmux.wait_for("lm", lambda s: "Tune the running job" in s and "seq length 8..1048576" in s, 20, "the tune modal")
     time.sleep(1.0)  # the first field takes focus once the modal is mounted; a tab before that is lost
     for keys in (["Tab"] * 3, ["Home", "C-k"], list(value)):  # apart: sent in one burst, the digits missed the field
         tmux.keys("lm", *keys)
         time.sleep(0.5)
-    tmux.wait_for("lm", lambda s: re.search(rf"sequence length\s+{value}\b", s), 10, "the typed sequence length")
+    tmux.wait_for("lm", lambda s: re.search(rf"seq length 8\.\.1048576\s+{value}\b", s), 10, "the typed seq length")
 
 
 def test_lm_demo_perplexity_mfu_and_a_refused_sequence_length(tmp_path: Path, tmux: Tmux) -> None:

@@ -39,6 +39,8 @@ def test_pause_resume_refuse_abort_round_trip(tmp_path: Path) -> None:
     assert session.send(control.resume()).new == "running"
     refused = session.send(control.set_value("attn_backend", "math"))
     assert refused.type == "refused" and "has no setting 'attn_backend'" in refused.why
+    absurd = session.send(control.set_value("lr", 1e308))
+    assert absurd.type == "refused" and absurd.why == "lr 1e+308 is out of range; allowed: >0..10"
     assert session.send(control.set_value("batch_size", 8)).new == 8
     steps = _wait_for(session, lambda evs: any(e.type == "step" and e.batch_size == 8 for e in evs))
     assert any(e.type == "step" for e in steps)

@@ -154,6 +154,27 @@ async def test_tune_lists_the_tasks_declared_settings_and_sends_only_what_was_ed
 
 
 @pilot_test
+async def test_tune_shows_each_range_and_refuses_a_value_outside_it_without_asking():
+    app, session = make()
+    async with opened(app) as pilot:
+        await pilot.press("t")
+        await on_screen(pilot, "TuneScreen")
+        tune = app.screen
+        labels = {s.name: str(tune.query_one(f"#tune-label-{s.name}").render()) for s in tune.settings}
+        assert labels["lr"].endswith(">0..10") and labels["batch_size"].endswith("1..1000000")
+        assert labels["window"].endswith("1..4096") and labels["kernel"] == "kernel"
+        tune.query_one("#tune-lr").value = "1e308"
+        await wait_for(pilot, lambda: "out of range" in _estimate(tune), "the range error")
+        assert _estimate(tune) == "lr 1e+308 is out of range; allowed: >0..10"
+        tune.query_one("#tune-lr").value = "0.001"
+        tune.query_one("#tune-window").value = "0"
+        await wait_for(pilot, lambda: "window 0" in _estimate(tune), "the task setting's range error")
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.5)
+    assert session.sent == [], "an out-of-range value is never sent"
+
+
+@pilot_test
 async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
     def old_engine(request, s):  # an engine from before dry runs: it answers as if the request were real
         return accept_policy(Request("set", name=request.name, value=request.value, id=request.id), s)

@@ -26,19 +26,12 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
+from engine.core.live_bounds import ENGINE_LIVE
 from engine.core.taskspec import Setting
 from engine.run.control.requests import Request, RequestError, set_value
 from engine.run.events import Prediction, Refused, SettingChanged
 from tui.model.format import human_bytes, short_float
 
-#: The engine's own live settings (engine.training.live_settings); the task's declared ones follow them.
-ENGINE_SETTINGS = (
-    Setting("batch_size", "train.batch_size", "int", minimum=1, label="batch size", help="samples per micro-batch"),
-    Setting("grad_accum", "train.grad_accum", "int", minimum=1, label="grad accum",
-            help="micro-batches per optimizer step"),
-    Setting("lr", "train.lr", "float", minimum=0, label="learning rate", help="peak learning rate",
-            affects_memory=False),
-)
 #: Seconds of quiet after an edit before the engine is asked (one request per settled value, not per key).
 DEBOUNCE_S = 0.3
 
@@ -52,8 +45,8 @@ class ForceBox(Checkbox, inherit_bindings=False):
 
 def tune_settings(declared: tuple[Setting, ...]) -> tuple[Setting, ...]:
     """The engine's settings, then the task's declared ones (a task re-declaring an engine name is ignored)."""
-    names = {s.name for s in ENGINE_SETTINGS}
-    return ENGINE_SETTINGS + tuple(s for s in declared if s.name not in names)
+    names = {s.name for s in ENGINE_LIVE}
+    return ENGINE_LIVE + tuple(s for s in declared if s.name not in names)
 
 
 class TuneScreen(ModalScreen[None]):
@@ -92,7 +85,8 @@ class TuneScreen(ModalScreen[None]):
             yield Static("[b]Tune the running job[/b]", classes="dialog-title")
             with Grid(id="tune-fields"):
                 for setting in self.settings:
-                    yield Label(setting.label or setting.name)
+                    bounds = "" if setting.kind == "choice" else f" [$text-muted]{setting.range_text()}[/]"
+                    yield Label(escape(setting.label or setting.name) + bounds, id=f"tune-label-{setting.name}")
                     yield self._field(setting)
             if self.send is not None:
                 yield ForceBox("force: skip the engine's budget check", id="tune-force")
@@ -140,8 +134,7 @@ class TuneScreen(ModalScreen[None]):
                 errors.append(f"{setting.name}: {raw!r} is not a "
                               f"{'whole number' if setting.kind == 'int' else 'number'}")
                 continue
-            why = setting.check(value) or (f"{setting.name}: must be > 0, got {raw}"
-                                           if value <= 0 and setting.name in ("batch_size", "lr") else None)
+            why = setting.check(value)
             if why:
                 errors.append(why)
                 continue

@@ -133,7 +133,7 @@ CAPABILITIES = Capabilities(
         Metric("mfu", "MFU", "%", higher_is_better=True, kind="train"),
     ),
     settings=(
-        Setting("seq_len", "lm.seq_len", "int", minimum=8, maximum=1048576, label="sequence length",
+        Setting("seq_len", "lm.seq_len", "int", minimum=8, maximum=1048576, label="seq length",
                 help="tokens per sample; memory grows with it (logits B×T×V, attention)"),
     ),
     memory="analytic",

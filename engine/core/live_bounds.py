@@ -1,0 +1,43 @@
+"""The engine's own live settings (batch size, grad_accum, peak LR) as declared Settings, bounded as the config is.
+
+A live change must never reach a value the config file would refuse, so the
+bounds are read from ``TrainConfig``'s own field constraints: ``set lr=1e308``
+meets the same limit (``train.lr <= 10``) as a TOML file. The engine enforces
+them (engine.training.live_settings answers a Refused event), and the tune
+modal shows them beside each field. Torch-free: the viewer imports this.
+"""
+
+from __future__ import annotations
+
+import annotated_types as at
+
+from engine.core.core_sections import TrainConfig
+from engine.core.taskspec import Setting
+
+
+def _bounded(name: str, kind: str, label: str, help: str, affects_memory: bool = True) -> Setting:
+    """``train.<name>`` as a Setting whose range is the config field's ``ge``/``gt``/``le``."""
+    minimum = maximum = None
+    exclusive = False
+    for rule in TrainConfig.model_fields[name].metadata:
+        if isinstance(rule, at.Ge):
+            minimum = rule.ge
+        elif isinstance(rule, at.Gt):
+            minimum, exclusive = rule.gt, True
+        elif isinstance(rule, at.Le):
+            maximum = rule.le
+    return Setting(name, f"train.{name}", kind, minimum=minimum, maximum=maximum, minimum_exclusive=exclusive,
+                   label=label, help=help, affects_memory=affects_memory)
+
+
+#: The engine's own live settings, in the order a viewer lists them (the task's declared ones follow).
+ENGINE_LIVE: tuple[Setting, ...] = (
+    _bounded("batch_size", "int", "batch size", "samples per optimizer step (the effective batch)"),
+    _bounded("grad_accum", "int", "grad accum", "micro-batches per optimizer step (at most the batch size)"),
+    _bounded("lr", "float", "learning rate", "peak learning rate (the schedule scales it)", affects_memory=False),
+)
+
+
+def engine_setting(name: str) -> Setting | None:
+    """The engine's own live setting called ``name``, if it is one."""
+    return next((s for s in ENGINE_LIVE if s.name == name), None)

@@ -1,0 +1,95 @@
+"""Every live setting has bounds; the engine refuses a value outside them in one line, with a Refused event.
+
+The requests go through the engine's own ControlHandler and LiveSettings (the
+code a socket request, an in-process viewer and the OOM policy all reach), so
+a request that skipped the wire's type check (an in-process Request with a NaN)
+is refused too. The run's other state is never touched by a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.core.config import validate
+from engine.core.live_bounds import ENGINE_LIVE
+from engine.core.registry import BUILTIN_SPECS, get_spec
+from engine.core.taskspec import Setting
+from engine.run.control.requests import Request, RequestError
+from engine.training.control_handler import ControlHandler
+from engine.training.live_settings import LiveSettings
+
+
+class _Budget:
+    def predict_change(self, change):  # only reached by a value that passed the bounds
+        return {"predicted": 1, "budget": 2, "fits": True, "why": ""}
+
+
+class _Optim:
+    peak_lr = 1e-3
+
+
+class _Run:
+    step = 7
+    budget = _Budget()
+
+    def __init__(self, task: str) -> None:
+        config = validate({"task": {"name": task}}, "test")
+        self.settings = LiveSettings(config, task=None, model=None, optim=_Optim())
+
+
+def _answers(task: str, *requests: Request) -> list:
+    events: list = []
+    handler = ControlHandler(controls=None, emit=events.append, run=_Run(task))
+    handler.apply(list(requests))
+    return events
+
+
+@pytest.mark.parametrize("name, value, says", [
+    ("lr", 1e308, "lr 1e+308 is out of range; allowed: >0..10"),
+    ("lr", 0.0, "lr 0 is out of range; allowed: >0..10"),
+    ("lr", float("nan"), "lr must be a finite number in >0..10, got nan"),
+    ("lr", float("inf"), "lr must be a finite number in >0..10, got inf"),
+    ("batch_size", 0, "batch_size 0 is out of range; allowed: 1..1000000"),
+    ("batch_size", 10**12, "batch_size 1000000000000 is out of range; allowed: 1..1000000"),
+    ("grad_accum", 17, "grad_accum 17 is out of range; allowed: 1..16 (at most the batch size)"),
+    ("grad_accum", 5000, "grad_accum 5000 is out of range; allowed: 1..4096"),
+])
+def test_the_engines_own_settings_refuse_out_of_range_values(name, value, says) -> None:
+    (event,) = _answers("toy", Request("set", name=name, value=value, id="r1"))
+    assert event.type == "refused" and event.why == says and event.request_id == "r1" and "\n" not in event.why
+
+
+def test_a_tasks_declared_bounds_refuse_a_negative_chunk_and_nan() -> None:
+    chunk, nan_chunk, seq = (Request("set", name="attn_chunk", value=-4, id="a"),
+                             Request("set", name="attn_chunk", value=float("nan"), id="b"),
+                             Request("set", name="seq_len", value=4, id="c"))
+    first, second = _answers("sensorlm", chunk, nan_chunk)
+    assert first.why == "attn_chunk -4 is out of range; allowed: 1..65536"
+    assert second.why == "attn_chunk must be an integer in 1..65536, got nan"
+    (third,) = _answers("lm", seq)
+    assert third.why == "seq_len 4 is out of range; allowed: 8..1048576"
+    assert {e.type for e in (first, second, third)} == {"refused"}
+
+
+def test_a_value_in_range_reaches_the_budget_and_is_applied() -> None:
+    run = _Run("toy")
+    events: list = []
+    ControlHandler(controls=None, emit=events.append, run=run).apply([Request("set", name="lr", value=10.0)])
+    assert events[0].type == "setting" and run.settings.optim.peak_lr == 10.0
+
+
+def test_nan_on_the_wire_is_refused_before_it_reaches_the_engine() -> None:
+    for name in ("lr", "attn_chunk", "batch_size"):
+        with pytest.raises(RequestError, match=f"{name} must be"):
+            Request.from_dict(json.loads(f'{{"v": 1, "id": "x", "action": "set", "name": "{name}", "value": NaN}}'))
+
+
+def test_every_engine_and_built_in_task_setting_declares_finite_bounds() -> None:
+    declared = [*ENGINE_LIVE, *(s for name in BUILTIN_SPECS for s in get_spec(name).capabilities.settings)]
+    assert [s.declaration_error() for s in declared] == [None] * len(declared)
+    by_name = {s.name: s for s in ENGINE_LIVE}
+    assert (by_name["lr"].range_text(), by_name["batch_size"].range_text()) == (">0..10", "1..1000000")
+    assert Setting("window", "x.window", "int", minimum=1).declaration_error() == \
+        "setting 'window': kind 'int' needs a finite minimum and maximum, got (1, None)"
