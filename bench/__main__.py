@@ -47,11 +47,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="module names (e.g. startup attention)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     parser.add_argument("--gpu", action="store_true", help="the GPU check (bench.gpu): a few minutes on one GPU")
+    parser.add_argument("--budget-s", type=float, default=None, metavar="S",
+                        help="--gpu: the whole run's budget in seconds (default 480)")
+    parser.add_argument("--from-log", action="store_true",
+                        help="--gpu: rebuild the page's GPU section from docs/BENCHMARKS-gpu.jsonl (no measuring)")
     args = parser.parse_args(argv)
     if args.gpu:
         from bench import gpu
 
-        return gpu.main(write=not args.no_write)
+        if args.budget_s is not None and not args.budget_s > 0:
+            parser.error(f"--budget-s={args.budget_s:g}: must be > 0 (seconds)")
+        return gpu.main(write=not args.no_write, budget_s=args.budget_s or gpu.BUDGET_S, rebuild=args.from_log)
     sections: list[Section] = []
     failed = 0
     suite_start = time.perf_counter()

@@ -62,6 +62,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from bench.common import ROOT, Section, fmt_stats, ratios, smoke, standalone, stats, verdict
 from bench.cpu_share import AUTOGROUP, autogroup, tree_cpu_s
@@ -198,9 +199,13 @@ def best_threads(steps: int, window: tuple[int, int], cores: int) -> tuple[int, 
 
 
 def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = True,
-            variants: tuple[str, ...] = VARIANTS, cap_s: float = TIMEOUT_S) -> dict:
+            variants: tuple[str, ...] = VARIANTS, cap_s: float = TIMEOUT_S,
+            on_round: Callable[[dict], None] | None = None) -> dict:
     """``variants``, quiet and loaded, ``rounds`` interleaved rounds: {variant: {"quiet": [steps/s ..], "load": [..],
-    "cores": {"quiet": [..], "load": [..]}, "steps_per_cpu_s": {"quiet": [..], "load": [..]}}} (NaN: not read)."""
+    "cores": {"quiet": [..], "load": [..]}, "steps_per_cpu_s": {"quiet": [..], "load": [..]}}} (NaN: not read).
+
+    ``on_round(results)``: called after each round with the results so far (bench.gpu_probe prints them, so a
+    run cut at its limit keeps its finished rounds)."""
     from engine.training.threads import usable_cores
 
     cores = usable_cores().usable
@@ -247,6 +252,8 @@ def measure(steps: int, window: tuple[int, int], rounds: int, with_load: bool = 
                     results["_loss"].setdefault(name, row["loss"])
                     if row.get("plan"):
                         results["_plans"].append(f"{condition}, {name}: {row['plan']}")
+            if on_round is not None:
+                on_round(results)
     return results
 
 

@@ -14,12 +14,22 @@ Prints one JSON line, the row bench.gpu puts on the page. Kinds:
 * ``gauges``: MemorySampled's NVML and allocator readings against
   ``nvidia-smi --query-gpu=memory.used`` taken at the same step;
 * ``speed``: the engine's steps/s on the GPU, GPU idle % (NVML utilisation
-  sampled while it trains) and MFU against the dense bf16 peak table.
+  sampled while it trains) and MFU against the dense bf16 peak table;
+* ``baselines``: bench.baselines on the GPU (engine ÷ DataLoader loop,
+  ÷ Lightning, quiet rounds), a row printed after every round, so a probe cut
+  at its limit leaves the rounds it finished;
+* ``tests``: every ``gpu``-marked test (pytest -m gpu): counts and failures;
+* ``slices``: the dashboard attached ÷ alone (bench.viewer_slices).
+
+SIGTERM (bench.gpu's limit, or a cut of the whole script) ends the probe
+through ``SystemExit``, so the engines and loops it started are stopped by
+their own cleanup before bench.gpu's SIGKILL follows.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -116,13 +126,13 @@ def oom(task: str, preset: str, overrides: dict, cap_gib: float = 0.5) -> dict:
             "reasons": [e.reason for e in changes][:3]}
 
 
-def precision(task: str, preset: str, overrides: dict, kind: str, steps: int = 60) -> dict:
-    """``kind`` (bf16 / fp16) for ``steps`` steps: first and last loss, skipped steps, steps/s."""
-    config = _config(task, preset, overrides, max_steps=steps, precision=kind)
+def precision(task: str, preset: str, overrides: dict, precision: str, steps: int = 60) -> dict:
+    """``precision`` (bf16 / fp16) for ``steps`` steps: first and last loss, skipped steps, steps/s."""
+    config = _config(task, preset, overrides, max_steps=steps, precision=precision)
     start = time.perf_counter()
     trainer, events = _train(config)
     losses = [e.loss for e in events if e.type == "step" and not e.skipped]
-    return {"precision": kind, "first": losses[0] if losses else None, "last": losses[-1] if losses else None,
+    return {"precision": precision, "first": losses[0] if losses else None, "last": losses[-1] if losses else None,
             "skipped": sum(1 for e in events if e.type == "step" and e.skipped), "steps": trainer.step,
             "seconds": time.perf_counter() - start}
 
@@ -199,14 +209,75 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
             "batch": trainer.batch_size, "device": name, "peak_tflops": peak}
 
 
-KINDS = {"memory": memory, "oom": oom, "precision": precision, "gauges": gauges, "speed": speed}
+def baselines(rounds: int = 3) -> dict:
+    """bench.baselines on the GPU: quiet rounds of engine, DataLoader loop and Lightning (no load block); the
+    results so far printed after each round (the last line is the row)."""
+    from bench import baselines as fair
+
+    def show(results: dict) -> None:
+        print(json.dumps(_plain(results)), flush=True)
+
+    return _plain(fair.measure(100, (20, 80), rounds, with_load=False,
+                               variants=(fair.ENGINE, fair.DATALOADER, fair.LIGHTNING), on_round=show))
+
+
+def _plain(value):
+    """``value`` as strict JSON can hold it: a NaN (a rate not read) becomes null, keys strings."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if value is None or isinstance(value, (str, int, bool)) else str(value)
+
+
+def tests() -> dict:
+    """pytest -m gpu: passed / failed / skipped counts and the failures' names."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf"],
+                         capture_output=True, text=True)
+    return parse_pytest(out.stdout)
+
+
+def parse_pytest(stdout: str) -> dict:
+    """{passed, failed, skipped, errors, deselected, failures: [names]} from pytest -q output.
+
+    (``errors``, not ``error``: a row with an ``error`` key is a row that failed to measure.)"""
+    import re
+
+    counts = {k: 0 for k in ("passed", "failed", "skipped", "errors", "deselected")}
+    summary = [line for line in stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped|deselected)", line)]
+    for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary[-1] if summary else ""):
+        counts["errors" if word.startswith("error") else word] += int(number)
+    counts["failures"] = re.findall(r"^FAILED (\S+)", stdout, flags=re.M)
+    return counts
+
+
+def slices(pairs: int = 5) -> dict:
+    """Dashboard attached ÷ alone on the GPU: ``pairs`` slice pairs of 5 s (bench.viewer_slices, demo preset)."""
+    import tempfile
+    from pathlib import Path
+
+    from bench import viewer_slices
+
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-slices-") as tmp:
+        return viewer_slices.measure(Path(tmp), pairs, 5.0, 3.0, 0)
+
+
+KINDS = {"memory": memory, "oom": oom, "precision": precision, "gauges": gauges, "speed": speed,
+         "baselines": baselines, "tests": tests, "slices": slices}
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`KIND JSON-kwargs`: run it, print its row as one JSON line."""
     argv = sys.argv[1:] if argv is None else argv
     kind, kwargs = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
-    print(json.dumps(KINDS[kind](**kwargs)))
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    print(json.dumps(KINDS[kind](**kwargs)), flush=True)
     return 0
 
 
