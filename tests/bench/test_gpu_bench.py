@@ -172,3 +172,11 @@ def test_gpu_probe_output_parsing():
         label.split()[2] for label, task, *_ in gpu.MEMORY_ROWS if task == "sensorlm"}
     assert json.loads(json.dumps(gpu.fold([{"group": "precision", "label": "bf16", "error": "x"}]))) == {
         "precision": [{"precision": "bf16", "error": "x"}]}
+
+
+def test_every_row_binds_to_its_real_probe_function():
+    """The real probe is called as KINDS[kind](**kwargs): each row's arguments must fit that signature."""
+    import inspect
+
+    for row in gpu.rows():
+        inspect.signature(gpu_probe.KINDS[row.kind]).bind(**row.kwargs)
