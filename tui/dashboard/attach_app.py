@@ -61,7 +61,7 @@ class AttachApp(DashboardApp):
         self._launcher = launcher
         #: Bumped by switch_session; messages of an older session are dropped.
         self._generation = 0
-        self._pump.post = self._post_for(0)
+        self.pump.post = self._post_for(0)
         self._offered = False
         self._resuming = False
         self._say_when_ready: str | None = None
@@ -88,15 +88,15 @@ class AttachApp(DashboardApp):
         from tui.dashboard.pump import SessionPump
         from tui.model.dashboard import RunModel
 
-        old = self._pump
+        old = self.pump
         old.stop.set()  # its worker closes the old session after the poll in flight
         self._generation += 1
         self.model = RunModel(self.model.capacity)
         self.model.set_viewer(read_only=self.read_only)
-        self._said_ended = self._exit_when_ended = False
+        self.lifecycle.new_session()
         self._offered = False
-        self._pump = SessionPump(factory, self._post_for(self._generation), read_only=self.read_only,
-                                 batch_s=old.batch_s, fold=self.history_fold)
+        self.pump = SessionPump(factory, self._post_for(self._generation), read_only=self.read_only,
+                                batch_s=old.batch_s, fold=self.history_fold)
         self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
         log = self.dashboard.query_one("#log")  # the new history brings every line again
         log.clear()
@@ -126,7 +126,7 @@ class AttachApp(DashboardApp):
 
     # ----------------------------------------------------------------- resume
     def _engine_gone(self, state: str) -> None:
-        if self._exit_when_ended:  # this viewer aborted the run and is closing: nothing to offer
+        if self.lifecycle.exit_when_ended:  # this viewer aborted the run and is closing: nothing to offer
             return
         command = resume_command(self.attach_dir)
         text = f"engine not running ({state} at step {self.model.step}); resume: {command}"
@@ -141,7 +141,7 @@ class AttachApp(DashboardApp):
 
     def _offer(self, state: str) -> None:
         last = self.model.checkpoints[-1].path if self.model.checkpoints else None
-        self.push_screen(ResumeScreen(self._run_name(), state, self.model.step, last,
+        self.push_screen(ResumeScreen(self.run_name(), state, self.model.step, last,
                                       resume_command(self.attach_dir)), self._resume_chosen)
 
     def _resume_chosen(self, resume: bool | None) -> None:
