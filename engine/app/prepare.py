@@ -108,7 +108,7 @@ def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) ->
     run_dir = RunDir(root)
     if not run_dir.config.is_file():
         raise UsageError(f"--resume {root}: not a run directory (no config.toml)")
-    from engine.run.control.channel import serving
+    from engine.run.control.wire import serving
 
     if serving(run_dir):  # a live engine owns this directory: appending to its log would corrupt the run
         raise UsageError(f"--resume {root}: an engine is still running this run; watch it with "

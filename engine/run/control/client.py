@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from engine.run import events as ev
-from engine.run.control import channel
+from engine.run.control import wire
 from engine.run.control.requests import Request
 from engine.run.control.session import ACK_TYPES, Session, SessionError
 from engine.run.history import History, parse_line, read_history
@@ -144,7 +144,7 @@ class RunClient(Session):
     # ------------------------------------------------------------------ controls
     def hello(self, timeout: float = 2.0) -> dict:
         """Ask the engine who it is (pid, run, state, step) over the channel; SessionError if unreachable."""
-        reply = self._call(json.dumps({"v": channel.PROTOCOL, "op": "hello"}), timeout, "hello")
+        reply = self._call(json.dumps({"v": wire.PROTOCOL, "op": "hello"}), timeout, "hello")
         if reply.get("type") != "hello":
             raise SessionError(f"engine answered hello with {reply.get('error', reply)!r}")
         return reply
@@ -167,12 +167,12 @@ class RunClient(Session):
     def _call(self, line: str, timeout: float, what: str) -> dict:
         deadline = time.monotonic() + timeout
         try:
-            sock = channel.connect(self._run_dir, timeout=max(0.05, timeout))
-        except (OSError, channel.ChannelError):
+            sock = wire.connect(self._run_dir, timeout=max(0.05, timeout))
+        except (OSError, wire.ChannelError):
             raise SessionError(self._unreachable()) from None
         try:
             sock.sendall(line.encode() + b"\n")
-            raw = channel.read_line(sock, deadline)
+            raw = wire.read_line(sock, deadline)
         except TimeoutError:
             raise SessionError(f"engine did not answer {what} within {timeout:g} s (liveness: {self.liveness()}); "
                                "a delivered request still applies at the next step boundary and its ack "

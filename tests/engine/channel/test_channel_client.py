@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine.run import events as ev
-from engine.run.control import channel
 from engine.run.control import requests as control
+from engine.run.control import wire
 from engine.run.control.client import RunClient
 from engine.run.control.session import SessionError
 from engine.run.rundir import RunDir
@@ -75,7 +75,7 @@ def test_liveness_and_resume_command_from_status(tmp_path: Path) -> None:
     dead_socket = socket.socket(socket.AF_UNIX)
     dead_socket.bind(str(run.socket))  # the file a kill -9 leaves, nobody listening
     dead_socket.close()
-    assert not channel.serving(run.root)
+    assert not wire.serving(run.root)
     with pytest.raises(SessionError, match=r"not running \(crashed\); resume with: sensorlm-tui train --resume"):
         client.send(control.pause(), timeout=1)
     run.status.write_text(json.dumps({**status, "state": "finished"}))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.run.control import channel
 from engine.run.control import requests as control
+from engine.run.control import wire
 from engine.run.control.launcher import LaunchError, launch
 from engine.run.control.session import SessionError
 
@@ -52,13 +52,13 @@ def rate(events) -> float:
 
 
 def hostile(run_dir, payload: bytes, timeout: float = 10.0) -> dict | None:
-    sock = channel.connect(run_dir, timeout=timeout)
+    sock = wire.connect(run_dir, timeout=timeout)
     try:
         try:
             sock.sendall(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        line = channel.read_line(sock, time.monotonic() + timeout, limit=1 << 20)
+        line = wire.read_line(sock, time.monotonic() + timeout, limit=1 << 20)
     finally:
         sock.close()
     return json.loads(line) if line else None

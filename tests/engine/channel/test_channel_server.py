@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from channel_fakes import FakeEngine  # pytest puts this test directory on sys.path
 
-from engine.run.control import channel
+from engine.run.control import channel, wire
 from engine.run.control import requests as control
 from engine.run.control.client import RunClient
 from engine.run.control.requests import Controls
@@ -51,13 +51,13 @@ def rig(tmp_path: Path):
 
 def raw(run_dir: RunDir, payload: bytes, timeout: float = 5.0) -> dict | None:
     """Send bytes as they are and read one reply line (None when the server closed without one)."""
-    sock = channel.connect(run_dir, timeout=timeout)
+    sock = wire.connect(run_dir, timeout=timeout)
     try:
         try:
             sock.sendall(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server hung up on an oversized message; its reply may still be readable
-        line = channel.read_line(sock, time.monotonic() + timeout, limit=1 << 20)
+        line = wire.read_line(sock, time.monotonic() + timeout, limit=1 << 20)
     finally:
         sock.close()
     return json.loads(line) if line else None
@@ -113,13 +113,13 @@ def test_hostile_input_is_rejected_and_the_run_goes_on(rig: Rig) -> None:
 
     def slow_loris() -> dict:
         """One byte every 50 ms, never a newline: the server must give up on its own."""
-        sock = channel.connect(rig.run_dir)
+        sock = wire.connect(rig.run_dir)
         try:
             for byte in b'{"v": 1, "id": "s", "action": "pause"':
                 if select.select([sock], [], [], 0.05)[0]:
                     break  # the server answered (and hung up)
                 sock.sendall(bytes([byte]))
-            return json.loads(channel.read_line(sock, time.monotonic() + 5))
+            return json.loads(wire.read_line(sock, time.monotonic() + 5))
         finally:
             sock.close()
 
@@ -153,10 +153,10 @@ def test_fifty_clients_at_once_are_all_served(rig: Rig) -> None:
 _HOG = """
 import sys, time
 from pathlib import Path
-from engine.run.control import channel
+from engine.run.control import wire
 held = []
 for _ in range(int(sys.argv[2])):
-    held.append(channel.connect(Path(sys.argv[1])))
+    held.append(wire.connect(Path(sys.argv[1])))
 print("holding", flush=True)
 time.sleep(60)
 """
@@ -195,7 +195,7 @@ def test_when_every_slot_is_taken_a_newcomer_evicts_the_greediest_clients_oldest
     held = []
     try:
         wait_for(lambda: _held_by(r, hog.pid) == 3)
-        held.append(channel.connect(r.run_dir))  # the test process: a 4th client, every slot taken
+        held.append(wire.connect(r.run_dir))  # the test process: a 4th client, every slot taken
         wait_for(lambda: _held_by(r, os.getpid()) == 1 and _held_by(r, hog.pid) == 2)
         assert r.client.send(control.pause(), timeout=2).new == "paused"
     finally:
@@ -229,7 +229,7 @@ def test_unanswered_requests_time_out_and_stop_answers_the_waiting(tmp_path: Pat
 
 def test_deep_run_directory_beyond_the_socket_path_limit(tmp_path: Path) -> None:
     root = tmp_path / ("d" * 60) / ("e" * 60) / "run"
-    assert len(os.fsencode(str(root / "control.sock"))) > channel.SUN_PATH_MAX
+    assert len(os.fsencode(str(root / "control.sock"))) > wire.SUN_PATH_MAX
     r = Rig(root)
     try:
         assert r.run_dir.socket.exists() and stat.S_ISSOCK(os.stat(r.run_dir.socket).st_mode)
