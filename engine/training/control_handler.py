@@ -50,7 +50,7 @@ class Steerable(Protocol):
     #: The model and its exporter (engine.training.exporter.Exporter): a checkpoint now also writes the task's export.
     model: Any
     exporter: Any
-    #: The batch source (engine.training.threads.PlannedPrefetcher): ``task_changed`` after a task setting changes.
+    #: The batch source (engine.training.batch_source.PlannedPrefetcher): ``task_changed`` after a task setting changes.
     prefetch: Any
 
     def checkpoint(self, kind: str, request_id: str | None = None) -> str | None:

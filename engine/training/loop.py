@@ -38,7 +38,7 @@ from engine.optim.optimization import Optimization, accumulate
 from engine.run import events as ev
 from engine.run.control.requests import Controls
 from engine.run.sinks import EventBus
-from engine.training import faults, threads
+from engine.training import batch_source, faults
 from engine.training.control_handler import ControlHandler, GracefulStop, Stop
 from engine.training.evaluator import Evaluator
 from engine.training.exporter import Exporter
@@ -96,7 +96,7 @@ class Trainer:
         self.oom = OomPolicy(t.oom_recovery, self.agree)
         self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree)  # also the overfit gate preflight
         self.budget = BudgetHook(self.config, self.task, self.device)
-        self.prefetch = threads.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
+        self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         if self.resume:
             self.resume = self.checkpoints.restore(self.resume, self.load)
 

@@ -1,4 +1,5 @@
-"""engine.training.threads: the plan's decisions from given inputs, the cgroup quota, and the measuring batch source."""
+"""engine.training.threads (the plan's decisions from given inputs, the cgroup quota) and engine.training.batch_source
+(the measuring batch source)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import pytest
 import torch
 
 from engine.core import config as cfg
-from engine.training import threads
-from engine.training.threads import Cores, Costs, PlannedPrefetcher, plan
+from engine.training import batch_source, threads
+from engine.training.batch_source import PlannedPrefetcher
+from engine.training.threads import Cores, Costs, plan
 
 FAST = Costs(batch_s=0.0006, step_s=0.0007)  # the toy task at ~800 steps/s: the build is most of a step
 DEMO = Costs(batch_s=0.030, step_s=0.060)  # SensorLM demo on CPU: long kernels
@@ -36,11 +38,11 @@ def test_cgroup_v2_quota_is_the_tightest_on_the_path(tmp_path):
     (root / "a" / "b" / "cpu.max").write_text("150000 100000\n")
     proc = tmp_path / "cgroup"
     proc.write_text("0::/a/b\n")
-    assert threads._cgroup_quota(root, proc) == pytest.approx(1.5)
+    assert threads.cgroup_quota(root, proc) == pytest.approx(1.5)
     (root / "a" / "b" / "cpu.max").write_text("max 100000\n")
-    assert threads._cgroup_quota(root, proc) == pytest.approx(3.0)
+    assert threads.cgroup_quota(root, proc) == pytest.approx(3.0)
     (root / "a" / "cpu.max").write_text("max 100000\n")
-    assert threads._cgroup_quota(root, proc) is None
+    assert threads.cgroup_quota(root, proc) is None
 
 
 def test_cgroup_v1_quota(tmp_path):
@@ -50,9 +52,9 @@ def test_cgroup_v1_quota(tmp_path):
     (cpu / "cpu.cfs_period_us").write_text("100000\n")
     proc = tmp_path / "cgroup"
     proc.write_text("4:cpu,cpuacct:/job\n")
-    assert threads._cgroup_quota(tmp_path / "cg", proc) == pytest.approx(2.0)
+    assert threads.cgroup_quota(tmp_path / "cg", proc) == pytest.approx(2.0)
     (cpu / "cpu.cfs_quota_us").write_text("-1\n")
-    assert threads._cgroup_quota(tmp_path / "cg", proc) is None
+    assert threads.cgroup_quota(tmp_path / "cg", proc) is None
 
 
 def test_two_cores_keep_one_as_headroom_and_measure_first():
@@ -135,7 +137,7 @@ class _Clock:
 
 def _source(monkeypatch, cores: Cores, build_s: float, steps_left: int = 100, **train):
     clock = _Clock()
-    monkeypatch.setattr(threads, "time", clock)
+    monkeypatch.setattr(batch_source, "time", clock)
     lines: list[str] = []
 
     def build(key):
@@ -152,7 +154,7 @@ def test_the_source_measures_then_plans_and_says_so_once(monkeypatch):
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010)
     try:
         assert source.plan.data == "inline" and source.depth == 0 and torch.get_num_threads() == 1
-        for step in range(threads.MEASURE_TAKES):
+        for step in range(batch_source.MEASURE_TAKES):
             assert source.take(((1, 2, 3), step)) == ((1, 2, 3), step)
             clock.now += 0.040  # the step's compute
         assert source.plan.data == "thread" and source.depth == 1  # 40 ms steps, 10 ms builds, a short run
@@ -165,7 +167,7 @@ def test_the_source_measures_then_plans_and_says_so_once(monkeypatch):
 def test_a_new_batch_size_measures_again(monkeypatch):
     source, clock, lines = _source(monkeypatch, Cores(2), build_s=0.010)
     try:
-        for step in range(threads.MEASURE_TAKES + 1):
+        for step in range(batch_source.MEASURE_TAKES + 1):
             source.take(((1, 2, 3), step))
             clock.now += 0.040
         assert source.plan.data == "thread"
@@ -183,7 +185,7 @@ def test_a_viewer_attaching_replans_the_threads(monkeypatch):
         source.take(((1,), 0))
         assert torch.get_num_threads() == 7
         viewers[0] = 1
-        clock.now += threads.VIEWER_POLL_S + 0.1
+        clock.now += batch_source.VIEWER_POLL_S + 0.1
         source.take(((1,), 1))
         assert torch.get_num_threads() == 6 and source.plan.data == "thread"
         assert any("1 more for the viewer" in line for line in lines)
@@ -244,6 +246,6 @@ def test_a_spawn_value_error_falls_back_to_a_thread(monkeypatch):
 
 def _measure(source, clock) -> None:
     """Feed the source the batches it measures on: 10 ms builds between 40 ms steps."""
-    for step in range(threads.MEASURE_TAKES):
+    for step in range(batch_source.MEASURE_TAKES):
         source.take(((1, 2, 3), step))
         clock.now += 0.040
