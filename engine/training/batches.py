@@ -41,10 +41,23 @@ of an older generation returns at once without building, so a re-cut costs at
 most the builds already running (``DataLoader`` drains what was in flight when
 it is iterated again). Until every worker is up (spawn and import torch: 1-3 s,
 more on a busy box) the loop builds inline and never waits on them.
+
+A worker's exit. At shutdown DataLoader tells a worker to stop while its
+queue's feeder thread (multiprocessing's ``QueueFeederThread``, a daemon) may
+still be pickling a batch it built ahead: pickling moves the tensors' storage
+into shared memory in C++ with the GIL released. The worker's loop returns,
+the interpreter finalizes, and a daemon thread that asks for the GIL then is
+ended with ``pthread_exit``, whose forced unwind through that C++ frame calls
+``std::terminate``: "terminate called without an active exception" in
+engine.log, a SIGABRT and a core, on about every graceful abort of a run with
+workers. So each worker joins its feeder threads at exit (``finish_sends``,
+an ``atexit`` hook: it runs before finalization, while threads may still take
+the GIL), bounded so a feeder blocked on a full pipe cannot hold the exit up.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
@@ -55,6 +68,10 @@ from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+
+#: Longest a worker's exit waits for its queue feeder to finish the batch it is sending (s); DataLoader waits
+#: 5 s for a worker to exit before it terminates it.
+FEEDER_JOIN_S = 2.0
 
 
 def build_batch(task, key: tuple) -> dict:
@@ -90,6 +107,7 @@ class TaskBatches(Dataset):
         if os.getppid() != self.trainer_pid:
             os._exit(0)  # the trainer died while this worker was starting: init is not its trainer
         _exit_with_parent(self.trainer_pid)
+        atexit.register(finish_sends)
         if self.silent:
             _silence_stdio()
         from engine.core import config as cfg
@@ -148,6 +166,17 @@ def _silence_stdio() -> None:
     for fd in (1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+
+
+def finish_sends(timeout: float = FEEDER_JOIN_S) -> None:
+    """At a worker's exit: join multiprocessing's queue feeder threads, so none is inside torch's C++ storage
+    sharing when the interpreter finalizes (the module docstring says why). DataLoader closed the queue by
+    then, so a feeder ends once what it holds is sent; ``timeout`` bounds the wait for one blocked on a full
+    pipe (blocked in a plain write, it holds no C++ frame and is harmless)."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name == "QueueFeederThread" and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _exit_with_parent(parent: int) -> None:

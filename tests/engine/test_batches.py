@@ -165,3 +165,36 @@ def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
     it._shutdown_workers = abort_one_then_shut_down
     source.close()  # raised RuntimeError("DataLoader worker (pid …) is killed by signal: Aborted.") before the fix
     assert source._iter is None and not any(w.is_alive() for w in it._workers)
+
+
+_EXIT_WHILE_SENDING = """
+import sys, torch, multiprocessing as mp
+from engine.training.batches import finish_sends
+if sys.argv[1] == "joined":
+    import atexit
+    atexit.register(finish_sends)
+queue = mp.get_context("spawn").Queue()
+queue.put(torch.zeros(50_000_000))  # the feeder moves 200 MB into shared memory, GIL released, as we exit
+queue.cancel_join_thread()  # what DataLoader's worker loop does at shutdown
+queue.close()
+"""
+
+
+def test_a_worker_exiting_while_its_feeder_sends_a_batch_ends_cleanly() -> None:
+    # A DataLoader worker's exit as a graceful abort makes it: its queue's feeder thread is still pickling a
+    # batch. Unjoined, the interpreter's finalization ends that thread inside torch's C++ and the C++ runtime
+    # aborts ("terminate called without an active exception", SIGABRT) — the line every graceful abort of a
+    # run with workers left in engine.log.
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    def run(mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _EXIT_WHILE_SENDING, mode], capture_output=True, text=True,
+                              timeout=120, env=cli_env())
+
+    bare = run("bare")
+    assert bare.returncode != 0 and "terminate called" in bare.stderr, "the hazard reproduces without the join"
+    joined = run("joined")
+    assert joined.returncode == 0 and "terminate called" not in joined.stderr, joined.stderr[-2000:]
