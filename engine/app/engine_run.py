@@ -7,8 +7,12 @@ Each step is a method of ``EngineRun`` so the order reads at a glance in
   (a config that cannot fit, a damaged data file) leaves no litter;
 - the lock is the first file written into the run directory: a second engine
   stops there;
-- start-up phases (PhaseStarted) are stamped as they begin and emitted once
-  the event log exists, so a viewer sees what the first seconds went into;
+- start-up phases (PhaseStarted) go out as they begin (engine.app.startup:
+  live sinks, the console, the launcher's start-up file) and into the event
+  log once it exists, so a viewer sees what the first seconds go into while
+  they pass;
+- a Ctrl-C during start-up (or an in-process viewer's stop, at the next
+  phase) ends the engine there: one line, exit 130, the lock released;
 - the three crash endings (a second Ctrl-C, a hung rank, an exception) each
   say so in the log and leave the resume command.
 
@@ -26,6 +30,7 @@ import traceback
 from dataclasses import dataclass
 
 from engine.app.prepare import Prepared, UsageError, refuse_existing, settle_resumed_batch
+from engine.app.startup import StartupPhases, StartupStopped
 from engine.core import config as cfg
 from engine.core.exit_codes import ExitCode
 from engine.run import events as ev
@@ -49,18 +54,25 @@ class EngineRun:
     """The run of one prepared config in this process; ``run()`` returns its exit code."""
 
     def __init__(self, prepared: Prepared, options: Options) -> None:
+        from engine.run.control.requests import Controls
+        from engine.run.sinks import ConsoleSink
+
         self.prepared, self.options = prepared, options
         self.parallel = options.parallel
-        self.phases = [ev.PhaseStarted(phase="importing torch")]
+        self.controls = options.controls or Controls()
+        self.console = ConsoleSink(sys.stdout, print_every=prepared.config.train.print_every) \
+            if options.console else None
+        self.startup = StartupPhases.from_environment(options.extra_sinks, self.console, self.controls.stopping)
+        if options.install_signals:
+            self.startup.catch_signals()  # Ctrl-C while starting: one line, 130 (engine.app.signals takes over)
         self.server = self.system = self.lock = self.status = None
 
     def run(self) -> int:
-        """Guard, build, open the run directory, serve, train and end; UsageError before anything is written."""
-        self.config, guard_note = self.guard()
-        self.build()
-        jsonl = self.open_run_dir()
-        self.attach_sinks(jsonl, [self.prepared.note, guard_note])
-        self.serve()
+        """Start, train and end; UsageError before anything is written, 130 when stopped while starting."""
+        try:
+            self.start()
+        except (KeyboardInterrupt, StartupStopped):
+            return self.stopped_starting()
         try:
             exit_code, final_state = self.train()
         finally:
@@ -72,12 +84,41 @@ class EngineRun:
         self.lock.release()
         return int(exit_code)
 
+    def start(self) -> None:
+        """Guard, build, open the run directory, serve; each phase told as it begins."""
+        self.startup.begin("importing torch")
+        import torch  # noqa: F401 - its own phase: seconds on a cold cache, the first thing a user waits for
+
+        self.config, guard_note = self.guard()
+        self.build()
+        jsonl = self.open_run_dir()
+        self.attach_sinks(jsonl, [self.prepared.note, guard_note])
+        self.serve()
+
+    def stopped_starting(self) -> int:
+        """Stopped while starting (Ctrl-C, or an in-process viewer's stop): nothing was trained; one line, 130."""
+        opened = self.status is not None
+        finished = self.startup.stopped(resume_command(self.prepared.run_dir) if opened else None)
+        for part in (self.system, self.server):
+            if part is not None:
+                part.stop()
+        if opened:  # the run directory is this engine's: its log and status say how it ended
+            self.bus.emit(finished)
+            self.status.stop(state="aborted", exit_code=finished.exit_code, step=0)
+            self.bus.close()
+        else:  # no event log yet: the viewers listening live and the console hear it
+            self.startup.tell(finished, with_console=True)
+            self.startup.retire_file()
+        if self.lock is not None:
+            self.lock.release()
+        return finished.exit_code
+
     # -- before anything is written ---------------------------------------------------
     def guard(self) -> tuple[cfg.RunConfig, str]:
         """The memory guard's verdict on the config (per rank under torchrun), shared with the other ranks."""
         from engine.tasks.base import TaskError
 
-        self.phases.append(ev.PhaseStarted(phase="predicting memory"))
+        self.startup.begin("predicting memory")
         many = self.parallel is not None and self.parallel.world > 1
         try:  # the guard's trace builds the task first, so a task's bad input (a damaged data file) surfaces here
             config, note = guarded_config(self.prepared.config, self.parallel)
@@ -94,13 +135,11 @@ class EngineRun:
     def build(self) -> None:
         """The Trainer with its data, model and optimizer (UsageError for a task's bad input)."""
         from engine.checkpoint.format import CheckpointError
-        from engine.run.control.requests import Controls
         from engine.run.sinks import EventBus
         from engine.tasks.base import TaskError
         from engine.training.loop import Trainer
 
         config, run_dir = self.config, self.prepared.run_dir
-        self.controls = self.options.controls or Controls()
         self.bus = EventBus()
         try:  # a bad fault spec (a test hook) is bad input too; then data, model and optimizer
             # on_step reads `status` when steps run, after the run directory and its status record exist.
@@ -110,8 +149,7 @@ class EngineRun:
             if self.parallel is not None and hasattr(self.controls, "bind"):
                 # engine.distributed.controls: telemetry where the controls land
                 self.controls.bind(lambda: self.trainer.step, self.bus.emit)
-            self.phases.append(ev.PhaseStarted(phase="building data and model",
-                                               detail=f"{config.task.name}/{config.task.preset}"))
+            self.startup.begin("building data and model", f"{config.task.name}/{config.task.preset}")
             self.trainer.setup()
         except (TaskError, CheckpointError, ValueError) as exc:
             raise UsageError(str(exc).splitlines()[0]) from None
@@ -123,6 +161,7 @@ class EngineRun:
         from engine.run.sinks import JsonlSink
 
         run_dir = self.prepared.run_dir
+        self.startup.owning_dir()
         try:
             self.lock = RunLock.acquire(run_dir)  # the first file written there; a second engine stops here
             if self.prepared.fresh:
@@ -139,19 +178,16 @@ class EngineRun:
             raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
 
     def attach_sinks(self, jsonl, notes: list[str | None]) -> None:
-        """Events to the log, the status record, the console; then the phases and notes held until now."""
+        """Events to the log, the status record, the console; the phases (told live already) into the log first,
+        then the notes held until now."""
         from engine.run.rundir import StatusWriter
-        from engine.run.sinks import ConsoleSink
 
         run_dir = self.prepared.run_dir
         self.status = StatusWriter(run_dir, on_beat=jsonl.flush)
-        sinks = [jsonl, status_sink(self.status), *self.options.extra_sinks]
-        if self.options.console:
-            sinks.append(ConsoleSink(sys.stdout, print_every=self.config.train.print_every))
-        for sink in sinks:
-            self.bus.add(sink)
-        for phase in self.phases:
-            self.bus.emit(phase)
+        self.startup.hand_over([jsonl])
+        for sink in [jsonl, status_sink(self.status), *self.options.extra_sinks, self.console]:
+            if sink is not None:
+                self.bus.add(sink)
         for note in notes:
             if note:
                 self.bus.emit(ev.Warning(text=note))

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int
     except UsageError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
         return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:  # before the run's own handling began (reading a checkpoint to resume, say)
+        sys.stderr.write("sensorlm-tui: interrupted before training began: nothing was trained\n")
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ class RunStarted(Event):
     preset: str = ""
     config: dict = field(default_factory=dict)
     params: int = 0
+    #: Parameters the optimizer trains (LoRA: the adapters only); 0 in a run of an older release.
+    trainable: int = 0
+    #: Training samples an epoch reads, and validation samples an evaluation reads (0: not reported).
+    train_samples: int = 0
+    val_samples: int = 0
     device: str = "cpu"
     device_name: str = "CPU"
     #: What the engine planned memory with (engine.core.estimate.BudgetSummary; a dict is converted).

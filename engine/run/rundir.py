@@ -7,6 +7,7 @@ Layout of ``runs/<name>/``::
     events.jsonl         every event, append-only, schema version first
     status.json          pid, host, start time, heartbeat (every second), state
     engine.log           the engine process's stdout/stderr
+    startup.jsonl        a launched engine's start-up phases until events.jsonl exists (then removed)
     control.sock         owner-only control channel (see engine.run.control.channel)
     checkpoints/         last / last.prev / best / step-N .safetensors
     task/                task artefacts (tokenizer, normalisation stats)
@@ -28,6 +29,9 @@ from typing import Callable
 
 from engine.core import migrate
 
+#: Environment variable a launcher sets to the start-up file an engine tells its phases in until its event log
+#: exists (engine.app.startup); ``RunDir.startup`` is where the launcher puts it.
+STARTUP_ENV = "SENSORLM_TUI_STARTUP_FILE"
 #: A heartbeat older than this (seconds) with the pid gone means the engine crashed.
 STALE_AFTER_S = 5.0
 
@@ -76,6 +80,11 @@ class RunDir:
     def log(self) -> Path:
         """The engine process's output."""
         return self.root / "engine.log"
+
+    @property
+    def startup(self) -> Path:
+        """Start-up phases, one JSON line each, while a launched engine has no event log yet (then removed)."""
+        return self.root / "startup.jsonl"
 
     @property
     def socket(self) -> Path:

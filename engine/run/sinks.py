@@ -286,7 +286,7 @@ class ConsoleSink:
             self.primary = Capabilities.from_dict(event.capabilities).primary
             start = f" resumed from {event.resumed_from} at step {event.start_step}" if event.resumed_from else ""
             self._out("start", f"run {event.name} task {event.task} preset {event.preset} "
-                      f"params {event.params:,} device {event.device_name}{start}", "1")
+                      f"params {event.params:,}{model_summary(event)} device {event.device_name}{start}", "1")
         elif kind == "step":
             if event.skipped:
                 self._out("skip ", f"step {event.step} non-finite loss/grad; optimizer step skipped", "33")
@@ -322,6 +322,8 @@ class ConsoleSink:
             self._out("refus", f"{event.request} {event.why}", "31")
         elif kind == "warning":
             self._out("warn ", event.text, "33")
+        elif kind == "phase":  # start-up, told as each phase begins (engine.app.startup)
+            self._out("phase", event.phase + (f" ({event.detail})" if event.detail else ""), "2")
         elif kind == "log" and event.stream == "engine":  # the engine's own notes (the thread plan)
             self._out("note ", event.text)
         elif kind == "run_finished":
@@ -336,6 +338,17 @@ class ConsoleSink:
             if event.resume_command:
                 self._event = None  # no clock fields: the line stays a command to copy
                 self._out("done ", f"resume with: {event.resume_command}")
+
+
+def model_summary(event: ev.RunStarted) -> str:
+    """" trainable 1,024 precision bf16 data 10,000/64" (what a run of an older release reported: less)."""
+    parts = [f" trainable {event.trainable:,}"] if event.trainable else []
+    precision = (event.config.get("train") or {}).get("precision")
+    if precision:
+        parts.append(f" precision {precision}")
+    if event.train_samples:
+        parts.append(f" data {event.train_samples:,} train / {event.val_samples:,} val samples")
+    return "".join(parts)
 
 
 def _tokens(event: ev.StepLogged) -> str:

@@ -285,7 +285,9 @@ class Trainer:
     def _emit_started(self) -> None:
         self.bus.emit(ev.RunStarted(
             name=self.name, task=self.config.task.name, preset=self.config.task.preset,
-            config=self.config.model_dump(mode="json"), params=self.params, device=self.device.type,
+            config=self.config.model_dump(mode="json"), params=self.params,
+            trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            train_samples=self.order.size, val_samples=len(self.task.val_indices()), device=self.device.type,
             device_name=dev.describe(self.device), budget=self.budget.on_start(self.settings),
             total_steps=self.total_steps, start_step=self.step, pid=os.getpid(),
             resumed_from=str(self.resume.path) if self.resume else None,

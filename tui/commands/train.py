@@ -44,15 +44,30 @@ def make_session_factory(args: argparse.Namespace, argv: list[str], prepared):
             return InProcessSession(prepared)
         return in_process
 
-    def process():
+    forwarded = engine_argv(argv)
+    if prepared.resume is None and "--name" not in forwarded:
+        forwarded += ["--name", prepared.config.name]
+    # No --threads here: the engine plans its threads itself and sees this dashboard on its control socket.
+    return LaunchingSession(forwarded, prepared.run_dir.root)
+
+
+class LaunchingSession:
+    """The session factory of a dashboard over its own engine process: launches it, returns its client.
+
+    ``open(watch)`` is what the session worker calls (tui.dashboard.pump): the engine's pid and start-up phases
+    reach the dashboard while it starts, and a Ctrl-C there stops it (engine.run.control.launcher).
+    """
+
+    def __init__(self, argv: list[str], run_dir) -> None:
+        self.argv, self.run_dir = argv, run_dir
+
+    def open(self, watch=None):
         from engine.run.control.launcher import launch
 
-        forwarded = engine_argv(argv)
-        if prepared.resume is None and "--name" not in forwarded:
-            forwarded += ["--name", prepared.config.name]
-        # No --threads here: the engine plans its threads itself and sees this dashboard on its control socket.
-        return launch(forwarded, prepared.run_dir.root).client()
-    return process
+        return launch(self.argv, self.run_dir, watch=watch).client()
+
+    def __call__(self):
+        return self.open()
 
 
 def run_train_dashboard(args: argparse.Namespace, argv: list[str], prepared) -> int:

@@ -49,6 +49,23 @@ class SessionFailed(Message):
         self.fatal = fatal
 
 
+class EngineSpawned(Message):
+    """The engine the session factory is launching exists (its pid); its start-up phases follow as events."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid = pid
+
+
+class StartCancelled(Message):
+    """The engine being launched was stopped, as asked (Ctrl-C while connecting): ``line`` says where it was."""
+
+    def __init__(self, line: str, exit_code: int) -> None:
+        super().__init__()
+        self.line = line
+        self.exit_code = exit_code
+
+
 class LivenessChanged(Message):
     """``Session.liveness()`` changed (live / finished / aborted / failed / crashed / unknown)."""
 

@@ -6,6 +6,10 @@ GIL, so waiting costs the UI nothing; events are gathered for ``batch_s``
 steps/s loop 40-50 % of its speed (research/textual-in-process.md). The
 session factory is called here, not on the UI thread, so an engine session
 that imports torch (in-process) does it after the first frame is on screen.
+A factory that launches an engine (``open(watch)``) reports through a
+``StartWatch`` while it waits: the engine's pid and each start-up phase go to
+the UI as they come, and the UI may ask it to stop the starting engine
+(``cancel``) or to stop waiting for it (``give_up``, a detach).
 Textual-free apart from the messages it builds: ``post`` is any callable.
 """
 
@@ -16,8 +20,17 @@ import threading
 import time
 from typing import Callable
 
+from engine.run.control.launcher import LaunchWatch
 from engine.run.control.session import Session
-from tui.dashboard.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
+from tui.dashboard.messages import (
+    EngineSpawned,
+    EventBatch,
+    HistoryFolded,
+    LivenessChanged,
+    SessionFailed,
+    SessionReady,
+    StartCancelled,
+)
 from tui.model.history_fold import TAIL_STEPS
 
 #: How long events are gathered before one batch is posted (seconds).
@@ -47,6 +60,31 @@ def _run_dir_text(session: Session) -> str | None:
     return str(getattr(rd, "root", rd))  # engine.run.rundir.RunDir
 
 
+class StartWatch(LaunchWatch):
+    """A launching factory's reports, posted to the UI; ``cancel`` stops the starting engine, ``give_up`` only
+    stops waiting for it (it keeps starting: the UI's detach line names it)."""
+
+    def __init__(self, post: Callable, give_up: threading.Event) -> None:
+        self.post = post
+        self.cancel = threading.Event()
+        self.give_up = give_up
+        #: The starting engine's pid (None before it exists).
+        self.pid: int | None = None
+
+    def spawned(self, pid: int) -> None:
+        self.pid = pid
+        self.post(EngineSpawned(pid))
+
+    def phase(self, event) -> None:
+        self.post(EventBatch([event]))
+
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
+
+    def abandoned(self) -> bool:
+        return self.give_up.is_set()
+
+
 class SessionPump:
     """Owns one Session on a worker thread; ``stop`` is the flag the loop checks between polls."""
 
@@ -63,14 +101,20 @@ class SessionPump:
         self.session: Session | None = None
         self.ready = threading.Event()
         self.closed = threading.Event()
+        #: What a launching factory reports while the engine starts (and how the UI stops it); a stopped pump
+        #: stops waiting for it.
+        self.start_watch = StartWatch(post, give_up=self.stop)
 
     def run(self, cancelled: Callable[[], bool] = lambda: False) -> None:
         """The worker body: returns when ``stop`` is set (or the worker is cancelled), closing the session."""
         try:
             try:
-                session = self.factory()
+                session = self._open()
             except Exception as exc:  # noqa: BLE001 - any failure to open is shown, never raised into Textual
-                self.post(SessionFailed(_one_line(exc)))
+                if self.start_watch.cancel.is_set():
+                    self.post(StartCancelled(str(exc).strip(), getattr(exc, "exit_code", None) or 130))
+                elif not self.start_watch.give_up.is_set():  # given up: the UI has gone and said why
+                    self.post(SessionFailed(_one_line(exc)))
                 return
             self.session = session
             self.ready.set()
@@ -99,6 +143,11 @@ class SessionPump:
         finally:
             self.ready.set()
             self._close()
+
+    def _open(self) -> Session:
+        """The factory's session; a launching factory (``open(watch)``) reports the start through the watch."""
+        opener = getattr(self.factory, "open", None)
+        return opener(self.start_watch) if opener is not None else self.factory()
 
     def _fold_of(self, history):
         if self.fold is None:

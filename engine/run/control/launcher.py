@@ -10,6 +10,14 @@ engine's own one-line error (the last non-empty line it wrote to engine.log)
 and its exit code — found by ``Popen.poll`` every ``POLL_S``, so a bad flag is
 reported in the time the engine takes to reject it, not after ``timeout``.
 
+While it waits, a ``LaunchWatch`` hears what a viewer needs before the
+engine is up: its pid, and each start-up phase as it begins (the engine
+writes them to ``RunDir.startup``, named in its environment, until its event
+log exists: engine.app.startup). When the watch says ``cancelled`` (a Ctrl-C
+in the dashboard while connecting) the engine gets SIGINT, which during
+start-up ends it with exit 130 and nothing trained, and ``LaunchCancelled``
+says so: a starting engine is never left running unseen.
+
 The run directory and engine.log exist before the engine validates its
 config (the log must have somewhere to go); a failed launch leaves only that
 log, which holds the error. Torch-free.
@@ -18,16 +26,21 @@ log, which holds the error. Torch-free.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from engine.run import events as ev
 from engine.run.control.client import RunClient
-from engine.run.rundir import RunDir
+from engine.run.history import parse_line
+from engine.run.rundir import STARTUP_ENV, RunDir
 
 #: How often launch() checks on the starting engine (s).
 POLL_S = 0.02
+#: How long a cancelled launch waits for the engine to end on SIGINT before it kills it (s).
+STOP_WAIT_S = 15.0
 #: States that mean the engine is past start-up.
 _UP = ("running", "paused", "checkpointing", "aborting", "finished", "aborted", "failed")
 
@@ -39,6 +52,52 @@ class LaunchError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.log = log
+
+
+class LaunchCancelled(LaunchError):
+    """The watch cancelled the launch and the starting engine was stopped; ``str()`` says where it was."""
+
+
+class LaunchWatch:
+    """What a launch tells its caller while the engine starts; every hook optional (this base does nothing)."""
+
+    def spawned(self, pid: int) -> None:
+        """The engine process exists, with this pid."""
+
+    def phase(self, event: ev.PhaseStarted) -> None:
+        """The engine began a start-up phase."""
+
+    def cancelled(self) -> bool:
+        """True to stop the starting engine and give up (checked every ``POLL_S``)."""
+        return False
+
+    def abandoned(self) -> bool:
+        """True to stop waiting and leave the engine starting (the caller says where it is)."""
+        return False
+
+
+class _StartupTail:
+    """The phases appended to an engine's start-up file since the last read (complete lines only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        #: The newest phase read ("" before the first).
+        self.current = ""
+
+    def read(self) -> list[ev.PhaseStarted]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read(1 << 20)
+        except OSError:  # not written yet, or removed once the event log holds the phases
+            return []
+        complete = data[:data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        phases = [e for e in map(parse_line, complete.splitlines()) if isinstance(e, ev.PhaseStarted)]
+        if phases:
+            self.current = phases[-1].phase
+        return phases
 
 
 class LaunchedEngine:
@@ -69,8 +128,9 @@ def engine_command(argv: list[str], run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "engine", *argv, "--run-dir", str(run_dir)]
 
 
-def _environment() -> dict:
+def _environment(startup: Path) -> dict:
     env = dict(os.environ)
+    env[STARTUP_ENV] = str(startup)  # where the engine tells its phases until its event log exists
     # The engine package next to this file, whatever the caller's working directory.
     here = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -89,12 +149,16 @@ def _last_line(log: Path, start: int) -> str:
     return lines[-1] if lines else ""
 
 
-def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0) -> LaunchedEngine:
-    """Start an engine on ``run_dir`` and return when it is up; LaunchError (one line) when it is not."""
+def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0,
+           watch: LaunchWatch | None = None) -> LaunchedEngine:
+    """Start an engine on ``run_dir`` and return when it is up; LaunchError (one line) when it is not,
+    LaunchCancelled when ``watch`` cancelled it (the engine stopped)."""
     run_dir = Path(run_dir).absolute()
     rd = RunDir(run_dir)
+    watch = watch or LaunchWatch()
     try:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        rd.startup.unlink(missing_ok=True)  # an earlier launch's: its phases are not this engine's
         log = open(rd.log, "ab")
     except OSError as exc:
         raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror})") from None
@@ -103,30 +167,62 @@ def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0) -> Launc
     try:
         process = subprocess.Popen(
             engine_command(argv, run_dir), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            close_fds=True, start_new_session=True, env=_environment())
+            close_fds=True, start_new_session=True, env=_environment(rd.startup))
     except OSError as exc:
         raise LaunchError(f"cannot start the engine ({exc.strerror})", log=rd.log) from None
     finally:
         log.close()  # the child has its own copy
+    watch.spawned(process.pid)
+    try:
+        return _wait_up(process, rd, watch, _StartupTail(rd.startup), started, log_start, timeout)
+    except LaunchError:
+        if process.poll() is not None:  # the engine is gone: its phases are in engine.log, the error too
+            rd.startup.unlink(missing_ok=True)
+        raise
+
+
+def _wait_up(process: subprocess.Popen, rd: RunDir, watch: LaunchWatch, tail: _StartupTail, started: float,
+             log_start: int, timeout: float) -> LaunchedEngine:
+    """Poll the starting engine until it is up, has failed, or the watch cancels it."""
     deadline = time.monotonic() + timeout
     while True:
+        for phase in tail.read():
+            watch.phase(phase)
         code = process.poll()
         status = rd.read_status() or {}
         ours = status.get("pid") == process.pid
         if ours and status.get("state") in _UP:
-            return LaunchedEngine(process, run_dir)
+            return LaunchedEngine(process, rd.root)
         if ours and _fresh_socket(rd, started):
-            return LaunchedEngine(process, run_dir)
+            return LaunchedEngine(process, rd.root)
         if code is not None:
             if code == 0:  # a run short enough to finish before we looked: it came up
-                return LaunchedEngine(process, run_dir)
+                return LaunchedEngine(process, rd.root)
             line = _last_line(rd.log, log_start) or "no output"
             raise LaunchError(f"engine exited with code {code}: {line}", exit_code=code, log=rd.log)
+        if watch.cancelled():
+            raise _stop(process, rd, tail.current)
+        if watch.abandoned():
+            raise LaunchError(f"stopped waiting for the engine (pid {process.pid}); it keeps starting in {rd.root}")
         if time.monotonic() > deadline:
             process.terminate()
             raise LaunchError(f"engine did not come up within {timeout:g} s (stopped it); see {rd.log}",
                               log=rd.log)
         time.sleep(POLL_S)
+
+
+def _stop(process: subprocess.Popen, rd: RunDir, phase: str) -> LaunchCancelled:
+    """SIGINT to a starting engine (it ends with 130, nothing trained), SIGKILL if it has not within
+    ``STOP_WAIT_S``; the LaunchCancelled that says where it was."""
+    process.send_signal(signal.SIGINT)
+    try:
+        code = process.wait(STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code = process.wait()
+    where = f" while {phase}" if phase else " as it started"
+    return LaunchCancelled(f"stopped the engine{where} (exit {code}): nothing was trained; {rd.root}",
+                           exit_code=code, log=rd.log)
 
 
 def _fresh_socket(rd: RunDir, started: float) -> bool:
