@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.tasks.sensorlm.data import COMMUTE, CYCLE, RUN, SLEEP, STRENGTH, WALK, Channel, DaySample
+from engine.tasks.sensorlm.day import COMMUTE, CYCLE, RUN, SLEEP, STRENGTH, WALK, Channel, DaySample
 from engine.tasks.sensorlm.tokenizer import count_tokens
 
 #: How a channel is spoken in captions: (name, unit word, decimals). Unknown CSV channels use their column name.

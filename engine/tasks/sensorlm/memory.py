@@ -48,6 +48,7 @@ backward, consumed by ``memory``) and the encoder output's gradient (from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from engine.tasks.ledger import Pending, Stage, TaskLedger
 from engine.tasks.sensorlm import blocks
@@ -168,111 +169,182 @@ def _block(s: Shape, n: Numerics, B: int, N: int, d: int, f: int, heads: int, ba
                       lp=n.lp, ln=n.ln, softmax_bytes=n.softmax_bytes, cuda=n.cuda, dropout=s.dropout)
 
 
+@dataclass(frozen=True)
+class StepSizes:
+    """What every stage's sizes are read from: the shape, the micro-batch, the attention and precision
+    choices, and the counts most stages multiply (bytes are ``lp`` for a matmul output, ``R`` = fp32)."""
+
+    s: Shape
+    n: Numerics
+    B: int
+    backend: str
+    chunk: int
+    checkpointing: bool
+
+    @cached_property
+    def lp(self) -> int:
+        return self.n.lp
+
+    @cached_property
+    def btc(self) -> int:
+        """Elements of the input window (B·T·C = B·P·K)."""
+        return self.B * self.s.P * self.s.K
+
+    @cached_property
+    def u(self) -> int:
+        """Elements of the encoder's activations (B·P·D)."""
+        return self.B * self.s.P * self.s.D
+
+    @cached_property
+    def um(self) -> int:
+        """Elements of the memory the decoder attends to (B·P·Dt)."""
+        return self.B * self.s.P * self.s.Dt
+
+    @cached_property
+    def params(self) -> dict[str, int]:
+        """Parameter elements of each stage group (param_tensors, summed once: the planner asks many times)."""
+        return {k: sum(v) for k, v in param_tensors(self.s).items()}
+
+    @cached_property
+    def units(self) -> dict[str, int]:
+        """Parameter elements of one block of each ModuleList (unit_sizes)."""
+        return unit_sizes(self.s)
+
+    def grads(self, stage: str) -> int:
+        """Bytes of the fp32 parameter gradients of a stage group."""
+        return F32 * self.params[stage]
+
+    def cast_w(self, stage: str) -> int:
+        """Under autocast, the lp weight gradient a stage group makes before its fp32 one; 0 otherwise."""
+        return self.lp * self.params[stage] if self.n.autocast else 0
+
+
+R = F32
+
+
 def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: Numerics
            ) -> tuple[list[Stage], list[Pending]]:
     """The SensorLM step's stages and pending gradients for micro-batch ``B`` (module docstring)."""
-    lp, R = n.lp, F32
-    P, K, D, Dt, Lp = s.P, s.K, s.D, s.Dt, s.L - 1
-    btc = B * P * K
-    u = B * P * D          # encoder activations
-    um = B * P * Dt        # the memory the decoder attends to
-    groups = param_tensors(s)
-    g = {k: F32 * sum(v) for k, v in groups.items()}
-    units = unit_sizes(s)
-    cast_w = (lambda k: lp * sum(groups[k])) if n.autocast else (lambda k: 0)  # bf16 weight-grad before fp32
-
-    blk = _block(s, n, B, P, D, s.F, s.H, backend, chunk)
-    per_block_params = F32 * sum(blocks.params(D, s.F))
-    rng = 0 if n.cuda else CPU_RNG_STATE
-    chunk_rng = rng * (-(-P // chunk) if P > chunk else 1) if backend == "chunked" else 0  # one per chunk
-    full = blocks.saved(blk) + chunk_rng
-    nn_saved = blk.softmax_bytes * blk.nn if backend == "math" else 0
-
-    def encoder_pass(tag: str, heads: int, first_grads: bool) -> list[Stage]:
-        """One pass of the sensor encoder whose output ``heads`` Linear layers read.
-
-        ``first_grads``: this pass's backward runs first and allocates the encoder's parameter
-        gradients; the other pass's backward makes each block's gradient as a transient and adds it in.
-        """
-        group = f"activations: sensor encoder{tag}"
-        grads = (lambda k: k) if first_grads else (lambda k: 0)
-        again = (lambda k: 0) if first_grads else (lambda k: k)
-        stages_: list[Stage] = [Stage(
-            f"sensor input{tag}", saved={group: (lp if n.autocast else R) * btc},
-            grads=grads(g["sensor input"]),
-            fwd_extra=2 * lp * u + R * u + R * P * D,           # patch_embed out, where out, h + pos, pos
-            bwd_extra=2 * R * u + R * P * D + cast_w("sensor input") + again(g["sensor input"]),
-            grad_in=R * u)]
-        for i in range(s.depth):
-            if checkpointing:
-                # Only the block's input survives the forward; its backward first recomputes the whole block.
-                saved = {group: R * u + rng}
-                bwd = full - R * u + max(blocks.forward_extra(blk), blocks.backward_extra(blk))
-                fwd = full - R * u + blocks.forward_extra(blk)
-            else:
-                saved = {group: full - nn_saved}
-                if nn_saved:
-                    saved[f"attention N×N: sensor encoder{tag}"] = nn_saved
-                bwd = blocks.backward_extra(blk)
-                fwd = blocks.forward_extra(blk)
-            stages_.append(Stage(f"encoder block {i}{tag}", saved=saved, grads=grads(per_block_params),
-                                 fwd_extra=fwd, grad_in=R * u, units=(units["encoder"],),
-                                 unit_grads=grads(per_block_params),
-                                 bwd_extra=bwd + (lp * per_block_params // F32 if n.autocast else 0)
-                                 + again(per_block_params)))
-        copies = heads * lp * u if n.autocast else R * u  # the output as its heads keep it (fp32: one tensor)
-        stages_.append(Stage(f"encoder norm{tag}", saved={group: R * u + 8 * B * P + copies},
-                             grads=grads(g["encoder norm"]), fwd_extra=R * u,
-                             bwd_extra=R * u + again(g["encoder norm"])))
-        return stages_
-
-    recon_head = Stage("recon head", saved={}, grads=g["recon head"], fwd_extra=lp * btc,
-                       bwd_extra=lp * u + 2 * R * u + cast_w("recon head"))  # its input grad, cast, accumulate
+    z = StepSizes(s, n, B, backend, chunk, checkpointing)
+    recon_head = Stage("recon head", saved={}, grads=z.grads("recon head"), fwd_extra=z.lp * z.btc,
+                       bwd_extra=z.lp * z.u + 2 * R * z.u + z.cast_w("recon head"))  # input grad, cast, accumulate
     out: list[Stage] = []
     if s.clean_view:
         # model.forward: the masked pass and the recon head, then the clean pass for pool and memory.
         # Backward visits the clean pass first (created later), so it allocates the encoder's gradients.
-        out += encoder_pass(" (masked pass)", 1, first_grads=False) + [recon_head]
-        out += encoder_pass("", 2, first_grads=True)
+        out += encoder_pass(z, " (masked pass)", 1, first_grads=False) + [recon_head]
+        out += encoder_pass(z, "", 2, first_grads=True)
     else:
-        out += encoder_pass("", 3, first_grads=True) + [recon_head]
-    small = 10 * R * B * max(D, s.E) + 4 * B * s.H
+        out += encoder_pass(z, "", 3, first_grads=True) + [recon_head]
+    out += [pool_stage(z), *text_stages(z), decoder_stage(z), loss_stage(z)]
+    pending = [Pending("loss", "recon head", z.lp * z.btc),
+               Pending("decoder", "memory", z.lp * z.um),
+               Pending("memory", "encoder norm", R * z.u)]
+    if s.clean_view:  # the recon head's input gradient, for the masked pass's norm
+        pending.append(Pending("recon head", "encoder norm (masked pass)", R * z.u))
+    return out, pending
+
+
+def encoder_pass(z: StepSizes, tag: str, heads: int, first_grads: bool) -> list[Stage]:
+    """One pass of the sensor encoder whose output ``heads`` Linear layers read.
+
+    ``first_grads``: this pass's backward runs first and allocates the encoder's parameter
+    gradients; the other pass's backward makes each block's gradient as a transient and adds it in.
+    """
+    s, n, lp, u = z.s, z.n, z.lp, z.u
+    P, D = s.P, s.D
+    blk = _block(s, n, z.B, P, D, s.F, s.H, z.backend, z.chunk)
+    per_block_params = F32 * sum(blocks.params(D, s.F))
+    rng = 0 if n.cuda else CPU_RNG_STATE
+    chunk_rng = rng * (-(-P // z.chunk) if P > z.chunk else 1) if z.backend == "chunked" else 0  # one per chunk
+    full = blocks.saved(blk) + chunk_rng
+    nn_saved = blk.softmax_bytes * blk.nn if z.backend == "math" else 0
+    unit = z.units["encoder"]
+    group = f"activations: sensor encoder{tag}"
+    grads = (lambda k: k) if first_grads else (lambda k: 0)
+    again = (lambda k: 0) if first_grads else (lambda k: k)
+    out: list[Stage] = [Stage(
+        f"sensor input{tag}", saved={group: (lp if n.autocast else R) * z.btc},
+        grads=grads(z.grads("sensor input")),
+        fwd_extra=2 * lp * u + R * u + R * P * D,           # patch_embed out, where out, h + pos, pos
+        bwd_extra=2 * R * u + R * P * D + z.cast_w("sensor input") + again(z.grads("sensor input")),
+        grad_in=R * u)]
+    # Every block of the pass keeps and needs the same.
+    if z.checkpointing:
+        # Only the block's input survives the forward; its backward first recomputes the whole block.
+        saved = {group: R * u + rng}
+        bwd = full - R * u + max(blocks.forward_extra(blk), blocks.backward_extra(blk))
+        fwd = full - R * u + blocks.forward_extra(blk)
+    else:
+        saved = {group: full - nn_saved}
+        if nn_saved:
+            saved[f"attention N×N: sensor encoder{tag}"] = nn_saved
+        bwd = blocks.backward_extra(blk)
+        fwd = blocks.forward_extra(blk)
+    bwd += (lp * per_block_params // F32 if n.autocast else 0) + again(per_block_params)
+    for i in range(s.depth):
+        out.append(Stage(f"encoder block {i}{tag}", saved=dict(saved), grads=grads(per_block_params),
+                         fwd_extra=fwd, grad_in=R * u, units=(unit,), unit_grads=grads(per_block_params),
+                         bwd_extra=bwd))
+    copies = heads * lp * u if n.autocast else R * u  # the output as its heads keep it (fp32: one tensor)
+    out.append(Stage(f"encoder norm{tag}", saved={group: R * u + 8 * z.B * P + copies},
+                     grads=grads(z.grads("encoder norm")), fwd_extra=R * u,
+                     bwd_extra=R * u + again(z.grads("encoder norm"))))
+    return out
+
+
+def pool_stage(z: StepSizes) -> Stage:
+    """The contrastive pool over the encoder's tokens."""
+    s, n, lp, u, B = z.s, z.n, z.lp, z.u, z.B
+    small = 10 * R * B * max(s.D, s.E) + 4 * B * s.H
     # 0 < contrastive_encoder_grad < 1: grad_scale's x.detach() + α·(x − x.detach()) is a new fp32 tensor
     # the pool keeps (its kv Linear's input; under autocast the lp copy is already counted), two more
     # transiently, and in backward α·grad is one more encoder-output-sized tensor.
     scaled = 0.0 < s.pool_grad < 1.0
     pool_copy = R * u if scaled and not n.autocast else 0
-    out.append(Stage("pool", saved={"activations: pool": 2 * lp * u + small + pool_copy}, grads=g["pool"],
-                     fwd_extra=2 * lp * u + (2 * R * u if scaled else 0),
-                     # SDPA backward: k and v grads beside the saved kv; then kv's input grad, its
-                     # fp32 cast and the accumulate into the encoder-output gradient.
-                     bwd_extra=max(2 * lp * u, lp * u + R * u + (R * u if n.autocast else 0))
-                     + (R * u if scaled else 0) + cast_w("pool"),
-                     grad_in=R * B * s.E))
+    return Stage("pool", saved={"activations: pool": 2 * lp * u + small + pool_copy}, grads=z.grads("pool"),
+                 fwd_extra=2 * lp * u + (2 * R * u if scaled else 0),
+                 # SDPA backward: k and v grads beside the saved kv; then kv's input grad, its
+                 # fp32 cast and the accumulate into the encoder-output gradient.
+                 bwd_extra=max(2 * lp * u, lp * u + R * u + (R * u if n.autocast else 0))
+                 + (R * u if scaled else 0) + z.cast_w("pool"),
+                 grad_in=R * B * s.E)
 
+
+def text_stages(z: StepSizes) -> list[Stage]:
+    """The caption's text encoder, and the memory (the encoder's tokens projected for the decoder)."""
+    s, n, lp, u, B, Dt = z.s, z.n, z.lp, z.u, z.B, z.s.Dt
     ut = B * s.L * Dt
-    tblk = _block(s, n, B, s.L, Dt, s.Ft, s.Ht, "sdpa", chunk, masked=True)
+    tblk = _block(s, n, B, s.L, Dt, s.Ft, s.Ht, "sdpa", z.chunk, masked=True)
+    units = z.units
     # Blocks, then text_norm's input and stats, the masked mean's weights (B, L, 1) and divisor, and
     # text_proj's input (and its autocast copy). The embedding backward writes a dense (V, Dt) gradient
     # before adding it into the tied tok_embed's.
     text_saved = blocks.saved(tblk) * s.text_depth + R * ut + 8 * B * s.L + 4 * B * s.L + 4 * B \
         + (R + (lp if n.autocast else 0)) * B * Dt
-    out.append(Stage("text encoder", saved={"activations: text encoder": text_saved}, grads=g["text encoder"],
-                     units=(units["text"],) * s.text_depth, unit_grads=F32 * units["text"] * s.text_depth,
-                     fwd_extra=2 * R * ut + blocks.forward_extra(tblk),
-                     bwd_extra=blocks.backward_extra(tblk) + F32 * s.V * Dt + cast_w("text encoder"),
-                     grad_in=R * ut))
-    out.append(Stage("memory", saved={"activations: caption decoder cross-attention":
-                                      lp * um + (lp * u if n.autocast else 0)},
-                     grads=g["memory"], fwd_extra=0,
-                     bwd_extra=lp * u + R * u + cast_w("memory")))  # the encoder-output grad and its cast
+    text = Stage("text encoder", saved={"activations: text encoder": text_saved}, grads=z.grads("text encoder"),
+                 units=(units["text"],) * s.text_depth, unit_grads=F32 * units["text"] * s.text_depth,
+                 fwd_extra=2 * R * ut + blocks.forward_extra(tblk),
+                 bwd_extra=blocks.backward_extra(tblk) + F32 * s.V * Dt + z.cast_w("text encoder"),
+                 grad_in=R * ut)
+    memory = Stage("memory", saved={"activations: caption decoder cross-attention":
+                                    lp * z.um + (lp * u if n.autocast else 0)},
+                   grads=z.grads("memory"), fwd_extra=0,
+                   bwd_extra=lp * u + R * u + z.cast_w("memory"))  # the encoder-output grad and its cast
+    return [text, memory]
 
+
+def decoder_stage(z: StepSizes) -> Stage:
+    """The caption decoder's blocks (self-attention, cross-attention to the memory, MLP) and dec_norm."""
+    s, n, lp, um, B, Dt = z.s, z.n, z.lp, z.um, z.B, z.s.Dt
+    Lp = s.L - 1
+    units = z.units
     # Decoder block (forward order): ln1 input, stats, ln1 output's copy, qkv (3), self-attention output,
     # logsumexp | x_mid1, stats, ln2 output's copy, q, cross-attention output, logsumexp, kv of the memory
     # (2·lp·um) | x_mid2, stats, ln3 output's copy, fc1 output, GELU output. Then dec_norm's input,
     # stats and output (what the tied LM head keeps).
     ud = B * Lp * Dt
-    dblk = _block(s, n, B, Lp, Dt, s.Ft, s.Ht, "sdpa", chunk)
+    dblk = _block(s, n, B, Lp, Dt, s.Ft, s.Ht, "sdpa", z.chunk)
     self_part = (R + n.ln + 4 * lp) * ud + 8 * B * Lp + 4 * B * s.Ht * Lp
     cross_part = (R + n.ln + 2 * lp) * ud + 8 * B * Lp + 4 * B * s.Ht * Lp + 2 * lp * um
     mlp_part = (R + n.ln) * ud + 8 * B * Lp + 2 * lp * B * Lp * s.Ft + (3 * lp * ud if s.dropout else 0)  # 3 masks
@@ -280,16 +352,22 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
     # Cross-attention backward: k, v grads (2·lp·um) beside the saved kv, then their stack and the
     # reshape copy (2·lp·um each) with kv freed, then kv's grad into the memory and the accumulate.
     cross_bwd = 2 * lp * um + 2 * lp * um
-    out.append(Stage("decoder",
-                     saved={"activations: caption decoder self-attention + MLP":
-                            s.dec_depth * (self_part + mlp_part) + dec_head,
-                            "activations: caption decoder cross-attention": s.dec_depth * cross_part},
-                     grads=g["decoder"], units=(units["decoder"],) * s.dec_depth,
-                     unit_grads=F32 * units["decoder"] * s.dec_depth,
-                     fwd_extra=2 * R * ud + max(blocks.forward_extra(dblk), 2 * lp * um),
-                     bwd_extra=max(blocks.backward_extra(dblk), cross_bwd) + F32 * s.V * Dt + cast_w("decoder"),
-                     grad_in=R * ud))
+    return Stage("decoder",
+                 saved={"activations: caption decoder self-attention + MLP":
+                        s.dec_depth * (self_part + mlp_part) + dec_head,
+                        "activations: caption decoder cross-attention": s.dec_depth * cross_part},
+                 grads=z.grads("decoder"), units=(units["decoder"],) * s.dec_depth,
+                 unit_grads=F32 * units["decoder"] * s.dec_depth,
+                 fwd_extra=2 * R * ud + max(blocks.forward_extra(dblk), 2 * lp * um),
+                 bwd_extra=max(blocks.backward_extra(dblk), cross_bwd) + F32 * s.V * Dt + z.cast_w("decoder"),
+                 grad_in=R * ud)
 
+
+def loss_stage(z: StepSizes) -> Stage:
+    """The caption cross-entropy, the reconstruction loss and the contrastive maps."""
+    s, n, lp, btc, B = z.s, z.n, z.lp, z.btc, z.B
+    Lp = s.L - 1
+    ud = B * Lp * s.Dt
     blv = B * Lp * s.V
     contrastive = F32 * (8 * B * s.E + 6 * B * B + 4 * B)  # centred and normalised embeddings, B×B maps
     loss_saved = F32 * blv + 8 * B * Lp + 2 * F32 * btc + contrastive
@@ -298,16 +376,9 @@ def stages(s: Shape, B: int, backend: str, chunk: int, checkpointing: bool, n: N
         + F32 * btc + btc + 2 * F32 * btc + F32 * B * B
     # Backward: recon branch (grad of the square, pow's two temporaries) or the caption CE (nll and
     # log_softmax grads, the cast back to lp, the logits' input and weight grads and the weight's clone).
-    loss_bwd = max(3 * F32 * btc, 2 * F32 * blv + (lp * blv if n.autocast else 0) + lp * ud + F32 * s.V * Dt)
-    out.append(Stage("loss", saved={"loss": loss_saved}, grads=g["loss"], fwd_extra=loss_fwd,
-                     bwd_extra=loss_bwd + cast_w("loss")))
-
-    pending = [Pending("loss", "recon head", lp * btc),
-               Pending("decoder", "memory", lp * um),
-               Pending("memory", "encoder norm", R * u)]
-    if s.clean_view:  # the recon head's input gradient, for the masked pass's norm
-        pending.append(Pending("recon head", "encoder norm (masked pass)", R * u))
-    return out, pending
+    loss_bwd = max(3 * F32 * btc, 2 * F32 * blv + (lp * blv if n.autocast else 0) + lp * ud + F32 * s.V * s.Dt)
+    return Stage("loss", saved={"loss": loss_saved}, grads=z.grads("loss"), fwd_extra=loss_fwd,
+                 bwd_extra=loss_bwd + z.cast_w("loss"))
 
 
 def input_bytes(s: Shape, B: int) -> int:

@@ -26,7 +26,8 @@ from engine.tasks.base import Task, TaskError
 from engine.tasks.sensorlm import captions as cap
 from engine.tasks.sensorlm import job, losses
 from engine.tasks.sensorlm.csv_data import CsvDataset, channel_stats
-from engine.tasks.sensorlm.data import CHANNELS, VAL_OFFSET, SyntheticWearables
+from engine.tasks.sensorlm.data import VAL_OFFSET, SyntheticWearables
+from engine.tasks.sensorlm.day import CHANNELS
 from engine.tasks.sensorlm.model import BACKENDS, SensorLM, build
 from engine.tasks.sensorlm.tokenizer import Tokenizer
 

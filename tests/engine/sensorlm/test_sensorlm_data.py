@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from engine.tasks.sensorlm import captions as cap
-from engine.tasks.sensorlm.data import ACTIVITIES, CHANNELS, SLEEP, VAL_OFFSET, SyntheticWearables, channel_list
+from engine.tasks.sensorlm.data import VAL_OFFSET, SyntheticWearables
+from engine.tasks.sensorlm.day import ACTIVITIES, CHANNELS, SLEEP, channel_list
 from engine.tasks.sensorlm.tokenizer import count_tokens
 
 
