@@ -11,9 +11,9 @@ baseline of every ratio), ``chunked`` (query chunks, each under a checkpoint:
 its scores are recomputed in backward) and **seed** — seed 000's approach,
 query chunks of the same size WITHOUT recompute, on the un-copied q/k/v views
 (each chunk's softmax output stays saved for backward, so the chunks add up to
-the whole N×N). The seed variant exists only here: inside this process the
-model module's ``attention`` function is swapped for one that runs it when
-the config says ``chunked`` (``seed_attention_installed``).
+the whole N×N). The seed variant exists only here: its models run ``seed_variant`` as their
+attention function (``SensorLM.set_attention(function=…)``), which takes the
+``chunked`` backend's place.
 
 Time: one training step as the Trainer runs it (engine.budget.step: AdamW, clip,
 two micro-batches never), median over interleaved rounds. Peak memory: **real
@@ -24,7 +24,6 @@ the same truth the memory-accuracy section uses; not a trace.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
@@ -52,21 +51,11 @@ def seed_attention(q, k, v, chunk: int):
                       for a in range(0, q.shape[2], chunk)], dim=2)
 
 
-@contextlib.contextmanager
-def seed_attention_installed():
-    """While active, the sensor encoder's ``chunked`` backend runs ``seed_attention`` instead (this process only)."""
-    from engine.tasks.sensorlm import model as model_module
+def seed_variant(q, k, v, backend: str, chunk: int):
+    """The sensor encoder's attention function with its ``chunked`` backend run as ``seed_attention``."""
+    from engine.tasks.sensorlm.model import attention
 
-    original = model_module.attention
-
-    def patched(q, k, v, backend, chunk):
-        return seed_attention(q, k, v, chunk) if backend == "chunked" else original(q, k, v, backend, chunk)
-
-    model_module.attention = patched
-    try:
-        yield
-    finally:
-        model_module.attention = original
+    return seed_attention(q, k, v, chunk) if backend == "chunked" else attention(q, k, v, backend, chunk)
 
 
 def config_for(shape: dict, batch: int | None = None):
@@ -79,17 +68,16 @@ def config_for(shape: dict, batch: int | None = None):
 
 
 def _model(task, variant: str):
-    """A fresh model of ``task`` with the variant's backend (``seed`` is ``chunked`` + the swapped function)."""
+    """A fresh model of ``task`` with the variant's backend (``seed``: ``chunked`` run by ``seed_variant``)."""
     import torch
 
     torch.manual_seed(0)
     model = task.build_model()
-    model.set_attention(backend="chunked" if variant == "seed" else variant)
+    if variant == "seed":
+        model.set_attention(backend="chunked", function=seed_variant)
+    else:
+        model.set_attention(backend=variant)
     return model
-
-
-def _installed(variant: str):
-    return seed_attention_installed() if variant == "seed" else contextlib.nullcontext()
 
 
 class Stepper:
@@ -113,9 +101,8 @@ class Stepper:
         batch = self.batches[self.count % 2]
         self.count += 1
         start = time.perf_counter()
-        with _installed(self.variant):
-            stepmod.run_steps(self.task, self.model, self.optimizer, self.config, "cpu",
-                              lambda step, indices: batch, steps=1)
+        stepmod.run_steps(self.task, self.model, self.optimizer, self.config, "cpu",
+                          lambda step, indices: batch, steps=1)
         return time.perf_counter() - start
 
 
@@ -126,7 +113,7 @@ def peak_bytes(task, config, variant: str) -> int:
     task so the seed variant can be swapped in; each micro-batch is copied in, as truth does.
     """
     from engine.budget import step as stepmod
-    from engine.budget.truth import _profiler_peak, _unique_bytes
+    from engine.budget.truth import profiler_peak, unique_bytes
 
     model = _model(task, variant)
     optimizer = stepmod.make_optimizer(model, config)
@@ -134,11 +121,10 @@ def peak_bytes(task, config, variant: str) -> int:
     made = [task.make_batch(list(range(s * B, (s + 1) * B)), s, True) for s in range(2)]
 
     def run() -> None:
-        with _installed(variant):
-            stepmod.run_steps(task, model, optimizer, config, "cpu",
-                              lambda step, indices: {k: v.clone() for k, v in made[step].items()}, steps=2)
+        stepmod.run_steps(task, model, optimizer, config, "cpu",
+                          lambda step, indices: {k: v.clone() for k, v in made[step].items()}, steps=2)
 
-    return _unique_bytes(list(model.parameters()) + list(model.buffers())) + _profiler_peak(run)
+    return unique_bytes(list(model.parameters()) + list(model.buffers())) + profiler_peak(run)
 
 
 def measure_shape(shape: dict, rounds: int, steps_per_round: int, batch: int | None = None) -> dict:

@@ -48,9 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", choices=list(STRATEGIES),
                         help="how the ranks hold the model: ddp (whole, default with --nproc-per-node) or fsdp2 "
                              "(parameters, gradients and optimizer state sharded)")
-    from engine.core.cli_args import _add_setting_flags
+    from engine.core.cli_args import add_setting_flags
 
-    _add_setting_flags(parser)
+    add_setting_flags(parser)
 
 
 def _load(args: argparse.Namespace):

@@ -61,7 +61,7 @@ class _NoHook:
         """Nothing was registered."""
 
 
-def _tracker_class():
+def tracker_class():
     """MemTracker that tracks only the global peak and accepts a top-level module being called again.
 
     Stock MemTracker raises on a second top-level call of a module in one
@@ -270,7 +270,7 @@ def trace(config, device_type: str = "cpu") -> dict:
         with device, skipped_init():  # on the traced device: ``.to`` of a fake model cannot swap tensors
             model = task.build_model()
         optimizer = stepmod.make_optimizer(model, config)
-        tracker = _tracker_class()()
+        tracker = tracker_class()()
         tracker.track_external(model, optimizer)
 
         def batch_for(step: int, indices: list) -> dict:

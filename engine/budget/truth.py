@@ -23,7 +23,7 @@ from engine.budget.settings import with_settings
 from engine.core.config import RunConfig
 
 
-def _unique_bytes(tensors) -> int:
+def unique_bytes(tensors) -> int:
     """Bytes of the distinct storages behind ``tensors`` (tied weights and views counted once)."""
     seen: dict[int, int] = {}
     for t in tensors:
@@ -60,7 +60,7 @@ def _setup(config: RunConfig, device: torch.device):
     return task, model, optimizer, batch_for
 
 
-def _profiler_peak(run) -> int:
+def profiler_peak(run) -> int:
     """Peak of the running sum of allocator events while ``run()`` executes (bytes above the start)."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
@@ -92,12 +92,12 @@ def peak(config: RunConfig, method: str = "profiler", device: str = "cpu", **set
         stepmod.run_steps(task, model, optimizer, config, dev.type, batch_for)
 
     if method == "profiler":
-        before = _unique_bytes(list(model.parameters()) + list(model.buffers()))
-        return before + _profiler_peak(run)
+        before = unique_bytes(list(model.parameters()) + list(model.buffers()))
+        return before + profiler_peak(run)
     if method == "memtracker":
-        from engine.budget.trace_worker import _tracker_class
+        from engine.budget.trace_worker import tracker_class
 
-        tracker = _tracker_class()()
+        tracker = tracker_class()()
         tracker.track_external(model, optimizer)
         with tracker:
             run()

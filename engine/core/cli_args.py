@@ -91,7 +91,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--threads", type=_integer, help="torch intra-op threads")
     t.add_argument("--checkpoint-every", type=_integer, metavar="N")
     t.add_argument("--on-hangup", choices=["continue", "stop"], help="SIGHUP: keep training (default) or stop")
-    _add_setting_flags(parser)
+    add_setting_flags(parser)
     b = parser.add_argument_group("memory budget")
     b.add_argument("--vram-gb", type=float, help="memory budget in GiB (caps the batch size to fit)")
     b.add_argument("--no-vram-check", action="store_true", help="start even when predicted not to fit")
@@ -109,7 +109,7 @@ def setting_flags() -> dict[str, list]:
     return out
 
 
-def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per live setting a built-in task declares (``--<setting-name>``); it sets that task's field."""
     group = parser.add_argument_group("task settings (the task's own; also --set <task>.<field>=VALUE)")
     for name, owners in setting_flags().items():

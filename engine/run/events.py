@@ -339,7 +339,8 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-_SPECIAL_FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+#: The JSON strings events use for the floats JSON cannot spell (the history reader decodes them too).
+SPECIAL_FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
 def _all_finite(values: Any) -> bool:
@@ -401,8 +402,8 @@ def from_dict(record: dict[str, Any]) -> Event | None:
     for key, value in record.items():
         if key not in names:
             continue
-        if isinstance(value, str) and value in _SPECIAL_FLOATS and names[key].type in ("float", "float | None"):
-            value = _SPECIAL_FLOATS[value]
+        if isinstance(value, str) and value in SPECIAL_FLOATS and names[key].type in ("float", "float | None"):
+            value = SPECIAL_FLOATS[value]
         kwargs[key] = value
     return cls(**kwargs)
 

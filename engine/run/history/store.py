@@ -109,8 +109,8 @@ def build_event(record: Any) -> ev.Event | None:
             return None
     for name in kind.float_fields:
         value = body[name]
-        if isinstance(value, str) and value in ev._SPECIAL_FLOATS:
-            body[name] = ev._SPECIAL_FLOATS[value]
+        if isinstance(value, str) and value in ev.SPECIAL_FLOATS:
+            body[name] = ev.SPECIAL_FLOATS[value]
     obj = kind.cls.__new__(kind.cls)
     object.__setattr__(obj, "__dict__", body)
     return obj

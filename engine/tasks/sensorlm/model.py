@@ -91,6 +91,7 @@ DecoderBlock adds a third LayerNorm and a cross-attention whose (B,H,L-1,P) scor
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -156,6 +157,8 @@ class SelfAttention(nn.Module):
         self.heads = heads
         self.backend = backend
         self.chunk = chunk
+        #: The unmasked attention function, ``f(q, k, v, backend, chunk)`` (SensorLM.set_attention may swap it).
+        self.attend = attention
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
 
@@ -165,7 +168,7 @@ class SelfAttention(nn.Module):
         if mask is not None or causal:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         else:
-            o = attention(q, k, v, self.backend, self.chunk)
+            o = self.attend(q, k, v, self.backend, self.chunk)
         return self.proj(o.transpose(1, 2).reshape(B, N, D))
 
 
@@ -351,8 +354,13 @@ class SensorLM(nn.Module):
             nn.init.normal_(m.weight, std=0.02)
 
     # -- live settings -----------------------------------------------------------------
-    def set_attention(self, backend: str | None = None, chunk: int | None = None) -> None:
-        """Switch the sensor encoder's attention backend and/or chunk size in place (weights untouched)."""
+    def set_attention(self, backend: str | None = None, chunk: int | None = None,
+                      function: Callable | None = None) -> None:
+        """Switch the sensor encoder's attention backend and/or chunk size in place (weights untouched).
+
+        ``function`` replaces the attention function itself (``attention``'s signature): a benchmark
+        compares another implementation of a backend inside the same model this way.
+        """
         if backend is not None and backend not in BACKENDS:
             raise ValueError(f"attn_backend={backend!r}: allowed {', '.join(BACKENDS)}")
         if chunk is not None and chunk < 1:
@@ -362,6 +370,8 @@ class SensorLM(nn.Module):
                 block.attn.backend = backend
             if chunk is not None:
                 block.attn.chunk = chunk
+            if function is not None:
+                block.attn.attend = function
 
     @property
     def attn_backend(self) -> str:

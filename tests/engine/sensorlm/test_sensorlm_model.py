@@ -75,6 +75,25 @@ def test_set_attention_switches_without_touching_weights():
         model.set_attention("flash")
 
 
+def test_set_attention_function_runs_in_every_encoder_block_only():
+    model = _small("chunked")
+    calls = []
+
+    def counted(q, k, v, backend, chunk):
+        calls.append((backend, chunk, q.shape[2]))
+        return attention(q, k, v, backend, chunk)
+
+    x, mask, tokens = _inputs()
+    with torch.no_grad():
+        ref = model(x, mask, tokens)["recon"]
+        model.set_attention(function=counted)
+        out = model(x, mask, tokens)["recon"]
+    torch.testing.assert_close(out, ref)
+    # two encoder passes (masked, clean) × depth 2; the text and decoder blocks keep SDPA with masks
+    assert calls == [("chunked", 7, 48)] * 4
+    assert model.attn_backend == "chunked"
+
+
 def _peak_bytes(backend: str, n: int) -> int:
     """Peak tracked memory of forward+backward of bare attention at sequence length n (real-mode MemTracker)."""
     from torch.distributed._tools.mem_tracker import MemTracker
