@@ -3,15 +3,16 @@
 Two shapes of the SensorLM task, width and depth reduced so that the math
 backend's N×N tensors fit a 2-core CPU box in seconds (stated in the table):
 
-- the seed's: 1440 min × 34 channels in 10 × 2 patches = 2448 tokens;
+- the reference input (``base``'s): 1440 min × 34 channels in 10 × 2 patches = 2448 tokens;
 - a short sequence: 1440 × 32 in 60 × 4 patches = 192 tokens (the first ``demo`` shape).
 
 Variants: ``sdpa`` (fused), ``math`` (softmax(QKᵀ)V spelt out; the
 baseline of every ratio), ``chunked`` (query chunks, each under a checkpoint:
-its scores are recomputed in backward) and **seed** — seed 000's approach,
-query chunks of the same size WITHOUT recompute, on the un-copied q/k/v views
-(each chunk's softmax output stays saved for backward, so the chunks add up to
-the whole N×N). The seed variant exists only here: its models run ``seed_variant`` as their
+its scores are recomputed in backward) and **seed** — the obvious chunking an
+earlier design shipped, query chunks of the same size WITHOUT recompute, on
+the un-copied q/k/v views (each chunk's softmax output stays saved for
+backward, so the chunks add up to the whole N×N): it shows why ``chunked``
+pays for a recompute. The seed variant exists only here: its models run ``seed_variant`` as their
 attention function (``SensorLM.set_attention(function=…)``), which takes the
 ``chunked`` backend's place.
 
@@ -43,7 +44,7 @@ SHAPES = {
 
 
 def seed_attention(q, k, v, chunk: int):
-    """Seed 000's query chunking: per chunk softmax(q_c·kᵀ/√d)·v, no checkpoint, no contiguous K/V."""
+    """Query chunking without recompute: per chunk softmax(q_c·kᵀ/√d)·v, no checkpoint, no contiguous K/V."""
     import torch
 
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -178,7 +179,7 @@ def run(quick: bool = False) -> Section:
         f"\nTime: median (min–max) over {rounds} interleaved round(s) of {per_round} step(s), 1 torch thread, "
         "after a warm-up step; ratios per round. Peak: allocator events of two real optimizer steps plus the "
         "parameters (torch.profiler, engine.budget.truth) — measured, not traced. The seed variant is this "
-        "bench's re-implementation of seed 000's chunking (no per-chunk recompute); `chunked` is the engine's.")
+        "bench's chunking without per-chunk recompute (what an earlier design did); `chunked` is the engine's.")
     return Section("Attention backends: step time and peak memory",
                    f"python -m bench --only attention{' --quick' if quick else ''}", body, verdicts)
 

@@ -1,4 +1,4 @@
-"""Fast steps: the engine's own per-step costs where they dominate (the GPU issue's item 3, measured on CPU).
+"""Fast steps: the engine's own per-step costs where they dominate (a small model's GPU step, emulated on CPU).
 
 A GPU step of a small model takes a few milliseconds, so whatever the engine
 does per step (the step event, the control poll, the status heartbeat, memory

@@ -5,8 +5,8 @@
 Truth: torch.profiler allocation events of two real optimizer steps
 (engine.budget.truth). Traced: FakeTensorMode + MemTracker in a subprocess
 (engine.budget.trace, uncached here). Analytic: engine.budget.analytic
-(upper bound by design). Reference rows, for context: the seed's formula
-(attention tape only, depth·2·B·H·N²·4 bytes) and an accelerate-style
+(upper bound by design). Reference rows, for context: the "seed" formula
+(attention tape only, depth·2·B·H·N²·4 bytes, what a first design guarded with) and an accelerate-style
 ``estimate-memory`` (weights + grads + Adam: 16 bytes per parameter, no
 activations). Rows too big to run for real on this machine show the trace
 and the analytic only.
@@ -78,7 +78,8 @@ QUICK = {"demo b16", "demo ckpt math b8", "N2304 d128 chunked c256 b2", "base b8
 
 
 def seed_formula(config) -> int | None:
-    """Seed 000's guard: every layer's attention tape, depth·2·B·H·N²·4 bytes (nothing else)."""
+    """The attention-tape-only guard (the "seed" row: the simplest memory formula a first design used):
+    every layer's attention tape, depth·2·B·H·N²·4 bytes, nothing else."""
     if config.task.name != "sensorlm":
         return None
     m, d = config.task_config.model, config.task_config.data

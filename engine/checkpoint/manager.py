@@ -18,7 +18,7 @@ this component owns the policy around it:
   run's state (``CheckpointMismatch``: optimizer state that does not hash to
   its recorded digest, another frozen base) refuses the resume instead.
 - the optimizer digest: every file records the sha256 of its optimizer
-  state (``optimizer_digest``, seed 001's reproducibility check); a restore
+  state (``optimizer_digest``: a resume proves it continues the same optimizer); a restore
   recomputes it from the optimizer as loaded and says it matched
   (``announce``), or refuses. One hash of the optimizer state per save and
   per resume (~1 s per GB of state).

@@ -6,7 +6,7 @@ component decides how: AdamW with the run's betas/eps, the schedule's LR for
 each step (``peak_lr × lr_scale × lr_at(step)``, where ``lr_scale`` is what
 NaN rollbacks lowered), bf16 autocast or fp16 with a grad scaler, and a clip
 that is applied (``clip_grad_norm_`` scales the gradients and returns the
-pre-clip norm: seed 001 computed the norm and never clipped).
+pre-clip norm: computing the norm alone would log a clip that never happens).
 
 Its state for a checkpoint is the optimizer's (tensors apart, JSON apart: see
 engine.checkpoint.format), the scaler's and the two LR numbers. ``check`` validates

@@ -4,9 +4,10 @@ All schedules start with a linear warm-up over ``warmup_frac`` of the steps
 (from lr/warmup_steps, never 0, so step 0 already learns).
 - constant: the peak LR after warm-up.
 - cosine: half-cosine from the peak to ``min_lr_frac``·peak at the last step.
-- rsqrt (seed 000's): peak·sqrt(warmup/step) after warm-up, then a linear
-  cool-down to 0 over the last ``cooldown_frac`` of the steps.
-- onecycle (seed 003's): warm-up, then cosine annealing to ``min_lr_frac``·peak
+- rsqrt: peak·sqrt(warmup/step) after warm-up, then a linear cool-down to 0
+  over the last ``cooldown_frac`` of the steps (a schedule that needs no
+  total length until the cool-down).
+- onecycle: warm-up, then cosine annealing to ``min_lr_frac``·peak
   (PyTorch's OneCycleLR shape with a linear rise).
 """
 

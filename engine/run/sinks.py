@@ -227,7 +227,7 @@ class ConsoleSink:
     """Plain greppable lines for headless runs: no carriage returns, colour only on a TTY without NO_COLOR.
 
     Every line is ``<tag> <text> elapsed M:SS [eta M:SS] at HH:MM:SS``: the tag first (``grep ^step``),
-    the clock last as ``key value`` fields. ``elapsed`` counts from the run_started event (this session
+    the clock last as ``key value`` fields. ``elapsed`` counts from the run_started event (this engine
     of a resumed run); ``at`` is the event's local wall-clock time (the start line also gives the date);
     printed step lines carry ``eta`` at the rate over the last ``RATE_WINDOW`` step events, so the first
     step's warm-up and an eval pause fade out of it instead of skewing it for the whole run.

@@ -1,6 +1,6 @@
 """The overfit gate as a preflight: before a run trains, a copy of its model must learn a few frozen samples.
 
-Seed 003's lesson: a wiring bug (conditioning that never reaches the network,
+Why: a wiring bug (conditioning that never reaches the network,
 a loss on the wrong tensor, a detached output) trains "fine" for hours and
 learns nothing; a copy of the model that cannot even memorise eight fixed
 samples shows it in a minute. With ``train.overfit_gate = N`` the engine,

@@ -36,8 +36,8 @@ def agree(flag: bool) -> bool:
 class AbortPolicy:
     """Stop when the primary metric sits more than ``drop`` below its best on ``patience`` consecutive evals.
 
-    Seed 003's rule (1.5 dB, 2 evals). For a lower-is-better metric the drop is
-    measured upwards. ``patience == 0`` disables it.
+    The config defaults to a drop of 1.5 on 2 evals (train.abort_drop, abort_patience). For a
+    lower-is-better metric the drop is measured upwards. ``patience == 0`` disables it.
     """
 
     drop: float

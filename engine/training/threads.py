@@ -1,7 +1,7 @@
 """The thread and worker plan: torch intra-op threads, data workers and prefetch depth that never oversubscribe.
 
 Why the engine plans instead of taking torch's defaults. Measured on the 2-core
-CI box (issue 19): torch's default of one intra-op thread per core plus the
+CI box: torch's default of one intra-op thread per core plus the
 prefetch thread made the engine 0.53× a plain ``DataLoader(num_workers=1)``
 loop, and under a neighbour's load it collapsed 15×: an OpenMP parallel region
 waits for its slowest thread, so one thread descheduled by anything else (the

@@ -1,6 +1,6 @@
 """The real app in a real terminal (tmux): a hang-up detaches, `attach` picks the run up, abort ends it cleanly.
 
-(c) of the attach issue: `sensorlm-tui train` in tmux, the tmux session
+`sensorlm-tui train` in tmux, the tmux session
 killed (the viewer gets a real SIGHUP), `sensorlm-tui attach` in a fresh
 session shows the run still advancing, a graceful abort from there stops the
 engine with exit 0 and a final checkpoint on disk. And the in-process

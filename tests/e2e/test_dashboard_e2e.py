@@ -1,4 +1,4 @@
-"""The dashboard issue's end-to-end check: the real `sensorlm-tui` on the demo preset in a real terminal.
+"""The dashboard end to end: the real `sensorlm-tui` on the demo preset in a real terminal.
 
 tmux starts it, the test waits for steps, presses space (PAUSED, the step count stops), space again
 (it moves), c (the checkpoint appears in the log and on disk), then a → g (graceful abort): the process

@@ -1,4 +1,4 @@
-"""Issue 17 in a real terminal: train, abort gracefully, resume, attach → the viewer steers the new generation.
+"""In a real terminal: train, abort gracefully, resume, attach → the viewer steers the new generation.
 
 Before the fix the attached viewer folded the first generation's RunFinished into the second: the
 status stayed "aborted", every key answered "the run has ended — nothing to control", and steps/s

@@ -37,7 +37,7 @@ CASES = {
     "bad --set": (None, ["--set", "train.nothing=1"], "train.nothing=1: unknown key"),
     "missing config": (None, ["--config", "/nonexistent/run.toml"], "/nonexistent/run.toml: config file not found"),
     "resume missing dir": (None, ["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no such run directory"),
-    # issue 17: each of these was a traceback, a silent no-op or accepted
+    # hostile or contradictory flags: each must be one line naming the flag, not a traceback, a no-op or accepted
     "set a section then its field": (None, ["--set", "train=1", "--set", "train.lr=0.1"],
                                      "--set train.lr: train was already set to a value (1)"),
     "seed past 64 bits": (None, ["--seed", str(2**64)], "--seed=18446744073709551616 (train.seed): Input should be "

@@ -1,6 +1,6 @@
 """A new RunStarted (a resume) opens a new generation: ended state, rates, ETA and controls start afresh.
 
-Reproduces issue 17's "a resumed run cannot be controlled from any dashboard": after train → abort →
+A resumed run must be controllable from any dashboard: without a new generation per RunStarted, after train → abort →
 `train --resume`, the viewer kept "aborted at step 30", ETA "done" and refused every key. Both ways a
 viewer folds events are checked: live batches and a whole events.jsonl history (attach, attach's `r`).
 """

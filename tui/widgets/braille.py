@@ -2,7 +2,7 @@
 
 Why not plotext: a plotext frame of the loss plot cost ~20 ms of Python at
 78×16 cells (85 % of it building its canvas cell by cell), the GIL time an
-in-process trainer loses, and the dashboard issue's budget is 20 ms. Here a
+in-process trainer loses, and a dashboard frame's budget is 20 ms. Here a
 frame is a few array operations over the 2×4 dots of each cell plus one pass
 per row to group equal styles, ~1-2 ms; it draws only what the dashboard's
 charts need.

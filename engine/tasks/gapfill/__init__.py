@@ -1,4 +1,4 @@
-"""Gap-filling of a six-band solar image series: seed 003's workload as an engine task.
+"""Gap-filling of a six-band solar image series, as an engine task.
 
 Modules, one idea each, torch-free unless noted:
 ``spec`` (config section, presets, capabilities) · ``physics`` (bands, asinh coding, display

@@ -1,7 +1,7 @@
 """The training loss (asinh-coded space, bounded gradients) and the reported metric (hard display PSNR).
 
 Loss = Charbonnier + w_g · gradient matching + w_d · Charbonnier in a
-*softened* display space. Why each piece (seed 003's lessons):
+*softened* display space. Why each piece:
 
 - The code space is where the data lives: bounded, smooth, every pixel
   supervised. Charbonnier (√(e² + ε²)) has a gradient in (−1, 1) everywhere.
@@ -9,8 +9,8 @@ Loss = Charbonnier + w_g · gradient matching + w_d · Charbonnier in a
   as well as a wrong one.
 - The display term makes the loss feel the per-band weighting the metric
   uses. The hard mapping ``clip(s, 0, 1) ** gamma`` has zero gradient below
-  its threshold and an infinite slope at it (gamma < 1); three of the seed's
-  runs diverged on that. Here ``(s + eps) ** gamma − eps ** gamma`` sends 0 to
+  its threshold and an infinite slope at it (gamma < 1); runs trained on it
+  can diverge. Here ``(s + eps) ** gamma − eps ** gamma`` sends 0 to
   0 exactly and its slope is at most ``gamma · eps ** (gamma − 1)`` (≈ 7 at
   eps 5e-3, gamma 0.5) times the bounded slope of the decode.
 

@@ -20,7 +20,8 @@ The weight-init seed is honoured on every path: random base weights and the
 LoRA A matrices (peft's kaiming init) are both drawn inside one
 ``torch.random.fork_rng`` seeded with ``train.seed``, so the same seed gives
 the same model whatever ran before, and the global RNG is left untouched.
-(Seed 001 seeded only one of its two construction paths.)
+(Seeding only one of the two construction paths makes the other path's
+weights depend on whatever drew random numbers before it.)
 """
 
 from __future__ import annotations

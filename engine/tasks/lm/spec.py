@@ -96,8 +96,8 @@ class LMConfig(Section):
                               "own standard-library sources to read.")
 
 
-#: Seed-001 scale: a ~0.47 B-parameter Llama, 32k vocabulary, 2048 tokens; for `plan` on a large GPU.
-_SEED_SHAPE = {"hidden_size": 1024, "layers": 24, "heads": 16, "kv_heads": 16, "intermediate_size": 4096,
+#: The reference scale: a ~0.47 B-parameter Llama, 32k vocabulary, 2048 tokens; for `plan` on a large GPU.
+_BASE_SHAPE = {"hidden_size": 1024, "layers": 24, "heads": 16, "kv_heads": 16, "intermediate_size": 4096,
                "vocab_size": 32000}
 
 PRESETS: dict[str, dict] = {
@@ -115,9 +115,9 @@ PRESETS: dict[str, dict] = {
                "val_samples": 8},
         "train": {"batch_size": 4, "lr": 1e-2, "max_steps": 20, "eval_every": 10},
     },
-    # Seed 001's workload: LoRA r 16 on every projection of a ~0.5 B model at 2048 tokens, bf16.
+    # The reference fine-tuning workload: LoRA r 16 on every projection of a ~0.5 B model at 2048 tokens, bf16.
     "base": {
-        "lm": {"model": dict(_SEED_SHAPE), "finetune": "lora", "lora": {"r": 16, "alpha": 32.0,
+        "lm": {"model": dict(_BASE_SHAPE), "finetune": "lora", "lora": {"r": 16, "alpha": 32.0,
                                                                          "targets": "all-linear"},
                "seq_len": 2048},
         "train": {"batch_size": 8, "grad_accum": 4, "lr": 2e-4, "max_steps": 2000, "eval_every": 200,

@@ -6,7 +6,7 @@ reconstruction mask). Where the data comes from is the shared ``data.path``: a C
 file of minute-level data (docs/CSV_FORMAT.md), or synthetic days when it is unset.
 
 The presets are sized so that ``demo`` learns visibly in minutes on two CPU cores
-and ``base`` is the seed's ViT-B-scale encoder at 2448 tokens.
+and ``base`` is the reference ViT-B-scale encoder at 2448 tokens.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ PRESETS: dict[str, dict] = {
                      "data": {"channels": 32}},
         "train": {"batch_size": 32, "lr": 5e-4, "max_steps": 20000, "eval_every": 500},
     },
-    # ViT-B sensor encoder (85M) at the seed's 1440 x 34 input in 10 x 2 patches = 2448 tokens; ~134M in all.
+    # ViT-B sensor encoder (85M) at the reference 1440 x 34 input in 10 x 2 patches = 2448 tokens; ~134M in all.
     "base": {
         "sensorlm": {"model": {"dim": 768, "depth": 12, "heads": 12, "patch_time": 10, "patch_channels": 2,
                                "text_dim": 512, "text_depth": 6, "decoder_depth": 6, "text_heads": 8,

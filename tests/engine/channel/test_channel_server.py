@@ -176,7 +176,7 @@ def _held_by(r: Rig, pid: int) -> int:
 
 
 def test_one_client_process_cannot_take_every_slot(tmp_path: Path) -> None:
-    """Issue 17: a same-user client holding all 64 slots locked the dashboard out."""
+    """A same-user client holding all 64 slots must not lock the dashboard out: the newcomer evicts its oldest."""
     r = Rig(tmp_path / "run", line_timeout=30.0)
     hog = _hog(r.run_dir, channel.MAX_CLIENTS)
     try:

@@ -1,4 +1,4 @@
-"""Checkpoints forged with a recomputed checksum but absurd metadata or shapes (issue 17): skipped, never rotated.
+"""Checkpoints forged with a recomputed checksum but absurd metadata or shapes: skipped, never rotated.
 
 Before: such a ``last`` passed verification, crashed the first step with a
 traceback, and the crash checkpoint rotated it over the good ``last.prev``,

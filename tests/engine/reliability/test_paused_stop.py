@@ -1,4 +1,4 @@
-"""A paused engine still stops for every stop reason (issue 17): SIGTERM, and a graceful abort from a second viewer.
+"""A paused engine still stops for every stop reason: SIGTERM, and a graceful abort from a second viewer.
 
 Before the fix the paused loop only woke for abort-now, so a scheduler's
 SIGTERM-then-SIGKILL after a pause lost every step since the last checkpoint.

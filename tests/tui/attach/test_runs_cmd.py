@@ -97,7 +97,7 @@ def test_empty_dir_says_no_runs(tmp_path: Path) -> None:
 
 
 def test_a_hostile_status_json_does_not_break_the_listing(tmp_path: Path) -> None:
-    """Issue 17: a status.json with pid 1e20 (os.kill's OverflowError) took the whole `runs` listing down."""
+    """A status.json with pid 1e20 (os.kill's OverflowError) must cost its own row, not the whole `runs` listing."""
     runs = tmp_path / "runs"
     for name, status in (("huge_pid", '{"pid": 1e20, "host": "x", "state": "running", "heartbeat": 1e300}'),
                          ("wrong_types", '{"pid": "1", "heartbeat": "soon", "started": [], "step": 1.5}'),
