@@ -44,6 +44,12 @@ Gradient accumulation: a micro-batch after the first runs with every
 gradient allocated; the estimate is the larger of the first micro-batch
 (largest, no gradients yet) and a later one.
 
+Attention kernels: a task's model may take a ``target`` keyword
+(engine.tasks.attention_kernels.Target: device, CUDA capability, torch
+version) to price the SDPA kernel torch would run there; ``estimate`` passes
+the caller's (the start guard's measured device, the planner's NVML facts) or
+one for ``device`` with this machine's torch and the capability unknown.
+
 Per rank (``layout``, engine.budget.layout): the ledger is built for the
 rank's share of the batch. DDP adds its gradient buckets (one fp32 copy of
 the trainable parameters). FSDP2 divides weights, AdamW state and the
@@ -56,6 +62,7 @@ blocks and when gradients are sharded (engine.tasks.ledger).
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Callable
 
 from engine.budget import settings as knobs
@@ -64,6 +71,7 @@ from engine.core.config import RunConfig
 from engine.core.estimate import Estimate
 from engine.optim.fused import fused_adamw
 from engine.tasks import ledger
+from engine.tasks.attention_kernels import Target
 
 F32 = 4
 CUDA_BLOCK = 512
@@ -107,20 +115,30 @@ def _device_of(config: RunConfig, device: str | None) -> str:
 
 def estimate(config: RunConfig, batch_size: int | None = None, precision: str | None = None,
              device: str | None = None, grad_accum: int | None = None, layout: Layout | None = None,
-             **task_settings: Any) -> Estimate:
+             target: Target | None = None, **task_settings: Any) -> Estimate:
     """Upper bound on the peak bytes of a training step of ``config`` with the given settings overridden.
 
     ``task_settings`` are the task's declared settings by name (e.g. a backend or a chunk size);
-    ``layout``: the peak of one rank of that job (``batch_size`` stays the job's).
+    ``layout``: the peak of one rank of that job (``batch_size`` stays the job's); ``target``: the device
+    attention kernels are chosen for (module docstring).
     """
-    best, settings = detail(config, batch_size, precision, device, grad_accum, layout=layout, **task_settings)
+    best, settings = detail(config, batch_size, precision, device, grad_accum, layout=layout, target=target,
+                            **task_settings)
     return Estimate(total=best.total, breakdown=dict(best.parts), upper_bound=True, source="analytic",
                     settings=settings)
 
 
+def _takes_target(model: Callable) -> bool:
+    """Whether a task's analytic model accepts the ``target`` keyword (older and plug-in models need not)."""
+    try:
+        return "target" in inspect.signature(model).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def detail(config: RunConfig, batch_size: int | None = None, precision: str | None = None,
            device: str | None = None, grad_accum: int | None = None, layout: Layout | None = None,
-           **task_settings: Any) -> tuple[ledger.Peak, dict]:
+           target: Target | None = None, **task_settings: Any) -> tuple[ledger.Peak, dict]:
     """The ledger's peak (with every candidate moment) and the resolved settings; see ``estimate``."""
     model = model_of(config)
     if model is None:
@@ -140,7 +158,8 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
     for micro, pre in ((first, False), (later, True)):
         if micro is None:
             continue
-        tl = model(config, micro, prec, dev)
+        tl = model(config, micro, prec, dev, target=target or Target.local(dev)) if _takes_target(model) \
+            else model(config, micro, prec, dev)
         tensors = tl.param_tensors
         trained = tensors if tl.trainable_tensors is None else tl.trainable_tensors
         W = layout.world if layout.sharded else 1

@@ -17,10 +17,23 @@ normalised copy, and a frozen LM head keeps no input at all. So per layer:
   rsqrt (4·B·T), the normalised copy (4·u) only if the norm weight trains,
   and its output (4·u, or its lp copy under autocast) only if a consumer
   Linear trains (weight or adapter);
-- attention: rotary q and k (lp·u, lp·ukv), v (lp·ukv), the kernel's output
-  (lp·u; sdpa lays it out (B, T, H, Q), so it is o_proj's input too, no
-  copy) and its logsumexp (4·B·H·T); eager keeps the T×T softmax
-  (4·B·H·T²) and, if o_proj trains, the merged-heads copy it reads (lp·u);
+- attention: which SDPA kernel runs decides it (engine.tasks.attention_kernels:
+  transformers 5 calls SDPA causal, without a mask, with ``enable_gqa`` when
+  there are fewer key/value heads). A fused kernel keeps rotary q and k
+  (lp·u, lp·ukv), v (lp·ukv), its output (lp·u; laid out (B, T, H, Q), so it
+  is o_proj's input too, no copy) and its logsumexp (4·B·H·T). The math
+  path (fp32 GQA on any GPU: see that module) keeps q and k scaled (k
+  repeated to every head), v repeated (3 · 4·u: it computes in fp32 even
+  under autocast), the T×T softmax (4·B·H·T²) and, if o_proj trains, the
+  merged-heads copy o_proj reads (lp·u); for a moment of its forward the raw
+  scores, the softmax and its -inf test beside the saved result (9 bytes a
+  score), and in backward the softmax's gradient and the scores' (2 · 4 bytes
+  a score). On CUDA one more score-sized fp32 buffer is alive at that
+  backward peak: the H200 run measured the CPU composition of this path plus
+  exactly one such buffer at both shapes it ran (research/gpu-h200.md); its
+  source in ATen is not identified, so the bound keeps it. Eager keeps the
+  T×T softmax (4·B·H·T²) and, if o_proj trains, the merged-heads copy it
+  reads (lp·u);
 - MLP: gate (lp·uf), its SiLU (lp·uf), up (lp·uf), and down's input (lp·uf)
   only if down trains;
 - each adapted Linear: its ``lora_A`` output (lp·B·T·r), kept by ``lora_B``.
@@ -45,6 +58,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.tasks.attention_kernels import Call, Kernel, Target, choose, sdpa_dtype
 from engine.tasks.ledger import Stage, TaskLedger
 from engine.tasks.lm.spec import LMConfig
 
@@ -135,37 +149,69 @@ def _norm_saved(s: Shape, B: int, T: int, lp: int, out_kept: bool) -> int:
             + ((lp if lp < F32 else F32) * u if out_kept else 0))
 
 
-def layer_saved(s: Shape, B: int, T: int, lp: int) -> int:
-    """Bytes one decoder layer keeps for backward (module docstring)."""
+def attention_call(s: Shape, T: int, precision: str) -> Call:
+    """The SDPA call transformers 5 makes in training (``sdpa_attention_forward``): causal, no mask, and
+    ``enable_gqa`` when there are fewer key/value heads and the head dim is at most 256 (else k and v are
+    repeated to every head first, and the call has H of each)."""
+    gqa = s.Hk < s.H and s.Q <= 256
+    return Call(dtype=sdpa_dtype(precision), heads=s.H, kv_heads=s.Hk if gqa else s.H, head_dim=s.Q,
+                q_len=T, kv_len=T, causal=True, enable_gqa=gqa)
+
+
+def attention_kernel(s: Shape, T: int, precision: str, target: Target) -> Kernel:
+    """The kernel the model's attention runs on ``target`` (eager never calls SDPA: reported as math)."""
+    if s.eager:
+        return Kernel("math", "attn_implementation = eager")
+    return choose(attention_call(s, T, precision), target)
+
+
+def layer_saved(s: Shape, B: int, T: int, lp: int, math: bool = False) -> int:
+    """Bytes one decoder layer keeps for backward (module docstring); ``math``: SDPA runs the math path."""
+    return sum(layer_halves(s, B, T, lp, math))
+
+
+def layer_halves(s: Shape, B: int, T: int, lp: int, math: bool = False) -> tuple[int, int]:
+    """(attention half, MLP half) of what a decoder layer keeps: the MLP half does not exist yet while the
+    attention runs forward, and is freed again before the attention's backward."""
     u, ukv, uf = B * T * s.d, B * T * s.Hk * s.Q, B * T * s.f
-    attn = lp * u + 2 * lp * ukv + lp * u + F32 * B * s.H * T
+    kv = ukv if s.Q <= 256 or s.Hk == s.H else u  # k and v repeated to every head before SDPA
+    attn = lp * u + 2 * lp * kv + lp * u + F32 * B * s.H * T
+    if math and not s.eager:
+        attn = 3 * F32 * u + F32 * B * s.H * T * T + (lp * u if s.trains("o_proj") else 0)
     if s.eager:
         attn += F32 * B * s.H * T * T  # the softmax output @v reads
         # o_proj's input is a merged-heads copy of the (B, H, T, Q) output
         attn += lp * u if s.trains("o_proj") else 0
     # sdpa's output is laid out (B, T, H, Q) already: o_proj reads it without a copy
     mlp = 3 * lp * uf + (lp * uf if s.trains("down_proj") else 0)
-    adapters = lp * B * T * s.r * len(s.targets)
-    norms = _norm_saved(s, B, T, lp, any(s.trains(n) for n in ATTN[:3])) + \
-        _norm_saved(s, B, T, lp, any(s.trains(n) for n in MLP[:2]))
-    return attn + mlp + adapters + norms
+    adapted = sum(1 for n in s.targets if n in ATTN)
+    attn += lp * B * T * s.r * adapted + _norm_saved(s, B, T, lp, any(s.trains(n) for n in ATTN[:3]))
+    mlp += lp * B * T * s.r * (len(s.targets) - adapted) + _norm_saved(s, B, T, lp, any(s.trains(n) for n in MLP[:2]))
+    return attn, mlp
 
 
-def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool) -> list[Stage]:
-    """The step's stages in forward order: embedding, L layers, final norm + head, loss."""
+def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool, math: bool = False) -> list[Stage]:
+    """The step's stages in forward order: embedding, L layers, final norm + head, loss; ``math``: the
+    attention runs SDPA's math path (module docstring)."""
     u, uf, BTV = B * T * s.d, B * T * s.f, B * T * s.V
     every, train = layer_tensors(s)
     full = not s.lora
     unit = {"units": (sum(every),), "unit_grads": F32 * sum(train)}  # a decoder layer is an FSDP unit
     out = [Stage("embedding", grads=F32 * s.V * s.d if full else 0, fwd_extra=F32 * u)]
-    per_layer = layer_saved(s, B, T, lp)
-    attn_map = F32 * B * s.H * T * T if s.eager else 0
+    attn_half, mlp_half = layer_halves(s, B, T, lp, math)
+    per_layer = attn_half + mlp_half
+    scores = B * s.H * T * T
+    attn_map = F32 * scores if s.eager else 0
     # Transients: the forward's largest is the MLP's (gate, up, SiLU, product alive before down); the
     # backward's the MLP's: two uf-sized gradients at once (product's, then SiLU's and up's, the saved
     # inputs freed as each Linear's backward finishes) beside two residual-sized ones and, full
     # fine-tune, the largest weight gradient being made.
     fwd_extra = 2 * lp * uf + F32 * u + attn_map
     bwd_extra = 2 * lp * uf + 2 * F32 * u + 2 * attn_map + (F32 * s.d * s.f if full else 0)
+    if math and not s.eager:  # SDPA's math path: its score-sized transients (module docstring), while the
+        # layer's MLP half is not made yet (forward) or already freed (backward)
+        fwd_extra = max(fwd_extra, (2 * F32 + 1) * scores + lp * u - mlp_half)
+        bwd_extra = max(bwd_extra, (2 + (0 if cpu else 1)) * F32 * scores + 3 * F32 * u - mlp_half)
     for i in range(s.L):
         if checkpointing:
             out.append(Stage(f"layer {i}", saved={"activations: layers": F32 * u + (CPU_RNG_STATE if cpu else 0)},
@@ -203,10 +249,11 @@ def shape_of(config) -> Shape:
     return Shape.of(lm, _hf_config(lm))
 
 
-def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
+def ledger(config, B: int, precision: str, device: str, target: Target | None = None) -> TaskLedger:
     """The task's analytic memory model (``SPEC.analytic_memory``): the step's ledger for micro-batch ``B``.
 
-    ``config`` already carries the settings being priced (seq_len among them).
+    ``config`` already carries the settings being priced (seq_len among them); ``target``: the device the
+    attention kernel is chosen for (default: ``device`` with this machine's torch, capability unknown).
     """
     lm: LMConfig = config.task_config
     s = shape_of(config)
@@ -215,7 +262,9 @@ def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
     every, train = layer_tensors(s)
     o_every, o_train = outer_tensors(s)
     all_every = every * s.L + o_every
-    return TaskLedger(stages=stages(s, B, T, lp, lm.model.activation_checkpointing, device == "cpu"), pending=[],
+    math = attention_kernel(s, T, precision, target or Target.local(device)).materialises
+    return TaskLedger(stages=stages(s, B, T, lp, lm.model.activation_checkpointing, device == "cpu", math),
+                      pending=[],
                       param_tensors=all_every, input_bytes=8 * B * (T + 1),
                       cast_elements=sum(n for n in all_every if n >= s.d * s.r) if lp < F32 else 0,
                       activation_tensors=30 * s.L + 20, trainable_tensors=train * s.L + o_train)
