@@ -181,6 +181,7 @@ class EngineRun:
         """Events to the log, the status record, the console; the phases (told live already) into the log first,
         then the notes held until now."""
         from engine.run.rundir import StatusWriter
+        from engine.run.sinks import status_sink
 
         run_dir = self.prepared.run_dir
         self.status = StatusWriter(run_dir, on_beat=jsonl.flush)
@@ -313,16 +314,3 @@ def log_crash(run_dir: RunDir, text: str) -> None:
     except OSError:
         pass  # the traceback is on stderr already; a full disk must not hide the crash's own report
 
-
-def status_sink(status):
-    """The sink that keeps status.json's state, step, best and last checkpoint current."""
-    def sink(event) -> None:
-        if event.type == "state":
-            status.update(state=event.state, step=event.step)
-        elif event.type == "run_started":
-            status.update(total_steps=event.total_steps, step=event.start_step, state="running")
-        elif event.type == "eval" and event.best is not None:
-            status.update(best=event.best, best_metric=event.primary, last_eval_step=event.step)
-        elif event.type == "checkpoint":
-            status.update(last_checkpoint=event.path)
-    return sink

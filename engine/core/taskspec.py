@@ -132,6 +132,9 @@ class Capabilities:
     #: Artefacts besides checkpoints the task's ``export`` hook writes (e.g. "peft_adapter").
     exports: tuple[str, ...] = ()
     eval_reduction: Reduction = "per_batch"
+    #: Why no setting may change while the run trains, in one line the tune modal shows instead of asking for
+    #: predictions (a run whose loop another framework owns: engine.app.integrations); empty when they may.
+    settings_locked: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form, as carried by RunStarted.capabilities."""
@@ -160,7 +163,8 @@ class Capabilities:
                    settings=tuple(setting(s) for s in data.get("settings", ())),
                    memory=data.get("memory", "traced"),
                    exports=tuple(data.get("exports", ())),
-                   eval_reduction=data.get("eval_reduction", "per_batch"))
+                   eval_reduction=data.get("eval_reduction", "per_batch"),
+                   settings_locked=str(data.get("settings_locked") or ""))
 
     def setting(self, name: str) -> Setting | None:
         """The live setting called ``name``, if the task declares it."""

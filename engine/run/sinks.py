@@ -373,3 +373,18 @@ class LineCapture(io.TextIOBase):
             line, self._pending = self._pending.split("\n", 1)
             self._bus.emit(ev.LogLine(text=line[:2000], stream=self._stream))
         return len(text)
+
+
+def status_sink(status) -> Callable[[ev.Event], None]:
+    """The sink that keeps status.json's state, step, best and last checkpoint current (``status``: a
+    engine.run.rundir.StatusWriter): what `runs` lists without reading the log."""
+    def sink(event) -> None:
+        if event.type == "state":
+            status.update(state=event.state, step=event.step)
+        elif event.type == "run_started":
+            status.update(total_steps=event.total_steps, step=event.start_step, state="running")
+        elif event.type == "eval" and event.best is not None:
+            status.update(best=event.best, best_metric=event.primary, last_eval_step=event.step)
+        elif event.type == "checkpoint":
+            status.update(last_checkpoint=event.path)
+    return sink

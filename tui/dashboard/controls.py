@@ -148,7 +148,8 @@ class Controls:
             return
         settings = tune_settings(model.capabilities.settings)
         current = {s.name: model.setting(s.name) for s in settings}
-        unavailable = "the run has ended: the engine cannot predict a change" if model.ended else ""
+        unavailable = "the run has ended: the engine cannot predict a change" if model.ended else \
+            model.capabilities.settings_locked  # another framework's loop: it says why nothing may change
         app.push_screen(TuneScreen(current, settings, model.budget_bytes(),
                                    None if unavailable else self.ask_prediction,
                                    None if app.read_only or model.ended else self.send,

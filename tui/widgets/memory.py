@@ -109,7 +109,8 @@ class MemoryPanel(TextPanel):
         if mem is None:
             predicted = model.started.budget.predicted if model.started else None
             if predicted is None and budget is None:
-                return "[$text-muted]no memory sample yet[/]"
+                only = model.started is not None and model.started.budget.source == "measured"
+                return f"[$text-muted]no memory sample yet{' · measured only' if only else ''}[/]"
             return gauge(width, None, predicted, budget, capacity) + "\n" + _join(
                 [("pred", predicted), ("budget", budget), ("cap", capacity)]) + " [$text-muted]· not measured yet[/]"
         measured = mem.peak or mem.allocated
@@ -117,7 +118,11 @@ class MemoryPanel(TextPanel):
         if not any((measured, mem.reserved, mem.nvml_used, mem.predicted, budget, *extra.values())):
             return f"[$text-muted]{escape(mem.device)}: memory is not measured[/]"
         cls = fit_class(measured, budget)
-        lines = [gauge(width, measured, mem.predicted, budget, capacity), accuracy_line(measured, mem.predicted, cls)]
+        accuracy = accuracy_line(measured, mem.predicted, cls)
+        if mem.predicted is None and model.started is not None and model.started.budget.source == "measured":
+            # nothing could predict this run's step (its log says why): say so rather than leave a blank
+            accuracy = " · ".join(x for x in (accuracy, "[$text-muted]measured only[/]") if x)
+        lines = [gauge(width, measured, mem.predicted, budget, capacity), accuracy]
         limits = _join([("budget", budget), ("capacity", capacity)])
         if limits:
             lines.append(limits)

@@ -1,0 +1,325 @@
+"""The run-directory contract written from a loop the engine does not own, and its controls at step boundaries.
+
+A Lightning callback, a transformers callback and the plain-loop context
+manager each translate their framework's moments (a step ended, a validation
+ended, a checkpoint was written) into calls on one ``Cockpit``. It writes
+exactly what the engine writes, through the same pieces (engine.run):
+``engine.lock`` first (RunLock), ``config.toml``, ``events.jsonl``
+(JsonlSink), ``status.json`` with its heartbeat (StatusWriter), and serves
+``control.sock`` (ControlServer over a Controls mailbox). So ``runs``,
+``plot``, ``attach``, compare and the dashboard work unchanged.
+
+Rank 0 owns the run directory; every other rank has a Cockpit with no
+directory, which only takes part in the agreement at each boundary.
+
+Controls land only at ``boundary(step, save)``, which every rank calls at the
+same step. Rank 0 drains its mailbox and answers each request; the decision
+(paused?, checkpoints asked for, stop?) travels to every rank through the
+framework's own ``broadcast`` (Lightning's strategy, torch.distributed), so
+all ranks block, save or stop at one step. A pause is a loop of short
+boundaries (one broadcast every ``PAUSE_POLL_S``), never one long collective
+that a process group's timeout would kill. Changing settings is refused with
+``settings_locked``: the framework owns its batch size and learning rate.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.core.taskspec import Capabilities, Metric
+from engine.run import events as ev
+from engine.run.control.requests import Controls, Request
+from engine.run.rundir import RunDir, RunDirError, default_name
+
+#: Seconds between looks at the mailbox while paused (each look is one broadcast on a multi-rank job).
+PAUSE_POLL_S = 0.25
+#: The tune modal's answer for every live setting: what the integration cannot do, and what to do instead.
+SETTINGS_LOCKED = ("{framework} owns this run's batch size, learning rate and every other setting: the cockpit "
+                   "cannot change them mid-run (change them in your script and restart it)")
+
+
+class CockpitError(Exception):
+    """The run directory cannot be used (held by another run, not writable); one line naming it."""
+
+
+@dataclass
+class Decision:
+    """What every rank does after a boundary: save for these checkpoint requests, then maybe stop."""
+
+    checkpoints: list[str] = field(default_factory=list)
+    #: None, "graceful" (save, then stop) or "now" (stop without a save).
+    stop: str | None = None
+
+
+def resume_command() -> str:
+    """How this run continues: the user's own command line, from the directory it ran in."""
+    return f"cd {shlex.quote(os.getcwd())} && {shlex.join([sys.executable, *sys.argv])}"
+
+
+def _one_rank(decision: Any) -> Any:
+    return decision
+
+
+def process_group() -> tuple[int, Callable[[Any], Any]]:
+    """(rank, broadcast from rank 0) of the job torch.distributed runs (torchrun, accelerate), else (0, identity)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return 0, _one_rank
+
+    def broadcast(obj: Any) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    return dist.get_rank(), broadcast
+
+
+class Cockpit:
+    """See the module docstring. ``framework`` names the run's owner (its task name in the events)."""
+
+    def __init__(self, run_dir: str | Path | None, framework: str, *, rank: int = 0,
+                 broadcast: Callable[[Any], Any] | None = None, primary: Metric | None = None,
+                 label: str = "") -> None:
+        """``broadcast(obj)`` returns rank 0's ``obj`` on every rank (None: one process, identity). Every rank
+        makes its Cockpit at the same point of the run: the directory's name is agreed here."""
+        self.framework, self.rank, self.label = framework, rank, label or framework
+        self.broadcast = broadcast or _one_rank
+        # rank 0's choice on every rank (the default name is rank 0's clock): a collective, like every boundary
+        self.run_dir = RunDir(Path(self.broadcast(str(run_dir or Path("runs") / default_name()))))
+        self.primary = primary or Metric("val_loss", "val loss", higher_is_better=False)
+        self.controls = Controls()
+        self.state = "starting"
+        self.step = 0
+        self.best: float | None = None
+        self.last_checkpoint: str | None = None
+        self.bus = self.status = self.server = self.lock = self.system = None
+        self._rate: tuple[float, int] | None = None  # (time, step) of the previous logged step
+
+    @property
+    def owner(self) -> bool:
+        """True on the rank that writes the run directory."""
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ opening
+    def open(self, config: dict | None = None) -> "Cockpit":
+        """Rank 0: lock and create the directory, write config.toml (a fresh run), start the log, heartbeat and
+        control socket. A directory another live run holds is CockpitError (one line); nothing is written then."""
+        if not self.owner:
+            return self
+        from engine.run.control.channel import ChannelError, ControlServer
+        from engine.run.rundir import StatusWriter
+        from engine.run.runlock import RunLock
+        from engine.run.sinks import EventBus, JsonlSink, status_sink
+
+        try:
+            self.lock = RunLock.acquire(self.run_dir)
+            fresh = not self.run_dir.events.exists()
+            self.run_dir.create()
+            if fresh:
+                _write_config(self.run_dir.config, self.describe(config))
+            self.bus = EventBus()
+            jsonl = JsonlSink(self.run_dir.events, warn=lambda text: self.emit(ev.Warning(text=text)))
+            self.status = StatusWriter(self.run_dir, on_beat=jsonl.flush)
+            for sink in (jsonl, status_sink(self.status)):
+                self.bus.add(sink)
+            self.status.update(resume_command=resume_command())
+            self.status.start()
+            self.server = ControlServer(self.run_dir, self.controls, self.bus).start()
+        except (RunDirError, ChannelError, OSError) as exc:
+            self._close_quietly()
+            raise CockpitError(str(exc) if not isinstance(exc, OSError) else
+                               f"{self.run_dir.root}: cannot write the run directory ({exc.strerror})") from None
+        from engine.training.system import SystemSampler
+
+        self.system = SystemSampler(self.emit).start()
+        return self
+
+    def describe(self, config: dict | None) -> dict:
+        """The run's config.toml and RunStarted.config: who trains it, how to rerun it, the user's own settings."""
+        out = {"integration": {"framework": self.framework, "command": resume_command()}}
+        for key, value in (config or {}).items():
+            out.setdefault(key, value)
+        return out
+
+    def capabilities(self) -> Capabilities:
+        """What viewers may do with this run: its primary metric, and no live settings (with why)."""
+        return Capabilities(primary=self.primary, memory="traced",
+                            settings_locked=SETTINGS_LOCKED.format(framework=self.label))
+
+    # ------------------------------------------------------------------ events (rank 0)
+    def emit(self, event: ev.Event) -> None:
+        """Deliver an event to the log and the viewers (nothing on other ranks)."""
+        if self.bus is not None:
+            self.bus.emit(event)
+
+    def set_state(self, state: str, reason: str = "") -> None:
+        """Change the run state (one StateChanged when it really changes)."""
+        if state != self.state:
+            self.state = state
+            self.emit(ev.StateChanged(state=state, reason=reason, step=self.step))
+
+    def started(self, **fields) -> None:
+        """RunStarted (``fields``: its total_steps, params, device, budget, start_step, resumed_from, config)."""
+        self.step = fields.get("start_step", 0)
+        self.emit(ev.RunStarted(name=self.run_dir.name, task=self.framework, capabilities=self.capabilities().to_dict(),
+                                pid=os.getpid(), **fields))
+        budget = fields.get("budget")
+        if budget is not None and budget.source == "measured":  # the memory panel says "measured only"; here is why
+            self.emit(ev.Warning(text=f"memory: {budget.note}", step=self.step))
+        self.set_state("running", f"training in {self.label}")
+        self._rate = (time.time(), self.step)
+
+    def logged(self, step: int, loss: float, **fields) -> None:
+        """StepLogged for ``step`` (``fields``: lr, epoch, components, grad_norm, batch_size); the pace is the
+        wall time since the previous logged step."""
+        self.step = step
+        if self.status is not None:
+            self.status.update(step=step)
+        now = time.time()
+        rate = 0.0
+        if self._rate is not None and step > self._rate[1] and now > self._rate[0]:
+            rate = (step - self._rate[1]) / (now - self._rate[0])
+        self._rate = (now, step)
+        batch = fields.get("batch_size") or 0
+        self.emit(ev.StepLogged(step=step, loss=loss, steps_per_s=rate, samples_per_s=rate * batch, t=now, **fields))
+
+    def evaluated(self, step: int, metrics: dict[str, float], seconds: float = 0.0) -> ev.EvalDone | None:
+        """EvalDone of a validation pass's numbers, with the best of the primary metric so far."""
+        values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if not values:
+            return None
+        name = self.primary.name if self.primary.name in values else next(iter(values))
+        value, better = values[name], self.primary.higher_is_better
+        is_best = self.best is None or (value > self.best if better else value < self.best)
+        if is_best:
+            self.best = value
+        event = ev.EvalDone(step=step, val_loss=values.get("val_loss", float("nan")), metrics=values, primary=name,
+                            best=self.best, is_best=is_best, seconds=seconds)
+        self.emit(event)
+        return event
+
+    def saved(self, step: int, path: str, kind: str, request_ids: list[str] = ()) -> None:
+        """A checkpoint the framework wrote (its own file): CheckpointSaved, and the acks of requests it answers."""
+        self.last_checkpoint = str(path)
+        try:
+            size = _size(Path(path))
+        except OSError:
+            size = 0
+        ids = list(request_ids)
+        self.emit(ev.CheckpointSaved(step=step, path=str(path), kind=kind, bytes=size,
+                                     request_id=ids[0] if ids else None))
+        for rid in ids:
+            self.emit(ev.SettingChanged(name="checkpoint", old=None, new=str(path), step=step, request_id=rid))
+
+    def save_failed(self, step: int, error: str, request_ids: list[str] = ()) -> None:
+        """A save the framework could not make: CheckpointFailed, and a refusal for each request it answers."""
+        self.emit(ev.CheckpointFailed(step=step, error=error))
+        for rid in request_ids:
+            self.emit(ev.Refused(request={"action": "checkpoint_now"}, why=f"checkpoint failed: {error}", step=step,
+                                 request_id=rid))
+
+    # ------------------------------------------------------------------ controls (every rank)
+    def boundary(self, step: int, save: Callable[[list[str]], None]) -> Decision:
+        """Apply controls at ``step`` on every rank alike (module docstring); blocks while paused.
+
+        ``save(request_ids)`` writes a checkpoint with the framework's own save (called on every rank, even
+        while paused) and answers those requests through ``saved`` / ``save_failed``.
+        """
+        self.step = step
+        while True:
+            decision = self.broadcast(self._decide() if self.owner else None)
+            if decision["checkpoints"]:
+                save(list(decision["checkpoints"]))
+            if decision["stop"] or not decision["paused"]:
+                return Decision(list(decision["checkpoints"]), decision["stop"])
+            if self.owner:
+                self.controls.wait(PAUSE_POLL_S)
+
+    def _decide(self) -> dict:
+        """Rank 0: answer every queued request; the decision every rank follows."""
+        checkpoints = []
+        for request in self.controls.drain():
+            if request.action == "checkpoint_now":
+                checkpoints.append(request.id)  # answered by `saved` once the framework has written it
+            else:
+                self._answer(request)
+        stop = "now" if self.controls.stop_event.is_set() else \
+            "graceful" if self.controls.graceful_event.is_set() else None
+        return {"paused": self.state == "paused", "checkpoints": checkpoints, "stop": stop}
+
+    def _answer(self, request: Request) -> None:
+        action, step = request.action, self.step
+        if action == "pause" and self.state != "paused":
+            self.set_state("paused", "paused by request")
+            return self._ack(request, "state", "running", "paused")
+        if action == "resume" and self.state == "paused":
+            self.set_state("running", "resumed by request")
+            return self._ack(request, "state", "paused", "running")
+        if action == "abort":  # Controls.submit set the stop; every rank acts on it after this boundary
+            return self._ack(request, "state", self.state, "aborting", f"abort ({request.mode}) by request")
+        why = {"pause": "already paused", "resume": "not paused",
+               "free_memory": f"{self.label} owns its device memory: nothing for the cockpit to free"}.get(action)
+        why = why or SETTINGS_LOCKED.format(framework=self.label)
+        if action == "set" and request.dry_run:
+            return self.emit(ev.Prediction(name=request.name or "", value=request.value, fits=False, refused=why,
+                                           step=step, request_id=request.id))
+        self.emit(ev.Refused(request=request.to_dict(), why=why, step=step, request_id=request.id))
+
+    def _ack(self, request: Request, name: str, old: Any, new: Any, reason: str = "") -> None:
+        self.emit(ev.SettingChanged(name=name, old=old, new=new, reason=reason, step=self.step,
+                                    request_id=request.id))
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, status: str, reason: str = "", exit_code: int = 0, checkpoint: str | None = None) -> None:
+        """RunFinished, the final state, and the run directory handed back (socket, heartbeat, lock)."""
+        if self.bus is None:
+            return
+        final = {"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}.get(status, "failed")
+        self.set_state(final, reason)
+        command = resume_command() if status != "finished" else None
+        self.emit(ev.RunFinished(status=status, best=self.best, steps=self.step, reason=reason,
+                                 checkpoint=checkpoint or self.last_checkpoint, resume_command=command,
+                                 exit_code=int(exit_code)))
+        self._close_quietly(state=final, exit_code=int(exit_code))
+
+    def _close_quietly(self, **final) -> None:
+        for part in (self.system, self.server):
+            if part is not None:
+                part.stop()
+        if self.status is not None:
+            self.status.stop(step=self.step, **final)
+        if self.bus is not None:
+            self.bus.close()
+        if self.lock is not None:
+            self.lock.release()
+        self.bus = self.status = self.server = self.lock = self.system = None
+
+
+def _size(path: Path) -> int:
+    """Bytes of a checkpoint file, or of every file in a checkpoint directory (transformers writes directories)."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def _write_config(path: Path, config: dict) -> None:
+    """config.toml of the run (values TOML cannot hold are written as their text)."""
+    import tomli_w
+
+    from engine.run.rundir import atomic_write_text
+
+    def plain(value):
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items() if v is not None}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value if v is not None]
+        return value if isinstance(value, (str, int, float, bool)) else str(value)
+
+    atomic_write_text(path, tomli_w.dumps(plain(config)))

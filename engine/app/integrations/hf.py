@@ -1,0 +1,164 @@
+"""The cockpit in a ``transformers.Trainer`` run: ``Trainer(..., callbacks=[CockpitCallback("runs/mine")])``.
+
+What comes from the Trainer: steps from ``state.global_step``; the loss,
+gradient norm and learning rate from ``on_log`` (every ``logging_steps``: the
+Trainer averages the loss over them); evaluations from ``on_evaluate``
+(``eval_loss`` becomes ``val_loss``, ``eval_<name>`` becomes ``<name>``);
+checkpoints from ``on_save`` (the ``checkpoint-N`` directory it wrote).
+
+What the controls do, at ``on_step_end`` (every rank, agreed through
+torch.distributed when a process group is up):
+
+- pause blocks in the callback;
+- checkpoint now sets ``control.should_save``: the Trainer writes its own
+  ``checkpoint-N`` right after this step, and ``on_save`` answers the request
+  with its path;
+- a graceful abort sets ``control.should_save`` and
+  ``control.should_training_stop``: the step ends, the Trainer saves and
+  ``train()`` returns; the script exits 0;
+- abort now sets only ``control.should_training_stop``;
+- settings are refused: the Trainer owns them.
+
+Memory is measured; it is predicted when ``example_batch`` (one batch as the
+model takes it, ``model(**batch)``) is given, by tracing two steps on fake
+tensors. transformers is imported when this module is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from engine.app.integrations.core import Cockpit, process_group
+from engine.app.integrations.memory import StepMemory
+from engine.core.taskspec import Metric
+
+#: Numbers transformers adds to every evaluation's metrics that say how long it took, not how well it did.
+EVAL_TIMINGS = ("runtime", "samples_per_second", "steps_per_second")
+
+
+class CockpitCallback(TrainerCallback):
+    """Writes ``run_dir`` (default runs/<timestamp>) as the engine would and obeys its controls (module docstring).
+
+    ``example_batch``: a batch for ``model(**batch)`` to trace the step's memory (else measured only).
+    ``config``: extra sections for config.toml.
+    """
+
+    def __init__(self, run_dir: str | Path | None = None, *, example_batch: dict | None = None,
+                 config: dict | None = None) -> None:
+        self.run_dir = run_dir
+        self.example_batch = example_batch
+        self.config = config
+        self.cockpit: Cockpit | None = None
+        self.memory: StepMemory | None = None
+        self._pending: list[str] = []  # checkpoint-now requests the next save answers
+        self._stopped: tuple[str, str] | None = None
+        self._saving_final = False
+
+    # ------------------------------------------------------------------ start
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        rank, broadcast = process_group()
+        primary = None
+        if args.metric_for_best_model:
+            name = _metric_name(args.metric_for_best_model)
+            primary = Metric(name, name.replace("_", " "), higher_is_better=bool(args.greater_is_better))
+        self.cockpit = Cockpit(self.run_dir, "transformers", rank=rank, broadcast=broadcast, primary=primary,
+                               label="the transformers Trainer").open({"train": _args_config(args),
+                                                                        **(self.config or {})})
+        if not self.cockpit.owner:
+            return
+        from engine.optim.device import describe
+
+        device = next(model.parameters()).device
+        self.memory = StepMemory(model, lambda: optimizer, device)
+        if self.example_batch is not None:
+            batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in self.example_batch.items()}
+            self.memory.predict(lambda module, data: module(**data), batch)
+        else:
+            self.memory.why = "no example_batch given to trace the step with"
+        self.cockpit.started(total_steps=int(state.max_steps or 0), start_step=int(state.global_step),
+                             params=sum(p.numel() for p in model.parameters()), device=device.type,
+                             device_name=describe(device), budget=self.memory.summary(),
+                             resumed_from=None, config=self.cockpit.describe({"train": _args_config(args)}))
+
+    # ------------------------------------------------------------------ steps
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.memory is not None:
+            self.memory.begin(state.global_step + 1)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        cockpit, step = self.cockpit, state.global_step
+        if cockpit is None:
+            return
+        if self.memory is not None:
+            sample = self.memory.end(step)
+            if sample is not None:
+                cockpit.emit(sample)
+            if cockpit.status is not None:
+                cockpit.status.update(step=step)
+
+        def save(request_ids: list[str]) -> None:  # the Trainer saves right after this step; on_save answers
+            self._pending += request_ids
+            control.should_save = True
+
+        decision = cockpit.boundary(step, save)
+        if decision.stop == "graceful":
+            control.should_save = self._saving_final = True
+            self._stopped = ("aborted", cockpit.controls.graceful_reason or "aborted by request")
+        elif decision.stop == "now":
+            self._stopped = ("aborted", cockpit.controls.stop_reason or "aborted now, no checkpoint")
+        if decision.stop:
+            control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if self.cockpit is None or "loss" not in logs:  # evaluations come through on_evaluate
+            return
+        components = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and k not in ("loss", "grad_norm", "learning_rate", "epoch") and not k.startswith("eval_")}
+        self.cockpit.logged(state.global_step, float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)),
+                            grad_norm=float(logs.get("grad_norm", float("nan"))), epoch=int(state.epoch or 0),
+                            components=components, batch_size=args.per_device_train_batch_size * args.world_size)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.cockpit is None or not metrics:
+            return
+        values = {_metric_name(k): v for k, v in metrics.items()
+                  if not any(k.endswith(timing) for timing in EVAL_TIMINGS) and k != "epoch"}
+        self.cockpit.evaluated(state.global_step, values, float(metrics.get("eval_runtime", 0.0)))
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.cockpit is None:
+            return
+        path = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        kind = "final" if self._saving_final else "manual" if self._pending else "step"
+        ids, self._pending = self._pending, []
+        if Path(path).exists() or not self.cockpit.owner:
+            self.cockpit.saved(state.global_step, path, kind, ids)
+        else:
+            self.cockpit.save_failed(state.global_step, f"{path} was not written", ids)
+
+    # ------------------------------------------------------------------ the end
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.cockpit is None:
+            return
+        status, reason = self._stopped or ("finished", "")
+        self.cockpit.finish(status, reason, 0)
+
+
+def _metric_name(name: str) -> str:
+    """The cockpit's name of a transformers metric: eval_loss → val_loss, eval_accuracy → accuracy."""
+    name = name.removeprefix("eval_")
+    return "val_loss" if name == "loss" else name
+
+
+def _args_config(args) -> dict:
+    """The TrainingArguments worth a line in config.toml."""
+    return {"max_steps": args.max_steps, "num_train_epochs": args.num_train_epochs,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps, "learning_rate": args.learning_rate,
+            "output_dir": str(args.output_dir), "world_size": args.world_size}
