@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.app.integrations import ranks
+from engine.app.integrations.ranks import Group
 from engine.core.taskspec import Capabilities, Metric
 from engine.run import events as ev
 from engine.run.control.requests import Controls, Request
@@ -62,37 +64,18 @@ def resume_command() -> str:
     return f"cd {shlex.quote(os.getcwd())} && {shlex.join([sys.executable, *sys.argv])}"
 
 
-def _one_rank(decision: Any) -> Any:
-    return decision
-
-
-def process_group() -> tuple[int, Callable[[Any], Any]]:
-    """(rank, broadcast from rank 0) of the job torch.distributed runs (torchrun, accelerate), else (0, identity)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return 0, _one_rank
-
-    def broadcast(obj: Any) -> Any:
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    return dist.get_rank(), broadcast
-
-
 class Cockpit:
     """See the module docstring. ``framework`` names the run's owner (its task name in the events)."""
 
-    def __init__(self, run_dir: str | Path | None, framework: str, *, rank: int = 0,
-                 broadcast: Callable[[Any], Any] | None = None, primary: Metric | None = None,
-                 label: str = "") -> None:
-        """``broadcast(obj)`` returns rank 0's ``obj`` on every rank (None: one process, identity). Every rank
-        makes its Cockpit at the same point of the run: the directory's name is agreed here."""
-        self.framework, self.rank, self.label = framework, rank, label or framework
-        self.broadcast = broadcast or _one_rank
+    def __init__(self, run_dir: str | Path | None, framework: str, *, group: Group | None = None,
+                 primary: Metric | None = None, label: str = "") -> None:
+        """``group``: the job's ranks and collectives (engine.app.integrations.ranks; None: one process). Every
+        rank makes its Cockpit at the same point of the run: the directory's name is agreed here."""
+        self.framework, self.label = framework, label or framework
+        self.group = group or Group()
+        self.rank = self.group.rank
         # rank 0's choice on every rank (the default name is rank 0's clock): a collective, like every boundary
-        self.run_dir = RunDir(Path(self.broadcast(str(run_dir or Path("runs") / default_name()))))
+        self.run_dir = RunDir(Path(self.group.broadcast(str(run_dir or Path("runs") / default_name()))))
         self.primary = primary or Metric("val_loss", "val loss", higher_is_better=False)
         self.controls = Controls()
         self.state = "starting"
@@ -101,6 +84,7 @@ class Cockpit:
         self.last_checkpoint: str | None = None
         self.bus = self.status = self.server = self.lock = self.system = None
         self._rate: tuple[float, int] | None = None  # (time, step) of the previous logged step
+        self._paused = False  # what the last boundary agreed
 
     @property
     def owner(self) -> bool:
@@ -234,13 +218,23 @@ class Cockpit:
         """
         self.step = step
         while True:
-            decision = self.broadcast(self._decide() if self.owner else None)
+            decision = self.group.broadcast(self._decide() if self.owner else None)
+            if self.group.world > 1 and (decision["checkpoints"] or decision["stop"]
+                                         or decision["paused"] != self._paused):
+                self._landed(step)  # a control lands here: every rank's step, gathered, in the log
+            self._paused = decision["paused"]
             if decision["checkpoints"]:
                 save(list(decision["checkpoints"]))
             if decision["stop"] or not decision["paused"]:
                 return Decision(list(decision["checkpoints"]), decision["stop"])
             if self.owner:
                 self.controls.wait(PAUSE_POLL_S)
+
+    def _landed(self, step: int) -> None:
+        """Every rank's record where a control landed (a gather: every rank calls it at the same boundary)."""
+        records = self.group.gather(ranks.record(self.rank, step))
+        if self.owner:
+            self.emit(ranks.landed(records, step))
 
     def _decide(self) -> dict:
         """Rank 0: answer every queued request; the decision every rank follows."""

@@ -32,8 +32,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from engine.app.integrations.core import Cockpit, process_group
+from engine.app.integrations.core import Cockpit
 from engine.app.integrations.memory import StepMemory
+from engine.app.integrations.ranks import torch_group
 from engine.core.taskspec import Metric
 
 #: Numbers transformers adds to every evaluation's metrics that say how long it took, not how well it did.
@@ -60,12 +61,11 @@ class CockpitCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ start
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-        rank, broadcast = process_group()
         primary = None
         if args.metric_for_best_model:
             name = _metric_name(args.metric_for_best_model)
             primary = Metric(name, name.replace("_", " "), higher_is_better=bool(args.greater_is_better))
-        self.cockpit = Cockpit(self.run_dir, "transformers", rank=rank, broadcast=broadcast, primary=primary,
+        self.cockpit = Cockpit(self.run_dir, "transformers", group=torch_group(), primary=primary,
                                label="the transformers Trainer").open({"train": _args_config(args),
                                                                         **(self.config or {})})
         if not self.cockpit.owner:
@@ -80,7 +80,8 @@ class CockpitCallback(TrainerCallback):
         else:
             self.memory.why = "no example_batch given to trace the step with"
         self.cockpit.started(total_steps=int(state.max_steps or 0), start_step=int(state.global_step),
-                             params=sum(p.numel() for p in model.parameters()), device=device.type,
+                             preset=type(model).__name__, params=sum(p.numel() for p in model.parameters()),
+                             device=device.type,
                              device_name=describe(device), budget=self.memory.summary(),
                              resumed_from=None, config=self.cockpit.describe({"train": _args_config(args)}))
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from engine.app.integrations.core import Cockpit, Decision
 from engine.app.integrations.memory import StepMemory
+from engine.app.integrations.ranks import Group, torch_group
 from engine.core.taskspec import Metric
 
 try:
@@ -75,8 +76,9 @@ class CockpitCallback(pl.Callback):
         if stage != "fit" or self.cockpit is not None:
             return
         strategy = trainer.strategy
-        cockpit = Cockpit(self.run_dir, "lightning", rank=trainer.global_rank, primary=_primary(trainer),
-                          broadcast=lambda obj: strategy.broadcast(obj, src=0), label="Lightning")
+        group = Group(trainer.global_rank, trainer.world_size, lambda obj: strategy.broadcast(obj, src=0),
+                      torch_group().gather)  # Lightning has no object gather; its DDP runs on torch.distributed
+        cockpit = Cockpit(self.run_dir, "lightning", group=group, primary=_primary(trainer), label="Lightning")
         self.cockpit = cockpit.open({"train": _trainer_config(trainer), **(self.config or {})})
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -97,7 +99,8 @@ class CockpitCallback(pl.Callback):
         total = trainer.estimated_stepping_batches
         self.cockpit.started(
             total_steps=int(total) if total != float("inf") else 0, start_step=trainer.global_step,
-            params=sum(p.numel() for p in pl_module.parameters()), device=pl_module.device.type,
+            preset=type(pl_module).__name__, params=sum(p.numel() for p in pl_module.parameters()),
+            device=pl_module.device.type,
             device_name=describe(pl_module.device), budget=memory.summary(),
             resumed_from=str(trainer.ckpt_path) if trainer.ckpt_path else None,
             config=self.cockpit.describe({"train": _trainer_config(trainer), **(self.config or {})}))

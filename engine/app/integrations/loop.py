@@ -36,7 +36,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.app.integrations.core import Cockpit, process_group
+from engine.app.integrations.core import Cockpit
+from engine.app.integrations.ranks import torch_group
 from engine.core.taskspec import Metric
 
 #: The default save's file name, under the run directory's checkpoints/.
@@ -64,8 +65,7 @@ class Run:
     def __init__(self, run_dir, *, model, optimizer, save, save_every: int, total_steps: int,
                  start_step: int | None, resume: bool, config: dict | None, loss_fn, example_batch,
                  primary: Metric) -> None:
-        rank, broadcast = process_group()
-        self.cockpit = Cockpit(run_dir, "loop", rank=rank, broadcast=broadcast, primary=primary,
+        self.cockpit = Cockpit(run_dir, "loop", group=torch_group(), primary=primary,
                                label="your training loop")
         self.model, self.optimizer, self.user_save = model, optimizer, save
         self.save_every, self.total_steps = max(0, int(save_every)), int(total_steps)
@@ -138,6 +138,7 @@ class Run:
             budget, name = BudgetSummary(source="measured", note="measured only: no model given",
                                          capacity=info.total, device="cpu", device_name=info.name), "CPU"
         self.cockpit.started(total_steps=self.total_steps, start_step=self.start_step, params=params,
+                             preset=type(self.model).__name__ if self.model is not None else "",
                              device=device.type if device is not None else "cpu", device_name=name, budget=budget,
                              resumed_from=self._resumed_from,
                              config=self.cockpit.describe({"train": {"total_steps": self.total_steps}}))

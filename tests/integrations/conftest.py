@@ -1,0 +1,54 @@
+"""Helpers for the integration tests: the example scripts in subprocesses, controls through the run's socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.run import events as ev
+from engine.run.control.client import RunClient
+from engine.run.control.requests import Request
+from tests.conftest import ROOT, cli_env, read_events
+from tests.tui.attach.conftest import status_step, wait_until
+
+EXAMPLES = ROOT / "examples" / "integrations"
+
+__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "kinds", "started_scripts"]
+
+
+def send(run: Path, request: Request, timeout: float = 60.0) -> ev.Event:
+    """A control through the run's control socket, as `attach` sends it; the ack."""
+    return RunClient(run).send(request, timeout=timeout)
+
+
+def kinds(run: Path, kind: str) -> list[dict]:
+    """Every event of one type in the run's log ([] before the log exists)."""
+    if not (Path(run) / "events.jsonl").exists():
+        return []
+    return [e for e in read_events(run) if e.get("type") == kind]
+
+
+@pytest.fixture
+def started_scripts():
+    """``start(script, *args)`` runs an example script in its own session (as a user's job would run); every
+    one still running is killed at teardown. Its output goes to ``<script>.out`` in the test's directory."""
+    started: list[subprocess.Popen] = []
+
+    def start(script: str, *args: str, log: Path) -> subprocess.Popen:
+        handle = open(log, "wb")
+        proc = subprocess.Popen([sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=cli_env(),
+                                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: Lightning's DDP children go with it
+            proc.wait(10)
