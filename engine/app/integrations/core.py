@@ -97,7 +97,8 @@ class Cockpit:
         control socket. A directory another live run holds is CockpitError (one line); nothing is written then."""
         if not self.owner:
             return self
-        from engine.run.control.channel import ChannelError, ControlServer
+        from engine.run.control.channel import ControlServer
+        from engine.run.control.wire import ChannelError
         from engine.run.rundir import StatusWriter
         from engine.run.runlock import RunLock
         from engine.run.sinks import EventBus, JsonlSink, status_sink
