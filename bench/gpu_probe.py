@@ -90,7 +90,7 @@ def memory(task: str, preset: str, overrides: dict) -> dict:
     row["traced"] = trace.trace(config, device="cuda", use_cache=False).total
     row["allocated"] = truth.peak(config, "cuda", device="cuda")  # resets the peak, two real steps
     row["reserved"] = int(torch.cuda.max_memory_reserved())
-    row["nvml_used"] = nvml_memory(0)[0]
+    row["nvml_used"] = nvml_memory(0).used
     torch.cuda.empty_cache()
     _, events = _train(config)
     started = next(e for e in events if e.type == "run_started")

@@ -20,7 +20,9 @@
   Elsewhere it does nothing.
 - ``sample(step) -> MemorySampled | None``: on CUDA the allocator and NVML
   next to the prediction (and, after the first two steps, the calibration
-  ratio), at most every GPU_SAMPLE_S once calibrated (a read is ~0.2 ms of
+  ratio and the context measured then: engine.budget.measure.context_now,
+  which the calibrated device total and the gauge use), at most every
+  GPU_SAMPLE_S once calibrated (a read is ~0.2 ms of
   allocator stats and NVML: 4 % of a 5 ms step if done every step; the
   allocator's peak is kept between reads, so no peak is missed); on CPU the
   last measured peak and the process RSS next to the prediction and the
@@ -40,7 +42,7 @@ from dataclasses import replace
 
 from engine.budget import analytic
 from engine.budget import plan as planner
-from engine.budget.measure import Calibration, DeviceInfo, Meter, device_info
+from engine.budget.measure import Calibration, DeviceInfo, Meter, context_now, device_info
 from engine.budget.settings import ENGINE, declared, describe, with_settings
 from engine.core.config import RunConfig
 from engine.core.estimate import BudgetSummary
@@ -259,17 +261,31 @@ class BudgetHook:
         if self.calibration is None:
             self._first_peak = max(self._first_peak, reading.peak or 0)
             if step >= CALIBRATE_AT:
+                self._measure_context(reading.reserved or 0)
                 raw = self._predict_raw(config)
                 self.calibration = Calibration.from_sample(
                     raw, replace(reading, peak=self._first_peak), self.info.context)
                 predicted = self._predict(config)
+        notes = [f"{reading.retries} alloc retries, {reading.ooms} OOMs"] if reading.retries or reading.ooms else []
+        notes += [reading.nvml_note] if reading.nvml_note else []
         return ev.MemorySampled(
             step=step, device="cuda", allocated=reading.allocated, reserved=reading.reserved, peak=reading.peak,
             nvml_used=reading.nvml_used, capacity=self.info.total if self.info else reading.nvml_total,
             predicted=predicted, budget=budget.bytes if budget else None,
             ratio=self.calibration.ratio if self.calibration else None,
-            source="cuda allocator" + (f"; {reading.retries} alloc retries, {reading.ooms} OOMs"
-                                       if reading.retries or reading.ooms else ""))
+            source="; ".join(["cuda allocator", *notes]), nvml_reserved=reading.nvml_reserved,
+            context=self.info.context if self.calibration else None)
+
+    def _measure_context(self, reserved: int) -> None:
+        """The process's memory outside the allocator, now that the first steps made their handles and loaded
+        their kernels (engine.budget.measure.context_now); kept in the device info the budget and the
+        calibration read."""
+        import torch
+
+        index = self.meter.device.index or 0
+        measured = context_now(index, reserved, mem_get_info=torch.cuda.mem_get_info(index))
+        if measured is not None:
+            self.info = replace(self.info, context=measured[0], context_source=f"{measured[1]}, after the first steps")
 
 
 def _unique_bytes(tensors) -> int:

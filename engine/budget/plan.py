@@ -8,10 +8,14 @@ and a caller can confirm the chosen batch with one more trace.
 
 Budget: ``budget.vram_gb`` GiB (or, without it, the device's free memory
 plus what this process's allocator already holds), times ``budget.safety``.
-When the budget is a device's *total* (``vram_gb``)
-on CUDA, the CUDA context and workspaces are not in any prediction, so
-``context`` bytes (measured, or DEFAULT_CONTEXT) are reserved out of it; free
-memory is measured after the context exists, so it needs no reserve.
+The process's memory outside the allocator (CUDA context, library handles,
+kernels: 640-780 MiB on an H200) is in no prediction, so it is reserved: out
+of a device's *total* (``vram_gb``) all of it — the larger of what is
+measured now and the figure for the device (engine.budget.measure.
+context_bound: by capability and CUDA major, the largest measured row when
+unknown); out of *free* memory what the context will still grow by after
+the first steps (all of it when no context exists yet: ``plan`` reads NVML
+without one). The budget's description names the figure and its source.
 
 The alternatives come from the task's declared settings (engine.core.taskspec.Setting)
 that affect memory and list ``choices``: every combination of them, in the
@@ -37,7 +41,7 @@ from typing import Any, Callable
 
 from engine.budget import analytic
 from engine.budget.layout import SINGLE, Layout
-from engine.budget.measure import DEFAULT_CONTEXT, DeviceInfo
+from engine.budget.measure import DeviceInfo, context_bound
 from engine.budget.settings import declared, value_of
 from engine.core.config import RunConfig
 from engine.core.estimate import Estimate
@@ -56,11 +60,27 @@ class Budget:
     safety: float
     source: str
     reserve: int = 0
+    #: Where the context reserve's figure comes from (measured, or the table row used).
+    reserve_source: str = ""
 
     def describe(self) -> str:
-        """'72.00 GiB (80 GiB × 0.90, --vram-gb)' style text."""
-        reserve = f" − {human(self.reserve)} context" if self.reserve else ""
+        """'72.00 GiB (80 GiB × 0.90 − 800 MiB context [why], --vram-gb)' style text."""
+        why = f" [{self.reserve_source}]" if self.reserve_source else ""
+        reserve = f" − {human(self.reserve)} context{why}" if self.reserve else ""
         return f"{human(self.bytes)} ({human(self.total)} × {self.safety:.2f}{reserve}, {self.source})"
+
+
+def context_reserve(device: DeviceInfo | None, whole: bool) -> tuple[int, str]:
+    """(bytes, why) to reserve for the process's memory outside the allocator (module docstring): all of it
+    (``whole``: a budget that is the device's total), or what it will still grow by (free memory)."""
+    bound, why = context_bound(device.capability if device else None, device.cuda_major if device else None)
+    measured = device.context if device is not None else None
+    if measured is None:
+        return bound, f"assumed: {why}"
+    if whole:
+        return (measured, f"measured ({device.context_source})") if measured >= bound else \
+            (bound, f"{human(measured)} measured before the first step; {why}")
+    return max(0, bound - measured), f"growth after the first steps beyond the {human(measured)} measured: {why}"
 
 
 def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | None:
@@ -69,17 +89,16 @@ def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | Non
     if b.vram_gb is not None:
         total = int(b.vram_gb * GIB)
         cuda_target = device.type == "cuda" if device is not None else config.train.device != "cpu"
-        reserve = 0
-        if cuda_target:
-            reserve = device.context if device is not None and device.context is not None else DEFAULT_CONTEXT
+        reserve, why = context_reserve(device, whole=True) if cuda_target else (0, "")
         return Budget(bytes=max(0, int(total * b.safety) - reserve), total=total, safety=b.safety,
-                      source="--vram-gb / budget.vram_gb", reserve=reserve)
+                      source="--vram-gb / budget.vram_gb", reserve=reserve, reserve_source=why)
     if device is not None and device.type == "cuda" and device.free is not None:
         # What this process can use: free memory plus what its allocator already holds (the run's own
         # weights, once built, are in the prediction and must not be counted against it twice).
         usable = device.free + device.reserved
-        return Budget(bytes=int(usable * b.safety), total=usable, safety=b.safety,
-                      source=f"free memory of {device.name}")
+        reserve, why = context_reserve(device, whole=False)
+        return Budget(bytes=max(0, int(usable * b.safety) - reserve), total=usable, safety=b.safety,
+                      source=f"free memory of {device.name}", reserve=reserve, reserve_source=why)
     if device is not None and device.type == "cpu" and device.free is not None:
         # CPU: available RAM (plus the run's own weights when already built), so the guard and live changes
         # are checked on a laptop too.

@@ -144,6 +144,11 @@ class MemorySampled(Event):
     source: str = ""
     #: Resident set size of the engine process (CPU samples; shown beside the peak, it is not training memory).
     rss: int | None = None
+    #: The driver's reserved memory NVML (v2) lists apart from ``nvml_used``, as nvidia-smi does.
+    nvml_reserved: int | None = None
+    #: This process's memory outside the allocator (CUDA context, handles, kernels), measured after the
+    #: first steps: ``reserved + context`` is what nvidia-smi shows for the process.
+    context: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """System load sampler: CPU %, RAM and, where NVML answers, GPU utilisation, temperature and power.
 
 NVML (``pynvml`` from nvidia-ml-py) is optional: without a driver or the
-package every GPU field is None. Torch-free.
+package every GPU field is None. Its memory reading is the budget's
+(engine.budget.measure.read_nvml_memory: ``used`` as nvidia-smi shows it, the
+driver's reserve apart). Torch-free.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import threading
 
 import psutil
 
+from engine.budget.measure import read_nvml_memory
 from engine.run import events as ev
 
 
@@ -28,7 +31,7 @@ class _Nvml:
             self.handle = None
 
     def read(self) -> tuple[float | None, float | None, float | None, int | None]:
-        """(utilisation %, temperature °C, power W, memory used bytes) or Nones."""
+        """(utilisation %, temperature °C, power W, memory used bytes as nvidia-smi shows it) or Nones."""
         if self.handle is None:
             return None, None, None, None
         n = self.nvml
@@ -36,7 +39,7 @@ class _Nvml:
         for fn in (lambda: n.nvmlDeviceGetUtilizationRates(self.handle).gpu,
                    lambda: n.nvmlDeviceGetTemperature(self.handle, n.NVML_TEMPERATURE_GPU),
                    lambda: n.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
-                   lambda: n.nvmlDeviceGetMemoryInfo(self.handle).used):
+                   lambda: read_nvml_memory(n, self.handle).used):
             try:
                 out.append(fn())
             except Exception:

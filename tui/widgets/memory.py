@@ -126,8 +126,8 @@ class MemoryPanel(TextPanel):
         limits = _join([("budget", budget), ("capacity", capacity)])
         if limits:
             lines.append(limits)
-        detail = _join([("alloc", mem.allocated), ("reserved", mem.reserved), ("nvml", mem.nvml_used),
-                        *extra.items()])
+        detail = _join([("alloc", mem.allocated), ("reserved", mem.reserved), ("ctx", getattr(mem, "context", None)),
+                        ("nvml", mem.nvml_used), ("drv", getattr(mem, "nvml_reserved", None)), *extra.items()])
         if detail:
             lines.append(detail)
         if mem.breakdown:

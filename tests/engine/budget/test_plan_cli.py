@@ -46,3 +46,12 @@ def test_cli_plan_runs_without_torch() -> None:
     proc = run_cli("plan", "--preset", "base", "--vram-gb", "80", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["recommended"]["settings"]["attn_backend"] == "sdpa"
+
+
+def test_plan_for_a_gpu_without_one_reserves_the_context_and_says_so(capsys) -> None:
+    assert plan_cli.main(_args("--vram-gb", "8", "--device", "cuda", "--json")) == 0
+    budget = json.loads(capsys.readouterr().out)["budget"]
+    assert budget["reserve"] >= 750 << 20 and budget["reserve_source"].startswith("assumed")
+    assert plan_cli.main(_args("--vram-gb", "8", "--device", "cuda")) == 0
+    out = capsys.readouterr().out
+    assert "800.0 MiB context [assumed: device unknown" in out, out
