@@ -1,6 +1,6 @@
 """The object the Trainer consults about memory: a budget summary at start, live-change checks, samples.
 
-``BudgetHook(config, task, device)`` (engine.training.loop builds one per run):
+``BudgetHook(config, task, device, parallel)`` (engine.training.loop builds one per run):
 
 - ``on_start(trainer) -> dict``: the summary for RunStarted.budget —
   predicted peak (analytic, or traced for tasks without a closed form), its
@@ -63,10 +63,13 @@ GPU_SAMPLE_S = 0.25
 class BudgetHook:
     """See the module docstring."""
 
-    def __init__(self, config: RunConfig, task, device) -> None:
+    def __init__(self, config: RunConfig, task, device, parallel=None) -> None:
+        """``parallel``: the run's strategy across processes (engine.distributed.parallel), whose layout every
+        prediction is made for (one rank's share of the batch, DDP's buckets); None: one plain process."""
         self.config = config
         self.task = task
         self.device = device
+        self.parallel = parallel
         self.trainer = None
         self.info: DeviceInfo | None = None
         self.meter: Meter | None = None
@@ -78,6 +81,9 @@ class BudgetHook:
         self._last_read = float("-inf")
         self._cpu_peak: tuple[int, int] | None = None  # (step, bytes) of the last counted step
         self._measure_next = False
+        #: The last step whose peak was counted (CPU): it ran 2-4x slower, so a timing leaves it out.
+        self.counted_step = 0
+        self._window: int | None = None  # the highest peak seen since open_window (None: no window open)
 
     # -- settings -------------------------------------------------------------------
     def _live(self) -> RunConfig:
@@ -95,7 +101,7 @@ class BudgetHook:
         """One rank of the trainer's job (engine.budget.layout); one plain process outside torchrun."""
         from engine.budget.layout import SINGLE, Layout
 
-        parallel = getattr(self.trainer, "parallel", None)
+        parallel = self.parallel or getattr(self.trainer, "parallel", None)
         if parallel is None or getattr(parallel, "strategy", "single") == "single":
             return SINGLE
         return Layout(parallel.world, parallel.strategy)
@@ -169,6 +175,40 @@ class BudgetHook:
             device=self.info.type, device_name=self.info.name, largest_batch=largest, note=note,
         )
 
+    def peak_for(self, changes: dict) -> tuple[int | None, int | None]:
+        """(predicted peak, budget bytes) of the run with ``changes``, by the same numbers ``predict_change``
+        judges with (None where there is no prediction or no budget); ValueError for a value the config refuses."""
+        proposed = self._proposed(changes)
+        budget = self._budget(proposed)
+        if self.trainer is None or self.meter is None:
+            return None, budget.bytes if budget else None
+        return self._predict(proposed), budget.bytes if budget else None
+
+    def _proposed(self, changes: dict) -> RunConfig:
+        current = self._live()
+        known = set(ENGINE) | {s.name for s in declared(current)}
+        proposed = with_settings(current, **{k: v for k, v in changes.items() if k in known and k != "lr"})
+        if "batch_size" in changes and "grad_accum" not in changes:
+            proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
+        return proposed
+
+    def open_window(self) -> None:
+        """Start measuring a window's peak (autotune's candidate): on CPU the next step is counted, on CUDA the
+        allocator's peak counter restarts here; ``window_peak`` reads the highest peak since."""
+        self._window = 0
+        if self.meter is None:
+            return
+        if self.meter.cuda:
+            self.meter.read()  # resets the allocator's peak counter
+        else:
+            self._measure_next = True
+
+    def window_peak(self) -> int | None:
+        """The highest step peak measured since ``open_window`` (None when nothing was measured)."""
+        if self.meter is not None and self.meter.cuda and self._window is not None:
+            self._window = max(self._window, self.meter.read().peak or 0)
+        return self._window or None
+
     def predict_change(self, changes: dict) -> dict:
         """What a change would be judged by: {"predicted", "budget" (bytes or None), "fits", "why"}.
 
@@ -178,10 +218,7 @@ class BudgetHook:
         """
         current = self._live()
         try:
-            known = set(ENGINE) | {s.name for s in declared(current)}
-            proposed = with_settings(current, **{k: v for k, v in changes.items() if k in known and k != "lr"})
-            if "batch_size" in changes and "grad_accum" not in changes:
-                proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
+            proposed = self._proposed(changes)
         except Exception as exc:  # a bad value: the config's own one-line message
             return {"predicted": None, "budget": None, "fits": False, "why": str(exc)}
         budget = self._budget(proposed)
@@ -223,7 +260,9 @@ class BudgetHook:
         meter = StepPeak(held_tensors(self.trainer.model, getattr(self.trainer, "optimizer", None)))
         with meter:
             yield
-        self._cpu_peak = (step, meter.peak)
+        self._cpu_peak, self.counted_step = (step, meter.peak), step
+        if self._window is not None:
+            self._window = max(self._window, meter.peak)
         if self.calibration is None and step >= CALIBRATE_AT:
             self.calibration = Calibration(predicted=self._predict_raw(self._live()), measured=meter.peak)
 
@@ -258,6 +297,8 @@ class BudgetHook:
                                             "dispatcher; rss is the process's, not training memory"
                                             if measured else "cpu: predicted; no step counted yet"))
         reading = self.meter.read()
+        if self._window is not None:
+            self._window = max(self._window, reading.peak or 0)
         if self.calibration is None:
             self._first_peak = max(self._first_peak, reading.peak or 0)
             if step >= CALIBRATE_AT:

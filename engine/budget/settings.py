@@ -1,7 +1,7 @@
 """The knobs the budget varies, applied to a RunConfig: the engine's own and the task's declared settings.
 
-Torch-free. The engine owns ``batch_size``, ``grad_accum``, ``precision`` and
-``lr`` (in ``[train]``); every other name is one of the task's declared
+Torch-free. The engine owns ``batch_size``, ``grad_accum``, ``precision``,
+``lr``, ``threads`` and ``data_workers`` (in ``[train]``); every other name is one of the task's declared
 ``Setting``s (engine.core.taskspec), found at its ``path``. ``with_settings``
 returns a validated copy, so a bad value is the config's own one-line error
 naming the field.
@@ -19,7 +19,12 @@ ENGINE = {
     "grad_accum": "train.grad_accum",
     "precision": "train.precision",
     "lr": "train.lr",
+    "threads": "train.threads",
+    "data_workers": "train.data_workers",
 }
+#: Engine settings that move no device memory the budget predicts (the LR; torch threads and data worker
+#: processes cost host memory outside the training step's tensors).
+NO_MEMORY = ("lr", "threads", "data_workers")
 
 
 def declared(config: RunConfig) -> tuple:

@@ -91,6 +91,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--threads", type=_integer, help="torch intra-op threads")
     t.add_argument("--checkpoint-every", type=_integer, metavar="N")
     t.add_argument("--on-hangup", choices=["continue", "stop"], help="SIGHUP: keep training (default) or stop")
+    t.add_argument("--autotune", action="store_true",
+                   help="after the first steps, search the fastest settings that fit, on the run's own steps "
+                   "(autotune.on_start; the [autotune] section narrows it)")
     add_setting_flags(parser)
     b = parser.add_argument_group("memory budget")
     b.add_argument("--vram-gb", type=float, help="memory budget in GiB (caps the batch size to fit)")
@@ -178,6 +181,8 @@ def overrides_from(args: argparse.Namespace) -> dict:
             out.setdefault(SETTING_FLAGS, {})[dest.removeprefix("setting__")] = value
     if getattr(args, "no_vram_check", False):
         put("budget.check", False)
+    if getattr(args, "autotune", False):
+        put("autotune.on_start", True)
     return out
 
 

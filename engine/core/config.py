@@ -1,7 +1,7 @@
 """Run configuration: pydantic v2 models, TOML loading, presets and CLI overrides.
 
 The core's sections are the ones every task shares: ``name``, ``task`` (name and
-preset), ``train``, ``data`` (where the data is), ``checkpoint`` and ``budget``.
+preset), ``train``, ``data`` (where the data is), ``checkpoint``, ``budget`` and ``autotune``.
 Each task brings its own section, named after it (``[toy]``, or sub-tables like ``[<task>.model]``),
 declared by its torch-free spec (engine.tasks.<name>.spec). ``RunConfig`` is the
 shared part; ``config_class(task)`` is RunConfig with that task's section added
@@ -30,7 +30,14 @@ from typing import Any
 from pydantic import Field, ValidationError, create_model
 
 from engine.core import migrate, registry
-from engine.core.core_sections import BudgetConfig, CheckpointConfig, DataConfig, TaskConfig, TrainConfig
+from engine.core.core_sections import (
+    AutotuneConfig,
+    BudgetConfig,
+    CheckpointConfig,
+    DataConfig,
+    TaskConfig,
+    TrainConfig,
+)
 from engine.core.sections import Section
 
 _Section = Section
@@ -51,6 +58,7 @@ class RunConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    autotune: AutotuneConfig = Field(default_factory=AutotuneConfig)
 
     @property
     def task_config(self) -> Any:
@@ -58,7 +66,7 @@ class RunConfig(_Section):
         return getattr(self, self.task.name)
 
 
-SECTIONS = ("task", "train", "data", "checkpoint", "budget")
+SECTIONS = ("task", "train", "data", "checkpoint", "budget", "autotune")
 
 
 def _spec(name: str, place: str):

@@ -1,4 +1,4 @@
-"""The config sections every run has, whatever its task: task, data, train, checkpoint, budget.
+"""The config sections every run has, whatever its task: task, data, train, checkpoint, budget, autotune.
 
 Each field carries its bounds and a one-line description (the README's config
 reference is generated from them). A task's own section is declared by its
@@ -108,3 +108,18 @@ class BudgetConfig(_Section):
     vram_gb: Optional[float] = Field(None, gt=0, le=100_000, description="Budget in GiB (default: device free memory).")
     safety: float = Field(0.9, gt=0, le=1, description="Fraction of the budget a plan may use.")
     check: bool = Field(True, description="Refuse to start a run predicted not to fit (--no-vram-check disables).")
+
+
+class AutotuneConfig(_Section):
+    """The live search for the fastest settings that fit (engine.training.autotune)."""
+
+    on_start: bool = Field(False, description="Autotune once the run is past its first steps (train --autotune); "
+                           "the dashboard key and the `autotune` control start it at any time.")
+    settings: list[str] = Field([], description="Settings to vary (empty: every one that keeps "
+                                "the run's math: the micro-batch where accumulation is exact, the task's declared "
+                                "kernel and memory settings, torch threads, data workers).")
+    warmup_steps: int = Field(2, ge=0, le=1000, description="Steps after each change that are not timed (new "
+                              "shapes, allocator, workers starting; longer while the step time still settles).")
+    window_steps: int = Field(6, ge=2, le=10_000, description="Steps timed per candidate (their spread is the "
+                              "noise a candidate must beat).")
+    max_candidates: int = Field(24, ge=1, le=1000, description="Most candidates measured in one search.")

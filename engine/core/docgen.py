@@ -43,7 +43,7 @@ def render(readme: str) -> str:
 
 def main() -> int:
     """Rewrite README.md in place."""
-    path = Path(__file__).resolve().parents[1] / "README.md"
+    path = Path(__file__).resolve().parents[2] / "README.md"
     path.write_text(render(path.read_text()))
     print(f"updated {path}")
     return 0

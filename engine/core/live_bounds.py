@@ -1,4 +1,4 @@
-"""The engine's own live settings (batch size, grad_accum, peak LR) as declared Settings, bounded as the config is.
+"""The engine's own live settings (batch, grad_accum, peak LR, threads, data workers) as Settings, bounded as the config.
 
 A live change must never reach a value the config file would refuse, so the
 bounds are read from ``TrainConfig``'s own field constraints: ``set lr=1e308``
@@ -35,6 +35,10 @@ ENGINE_LIVE: tuple[Setting, ...] = (
     _bounded("batch_size", "int", "batch size", "samples per optimizer step (the effective batch)"),
     _bounded("grad_accum", "int", "grad accum", "micro-batches per optimizer step (at most the batch size)"),
     _bounded("lr", "float", "learning rate", "peak learning rate (the schedule scales it)", affects_memory=False),
+    _bounded("threads", "int", "torch threads", "intra-op threads (0: planned from the usable cores)",
+             affects_memory=False),
+    _bounded("data_workers", "int", "data workers", "batch-building worker processes (0: one thread; -1: planned)",
+             affects_memory=False),
 )
 
 

@@ -77,6 +77,9 @@ class Setting:
     requires: tuple = ()
     #: True when ``minimum`` itself is not allowed (a learning rate must be above 0, not at it).
     minimum_exclusive: bool = False
+    #: True when a change leaves the loss trajectory as it was (a kernel, a memory-for-compute trade); False when
+    #: it changes what is trained on (a sequence length): autotune varies it only when asked to by name.
+    keeps_math: bool = True
 
     def check(self, value: Any) -> str | None:
         """None when ``value`` is allowed, else the one-line reason (which names the allowed range)."""
@@ -135,6 +138,10 @@ class Capabilities:
     #: Why no setting may change while the run trains, in one line the tune modal shows instead of asking for
     #: predictions (a run whose loop another framework owns: engine.app.integrations); empty when they may.
     settings_locked: str = ""
+    #: True when a step's loss over grad_accum micro-batches equals the whole batch's up to float order (means of
+    #: per-sample or per-token losses); False when the loss couples the samples of a batch (a contrastive loss sees
+    #: only its micro-batch's negatives): autotune then keeps the micro-batch unless asked to vary it by name.
+    exact_accumulation: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form, as carried by RunStarted.capabilities."""
@@ -164,7 +171,8 @@ class Capabilities:
                    memory=data.get("memory", "traced"),
                    exports=tuple(data.get("exports", ())),
                    eval_reduction=data.get("eval_reduction", "per_batch"),
-                   settings_locked=str(data.get("settings_locked") or ""))
+                   settings_locked=str(data.get("settings_locked") or ""),
+                   exact_accumulation=bool(data.get("exact_accumulation", True)))
 
     def setting(self, name: str) -> Setting | None:
         """The live setting called ``name``, if the task declares it."""

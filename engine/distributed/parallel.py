@@ -97,6 +97,14 @@ class Single:
         """The host batch for ``key`` (the time it took counts as data wait under DDP)."""
         return prefetch.take(key)
 
+    def broadcast(self, obj):
+        """Rank 0's ``obj`` on every rank (a decision made from rank 0's numbers is then every rank's)."""
+        return obj
+
+    def gather(self, obj, name: str = "gather") -> list | None:
+        """Every rank's ``obj`` on rank 0, in rank order (None elsewhere)."""
+        return [obj]
+
     def observe(self, step: int, started: float, step_s: float):
         """Called once a step on every rank; an ``events.RanksSampled`` on rank 0 when telemetry is due."""
         return None

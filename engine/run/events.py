@@ -1,6 +1,7 @@
 """Typed training events: frozen dataclasses of plain Python values, and their JSON form.
 
-Every event the engine emits is one of the dataclasses below. On disk
+Every event the engine emits is one of the dataclasses below or of a group beside this module
+(engine.run.autotune_events), on the base engine.run.event_base.Event. On disk
 (``events.jsonl``) an event is one JSON object a line with a ``type`` field
 and the event's fields; the first line of a file is a ``Schema`` record so a
 newer viewer can read an older run. Unknown fields in a record are ignored and
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from engine.core import migrate
 from engine.core.estimate import BudgetSummary
+from engine.run.autotune_events import AutotuneCandidate, AutotuneChose, AutotuneStarted
+from engine.run.event_base import Event
 
 #: Version of the event schema written in the first record of events.jsonl. 2: EvalDone carries ``metrics`` and
 #: ``primary`` only (schema 1's per-task fields are migrated on read, engine.core.migrate), RunStarted carries
@@ -27,20 +29,6 @@ SCHEMA_VERSION = 2
 
 #: Run states, as carried by StateChanged and the status record.
 STATES = ("starting", "running", "paused", "checkpointing", "aborting", "finished", "aborted", "failed")
-
-
-@dataclass(frozen=True)
-class Event:
-    """Base of every event; ``t`` is the wall-clock time it was made (seconds since the epoch)."""
-
-    type: ClassVar[str] = "event"
-    t: float = field(default_factory=time.time, kw_only=True)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready form: ``type`` first, then the fields."""
-        out: dict[str, Any] = {"type": self.type}
-        out.update(dataclasses.asdict(self))
-        return out
 
 
 @dataclass(frozen=True)
@@ -328,7 +316,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved, ExportWritten,
         CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine,
-        RanksSampled, RunFinished,
+        RanksSampled, AutotuneStarted, AutotuneCandidate, AutotuneChose, RunFinished,
     )
 }
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, TextIO
 
 from engine.core.fmt import format_mfu
 from engine.core.taskspec import Capabilities
+from engine.run import autotune_events
 from engine.run import events as ev
 
 #: Event types written through to disk immediately (everything else within a second).
@@ -324,6 +325,9 @@ class ConsoleSink:
             self._out("warn ", event.text, "33")
         elif kind == "phase":  # start-up, told as each phase begins (engine.app.startup)
             self._out("phase", event.phase + (f" ({event.detail})" if event.detail else ""), "2")
+        elif kind.startswith("autotune"):
+            self._unit = getattr(event, "unit", getattr(self, "_unit", "samples/s"))
+            self._out("tune ", autotune_events.line(event, self._unit), "34")
         elif kind == "log" and event.stream == "engine":  # the engine's own notes (the thread plan)
             self._out("note ", event.text)
         elif kind == "run_finished":

@@ -144,6 +144,19 @@ class PlannedPrefetcher:
             self._plan = None
             self._apply(self._make_plan(), say=False, restart=True)
 
+    def override(self, threads: int | None = None, data_workers: int | None = None) -> None:
+        """A live change of torch threads or data workers (``set``, autotune; -1 workers: planned again): applied at
+        once; worker processes started now come up while the loop builds inline (``ready`` says when)."""
+        self._threads = self._threads if threads is None else threads
+        self._workers = self._workers if data_workers is None else data_workers
+        self._apply(self._make_plan(), say=True, restart=True)
+
+    @property
+    def ready(self) -> bool:
+        """False while the plan is still measuring its first batches or its worker processes are still starting
+        (batches built inline meanwhile): a step then is not yet one of the plan's."""
+        return not self._measuring() and (self._plan.data != "workers" or self._inner.ready)
+
     def close(self) -> None:
         """Stop the thread or the workers."""
         self._inner.close()

@@ -50,8 +50,11 @@ class Steerable(Protocol):
     #: The model and its exporter (engine.training.exporter.Exporter): a checkpoint now also writes the task's export.
     model: Any
     exporter: Any
-    #: The batch source (engine.training.batch_source.PlannedPrefetcher): ``task_changed`` after a task setting changes.
+    #: The batch source (engine.training.batch_source.PlannedPrefetcher): ``task_changed`` after a task setting
+    #: changes, ``override`` after threads or data workers do.
     prefetch: Any
+    #: The live search for the fastest settings (engine.training.autotune.Autotuner): ``request``.
+    autotune: Any
 
     def checkpoint(self, kind: str, request_id: str | None = None) -> str | None:
         """Write ``last`` now; its path, None if the write failed."""
@@ -135,6 +138,8 @@ class ControlHandler:
                             reason=f"freed {before - after} bytes of cached memory")
         if action == "set":
             return self._set(request)
+        if action == "autotune":  # engine.training.autotune: acknowledged by its own events
+            return self.run.autotune.request(request)
         self.refuse(request, f"unknown action {action!r}")
 
     def _set(self, request: Request) -> None:
@@ -151,10 +156,17 @@ class ControlHandler:
                                            step=self.run.step, request_id=request.id))
         if judged["why"] and (not request.force or judged["predicted"] is None):
             return self.refuse(request, judged["why"], judged["predicted"], judged["budget"])
-        old, note = settings.change(name, value)
-        if name not in ENGINE_SETTINGS:  # data workers hold a copy of the task: they restart from the new one
-            self.run.prefetch.task_changed()
+        old, note = self.change(name, value)
         if request.force:
             note = "; ".join(x for x in ("forced past the budget check" + (f" ({judged['why']})" if judged["why"]
                                                                             else ""), note) if x)
         self.ack(request, name, old, value, note)
+
+    def change(self, name: str, value: Any) -> tuple[Any, str]:
+        """Apply a checked and judged change to the run: (old value, a note); the batch source follows it."""
+        old, note = self.run.settings.change(name, value)
+        if name in ("threads", "data_workers"):
+            self.run.prefetch.override(**{name: value})
+        elif name not in ENGINE_SETTINGS:  # data workers hold a copy of the task: they restart from the new one
+            self.run.prefetch.task_changed()
+        return old, note

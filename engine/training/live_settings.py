@@ -1,4 +1,4 @@
-"""The run's live knobs: batch size, grad_accum, the peak LR, and the task's declared settings.
+"""The run's live knobs: batch size, grad_accum, the peak LR, threads, data workers, the task's declared settings.
 
 A viewer's ``set`` and the OOM policy change these between steps. The batch
 size counts samples per optimizer step and the sample order counts samples, so
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.budget.settings import ENGINE, declared, describe, with_settings
+from engine.budget.settings import ENGINE, NO_MEMORY, declared, value_of, with_settings
 from engine.core.config import RunConfig
 from engine.core.live_bounds import engine_setting
 from engine.run.control.requests import ENGINE_SETTINGS
@@ -39,8 +39,8 @@ class LiveSettings:
 
     def affects_memory(self, name: str) -> bool:
         """True when the budget judges a change of ``name``."""
-        return name != "lr" and (name in ENGINE or any(s.name == name and s.affects_memory
-                                                       for s in declared(self.config)))
+        return name not in NO_MEMORY and (name in ENGINE or any(s.name == name and s.affects_memory
+                                                              for s in declared(self.config)))
 
     def error(self, name: str, value: Any) -> str | None:
         """Why ``value`` is not allowed for ``name``, before the budget's check; None when it is.
@@ -63,7 +63,7 @@ class LiveSettings:
         if name == "lr":
             old, self.optim.peak_lr = self.optim.peak_lr, value
             return old, ""
-        old = self.batch_size if name == "batch_size" else describe(self.config).get(name)
+        old = self.batch_size if name == "batch_size" else self.value(name)
         if name not in ENGINE_SETTINGS:
             self.task.apply_setting(self.model, name, value)
         if name == "batch_size":
@@ -73,6 +73,14 @@ class LiveSettings:
         self._sync({name: value} if name != "lr" else {})
         return old, "data position kept: no sample replayed or skipped" if name == "batch_size" else ""
 
+    def value(self, name: str) -> Any:
+        """The current value of setting ``name`` (the engine's or the task's)."""
+        if name == "lr":
+            return self.optim.peak_lr
+        if name in ("batch_size", "grad_accum"):
+            return getattr(self, name)
+        return value_of(self.config, name)
+
     def smaller_micro_batches(self, grad_accum: int) -> str:
         """Out of memory: more, smaller micro-batches, the effective batch kept; returns the line that says so."""
         micro = self.micro_batch
@@ -80,6 +88,12 @@ class LiveSettings:
         self._sync({})
         return (f"out of memory: micro-batch {micro} -> {self.micro_batch}, effective batch {self.batch_size} "
                 "kept")
+
+    def searched(self) -> None:
+        """An autotune search ended: the config (what checkpoints and config.toml record) no longer asks for one at
+        the start, so a resumed run continues with the result instead of searching again."""
+        self.config = self.config.model_copy(update={"autotune": self.config.autotune.model_copy(
+            update={"on_start": False})})
 
     def _sync(self, changed: dict) -> None:
         self.config = with_settings(self.config, **{**changed, "batch_size": self.batch_size,

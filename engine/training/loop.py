@@ -10,6 +10,7 @@
 - ``ControlHandler`` (engine.training.control_handler): viewers' requests at step boundaries, pause, stops.
 - ``LiveSettings`` (engine.training.live_settings) and ``BudgetHook`` (engine.budget.hook): the live knobs and the
   memory prediction every change to them is judged by. ``Throughput``: tokens/s, MFU; ``Exporter``: exports.
+- ``Autotuner`` (engine.training.autotune): the live search for the fastest settings that fit, at step boundaries.
 
 The Trainer keeps the step count and assembles a checkpoint from its components' states; ``load``
 validates all of it against the live model first, so a checkpoint loads whole or is skipped.
@@ -39,6 +40,7 @@ from engine.run import events as ev
 from engine.run.control.requests import Controls
 from engine.run.sinks import EventBus
 from engine.training import batch_source, faults
+from engine.training.autotune import Autotuner
 from engine.training.control_handler import ControlHandler, GracefulStop, Stop
 from engine.training.evaluator import Evaluator
 from engine.training.exporter import Exporter
@@ -95,8 +97,9 @@ class Trainer:
         self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
         self.oom = OomPolicy(t.oom_recovery, self.agree)
         self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree)  # also the overfit gate preflight
-        self.budget = BudgetHook(self.config, self.task, self.device)
+        self.budget = BudgetHook(self.config, self.task, self.device, self.parallel)
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
+        self.autotune = Autotuner(self)
         if self.resume:
             self.resume = self.checkpoints.restore(self.resume, self.load)
 
@@ -120,6 +123,7 @@ class Trainer:
             self.control.set_state("running", "training")
             while self.step < self.total_steps:
                 self.control.boundary()
+                self.autotune.boundary()
                 self.train_step()
                 self.log_step()
                 if eval_due(self.step, self.config.train.eval_every, self.total_steps):
@@ -213,6 +217,7 @@ class Trainer:
         step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending
         self._pending = None
         self.on_step(step)
+        self.autotune.observe(step, elapsed, n)
         if self._ranks is not None:
             self.bus.emit(self._ranks)
             self._ranks = None
@@ -297,6 +302,7 @@ class Trainer:
     def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool) -> Outcome:
         self.prefetch.close()
         self.log_step()
+        self.autotune.close()
         path = None
         if (checkpoint or status == "finished") and self.checkpoints.saved_last_at != self.step:
             path = self.checkpoint(kind="final")

@@ -23,7 +23,7 @@ from typing import Any
 REQUEST_VERSION = 1
 
 #: Every action a viewer may ask for.
-ACTIONS = ("pause", "resume", "checkpoint_now", "abort", "set", "free_memory")
+ACTIONS = ("pause", "resume", "checkpoint_now", "abort", "set", "free_memory", "autotune")
 
 #: The engine's own live settings, with the type of their value. A task's declared settings
 #: (``Capabilities.settings``) are settable too: the engine checks those against the task's declaration.
@@ -31,16 +31,21 @@ SETTABLE: dict[str, type] = {
     "batch_size": int,
     "lr": float,
     "grad_accum": int,
+    "threads": int,
+    "data_workers": int,
 }
 
 #: The settings the engine itself owns (every other one is a task's, applied by the task).
-ENGINE_SETTINGS = ("batch_size", "grad_accum", "lr")
+ENGINE_SETTINGS = ("batch_size", "grad_accum", "lr", "threads", "data_workers")
 
 #: A task setting's name: lower-case words (the declared name, e.g. a model option), at most 64 characters.
 _SETTING_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 #: Abort modes: graceful checkpoints first, now stops without one.
 ABORT_MODES = ("graceful", "now")
+
+#: Autotune modes: start a search, or cancel the one running (its settings go back to those before it).
+AUTOTUNE_MODES = ("start", "cancel")
 
 _ids = itertools.count(1)
 
@@ -108,10 +113,11 @@ class Request:
             value = coerce_setting(name, value)
         elif name is not None or value is not None:
             raise RequestError(f"action {action!r} takes no name or value")
-        if action == "abort":
-            mode = mode or "graceful"
-            if mode not in ABORT_MODES:
-                raise RequestError(f"abort mode {mode!r}; allowed: {', '.join(ABORT_MODES)}")
+        modes = {"abort": ABORT_MODES, "autotune": AUTOTUNE_MODES}.get(action)
+        if modes is not None:
+            mode = mode or modes[0]
+            if mode not in modes:
+                raise RequestError(f"{action} mode {mode!r}; allowed: {', '.join(modes)}")
         elif mode is not None:
             raise RequestError(f"action {action!r} takes no mode")
         return cls(action=action, name=name, value=value, mode=mode, force=force, dry_run=dry_run, id=rid)
@@ -161,6 +167,11 @@ def checkpoint_now() -> Request:
 def abort(mode: str = "graceful") -> Request:
     """Ask the engine to stop: graceful checkpoints first, now does not."""
     return Request("abort", mode=mode)
+
+
+def autotune(mode: str = "start") -> Request:
+    """Ask the engine to search for the fastest settings that fit (``start``), or to stop and restore (``cancel``)."""
+    return Request("autotune", mode=mode)
 
 
 def set_value(name: str, value: Any, force: bool = False, dry_run: bool = False) -> Request:

@@ -19,8 +19,9 @@ from abc import ABC, abstractmethod
 from engine.run.control.requests import Request
 from engine.run.events import Event
 
-#: Event types that acknowledge a request (they carry its request_id).
-ACK_TYPES = ("setting", "refused", "prediction")
+#: Event types that acknowledge a request (they carry its request_id): an autotune's start is acknowledged by
+#: its AutotuneStarted, a cancel by the AutotuneChose that restores the settings.
+ACK_TYPES = ("setting", "refused", "prediction", "autotune_started", "autotune_chose")
 
 
 class SessionError(Exception):

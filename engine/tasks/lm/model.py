@@ -92,6 +92,20 @@ def base_model(cfg: LMConfig, seq_len: int) -> nn.Module:
     return model
 
 
+def set_activation_checkpointing(base: nn.Module, on: bool) -> None:
+    """Turn activation checkpointing of the base model's decoder layers on or off in place (a live setting).
+
+    The same transformers API the build uses, so parameter names (and a PEFT adapter's keys) do not move. Off
+    also removes the hook that makes the embedding output require grad (transformers adds it with checkpointing
+    for adapter training): the loss and its gradients are the same either way, the hook only costs a little.
+    """
+    if on:
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        base.activation_checkpointing_disable()
+        base.disable_input_require_grads()
+
+
 def linear_names(model: nn.Module) -> list[str]:
     """Last name components of the model's Linear layers (what LoRA targets are matched against)."""
     return sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, nn.Linear)})

@@ -134,7 +134,10 @@ CAPABILITIES = Capabilities(
     ),
     settings=(
         Setting("seq_len", "lm.seq_len", "int", minimum=8, maximum=1048576, label="seq length",
-                help="tokens per sample; memory grows with it (logits B×T×V, attention)"),
+                help="tokens per sample; memory grows with it (logits B×T×V, attention)", keeps_math=False),
+        Setting("activation_checkpointing", "lm.model.activation_checkpointing", kind="choice", choices=(False, True),
+                label="act. checkpointing", help="recompute each decoder layer in backward (less memory, ~4/3 the "
+                "compute; transformers' own API)"),
     ),
     memory="analytic",
     exports=("peft_adapter", "pretrained"),

@@ -200,9 +200,17 @@ class LMTask(Task):
 
         The rest of the current epoch keeps the sample order drawn for the old window count, folded onto the
         new windows (make_batch), so that epoch may repeat or skip some tokens; later epochs are exact again.
+        activation_checkpointing: the decoder layers recompute in backward, or keep their activations.
         """
+        if name == "activation_checkpointing":
+            if not isinstance(value, bool):
+                raise TaskError(f"activation_checkpointing={value!r}: must be true or false")
+            core = _unwrap(model)
+            lmmodel.set_activation_checkpointing(core.get_base_model() if hasattr(core, "peft_config") else core,
+                                                 value)
+            return
         if name != "seq_len":
-            raise TaskError(f"task 'lm' has no live setting {name!r}; it has: seq_len")
+            raise TaskError(f"task 'lm' has no live setting {name!r}; it has: seq_len, activation_checkpointing")
         stream = self.stream.with_seq_len(int(value))
         if stream.train_windows() < 1 or stream.val_windows() < 1:
             raise TaskError(f"lm.seq_len={value}: the corpus has too few tokens for one window of that length")

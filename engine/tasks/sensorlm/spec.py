@@ -166,6 +166,9 @@ CAPABILITIES = Capabilities(
     ),
     memory="analytic",
     eval_reduction="per_batch",
+    # The contrastive loss compares each sample with its micro-batch's captions only: more micro-batches, fewer
+    # negatives (engine.tasks.sensorlm.job gathers across ranks, not across micro-batches).
+    exact_accumulation=False,
 )
 
 SPEC = TaskSpec(

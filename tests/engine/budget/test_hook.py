@@ -53,3 +53,19 @@ def test_cpu_budget_is_available_ram_and_samples_carry_rss() -> None:
     assert hook.sample(2) is None  # nothing new on CPU (this stand-in trainer has no model: no step counted)
     trainer.batch_size = 8
     assert hook.sample(3).predicted > first.predicted
+
+
+def test_live_predictions_are_made_for_the_runs_layout_across_ranks() -> None:
+    """The Trainer hands the hook its live settings, not itself: the strategy must come through the constructor,
+    or a DDP run's live checks (a set, autotune's filter) predict one plain process's peak (no gradient buckets,
+    the whole batch) until a measurement calibrates them."""
+    from engine.distributed.parallel import Single
+
+    class TwoRanks(Single):
+        strategy = "ddp"
+
+    config = small(train={"batch_size": 8, "device": "cpu"}, budget={"vram_gb": 0.05})
+    one, two = (BudgetHook(config, task=None, device=torch.device("cpu"), parallel=p) for p in (None, TwoRanks(0, 2)))
+    trainer = SimpleNamespace(config=config, batch_size=8, grad_accum=1)
+    assert one.on_start(trainer).predicted != two.on_start(trainer).predicted
+    assert one.peak_for({"batch_size": 16})[0] != two.peak_for({"batch_size": 16})[0]

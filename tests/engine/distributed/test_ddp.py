@@ -116,12 +116,22 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
     status = json.loads((run / "status.json").read_text())
     assert (status["state"], status["failed_rank"], status["failed_exit_code"]) == ("failed", 1, -9)
 
+    # The resumed job also autotunes its micro-batching at its start: every candidate must land on both ranks
+    # at the same step (a window ends at a step count every rank knows, decided from rank 0's numbers), and the
+    # job ends with both ranks on the chosen settings at one step.
     stopped_at = finished["steps"]
-    more = run_cli("--resume", str(run), "--max-steps", str(stopped_at + 3), "--nproc-per-node", "2",
-                   module="engine", timeout=180)
+    more = run_cli("--resume", str(run), "--max-steps", str(stopped_at + 40), "--nproc-per-node", "2", "--autotune",
+                   "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=0",
+                   "--set", "autotune.window_steps=2", module="engine", timeout=180)
     assert more.returncode == 0, (more.stdout[-2000:], more.stderr[-2000:])
-    last = [e for e in read_events(run) if e.get("type") == "run_finished"][-1]
-    assert (last["status"], last["steps"]) == ("finished", stopped_at + 3)
+    events = read_events(run)
+    last = [e for e in events if e.get("type") == "run_finished"][-1]
+    assert (last["status"], last["steps"]) == ("finished", stopped_at + 40)
+    chose = [e for e in events if e.get("type") == "autotune_chose"][-1]
+    assert chose["status"] in ("chosen", "kept") and len(chose["table"]) >= 2
+    assert [r["rank"] for r in chose["ranks"]] == [0, 1]
+    assert {r["step"] for r in chose["ranks"]} == {chose["step"]}
+    assert all(r["settings"] == chose["settings"] for r in chose["ranks"]), chose["ranks"]
 
 
 def test_rank_telemetry_names_a_slowed_rank_and_a_pause_lands_on_every_rank_at_one_step(tmp_path):

@@ -1,0 +1,351 @@
+"""Live autotune: the fastest settings that fit, measured on the run's own training steps.
+
+What it is for. `plan` picks the *largest* batch that fits, which is often not
+the fastest (a data-bound CPU run gains nothing from a bigger batch; on a GPU a
+chunked backend or checkpointing changes speed by large factors). Lightning's
+BatchSizeFinder and accelerate find what survives by running into
+out-of-memory errors; DeepSpeed's autotuner starts a process per candidate.
+This searches inside the run, refuses before trying, and keeps the run's math.
+
+How (one component, driven by the loop at step boundaries):
+
+- **Space**: the run's live settings (engine.training.autotune_space): the
+  micro-batch with grad_accum keeping the effective batch, the task's declared
+  kernel and memory settings, torch threads, data workers.
+- **Filter**: every candidate goes through the one predictor first
+  (``BudgetHook.peak_for``, the numbers a ``set`` and the tune modal's dry run
+  are judged by); one predicted not to fit is never applied, so no
+  out-of-memory error is triggered on purpose. They are counted.
+- **Measure**: each candidate trains real steps: they count, and the effective
+  batch, the sample order and the LR schedule go on untouched (grad_accum
+  splits the same samples; the schedule follows the step count). The first
+  ``autotune.warmup_steps`` after a change are not timed, nor any step while
+  the batch plan measures or its worker processes start, nor a step whose
+  peak the budget counted (2-4x slower); then ``autotune.window_steps`` are.
+  A window whose first half is still clearly slower than its second did not
+  settle: its first half is dropped and it runs on. The noise is the rate's
+  relative 95 % half-width over the window, reported with every candidate.
+- **Search**: coordinate descent ordered by the prediction
+  (engine.training.autotune_search), stopping where the rest cannot win by
+  more than the noise.
+- **Result**: the fastest by samples/s (tokens/s for a task that counts
+  tokens) is applied, or the start kept when nothing beat it beyond the noise;
+  ``AutotuneChose`` carries the table. The live config records it (checkpoints
+  carry it; a resume continues with it and does not search again) and, on the
+  rank that owns the run directory, config.toml is rewritten with it.
+
+Across ranks every decision is made at a step count all ranks know (a window
+ends at a fixed step), from rank 0's measurements broadcast to all, so each
+candidate lands on every rank at the same boundary; the final ``AutotuneChose``
+lists each rank's step and settings (gathered). A start or cancel comes as a
+control request, which engine.distributed.controls already agrees on.
+
+Cancel (the ``autotune`` request with mode ``cancel``, the dashboard key again)
+restores the settings in force before the search.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.core.registry import get_spec
+from engine.run import events as ev
+from engine.training.autotune_search import CoordinateSearch, Dimension, Measure, differs, key
+from engine.training.autotune_space import RUNTIME, count_refused, dimensions
+
+#: Steps a run has taken before ``train --autotune`` starts: the first allocates the optimizer state (what a
+#: window does not time, the batch plan's first measured batches and starting workers included, it learns from
+#: the batch source itself).
+START_AFTER = 2
+#: Times a window may run on because it did not settle or had too few timed steps.
+MAX_EXTENSIONS = 2
+#: Seconds a candidate may warm up without a single timed step (worker processes starting, each importing torch)
+#: before it is recorded as unmeasured.
+MAX_WARM_S = 30.0
+
+
+@dataclass
+class Window:
+    """One candidate being measured: from the step it was applied until ``until``."""
+
+    settings: dict
+    predicted: int | None
+    began: int
+    until: int
+    times: list[tuple[float, float]] = field(default_factory=list)  # (seconds, samples) of each timed step
+    warm: int = 0
+    extensions: int = 0
+    opened: float = field(default_factory=time.monotonic)
+
+
+class Autotuner:
+    """See the module docstring. The loop calls ``boundary()`` before each step and ``observe`` after it."""
+
+    def __init__(self, run) -> None:
+        """``run`` is the Trainer (its settings, budget, control handler, batch source, parallel strategy, bus)."""
+        self.run = run
+        self.search: CoordinateSearch | None = None
+        self.window: Window | None = None
+        self.dims: list[Dimension] = []
+        self.table: list[dict] = []
+        self._started_at = 0.0
+        self._auto_due = run.config.autotune.on_start
+        self._fits: dict[tuple, tuple[bool, int | None]] = {}
+
+    # -- the loop's and the control handler's interface -------------------------------------------
+    @property
+    def active(self) -> bool:
+        """True while a search runs."""
+        return self.search is not None
+
+    def request(self, request) -> None:
+        """A viewer's ``autotune`` request (at a step boundary, agreed across ranks): start or cancel."""
+        control = self.run.control
+        if request.mode == "cancel":
+            if not self.active:
+                return control.refuse(request, "no autotune is running")
+            return self._conclude("cancelled", request_id=request.id)
+        if self.active:
+            return control.refuse(request, "autotune is already running (cancel it first)")
+        why = self.start("requested", request.id)
+        if why:
+            control.refuse(request, why)
+
+    def boundary(self) -> None:
+        """Before each step: start the search ``train --autotune`` asked for, or end a window that is due."""
+        if self._auto_due and not self.active and self.run.step >= START_AFTER:
+            self._auto_due = False
+            why = self.start("train --autotune")
+            if why:
+                self.run.bus.emit(ev.Warning(text=f"autotune: {why}", step=self.run.step))
+        window = self.window
+        if window is None:
+            return
+        current = self._current()
+        if any(current[name] != value for name, value in window.settings.items()):
+            return self._stop("the settings changed under it (a rollback, an out-of-memory back-off or a set)")
+        if self.run.step < window.until:
+            return
+        shared = self.run.parallel.broadcast(self._summary(window))  # rank 0's numbers decide on every rank
+        if shared["more"]:
+            window.until += self.run.config.autotune.window_steps
+            window.extensions += 1
+            return
+        self._record(window, shared)
+        self._next()
+
+    def observe(self, step: int, seconds: float, samples: int) -> None:
+        """After each step: its wall time and samples (the job's), timed unless it is part of the warm-up."""
+        window = self.window
+        if window is None or step <= window.began:
+            return
+        cold = (step - window.began <= self.run.config.autotune.warmup_steps or not self.run.prefetch.ready
+                or self.run.budget.counted_step == step)
+        if cold and not window.times:
+            window.warm += 1
+        elif not cold:
+            window.times.append((seconds, samples))
+
+    def close(self) -> None:
+        """The run ends: a search still running stops with the settings in force."""
+        if self.active:
+            self._stop("the run ended during it")
+
+    def _stop(self, reason: str) -> None:
+        """End the search where it is, the settings in force kept (no collective: a run may be ending)."""
+        current = self._current()
+        self.run.bus.emit(self._chose("stopped", {d.name: current[d.name] for d in self.dims}, None, [],
+                                      reason=reason))
+        self.search = self.window = None
+
+    # -- the search ------------------------------------------------------------------------------
+    def start(self, reason: str, request_id: str | None = None) -> str:
+        """Begin a search (the first candidate is the settings in force); the reason it cannot, or ""."""
+        cfg, run = self.run.config.autotune, self.run
+        per_candidate = cfg.warmup_steps + cfg.window_steps
+        if run.total_steps - run.step < 2 * per_candidate:
+            return (f"too few steps left ({run.total_steps - run.step}) to measure two candidates of "
+                    f"{per_candidate} steps")
+        current = self._current()
+        caps = get_spec(run.config.task.name).capabilities
+        dims, note = dimensions(caps, cfg.settings, run.order.per_rank(run.settings.batch_size),
+                                run.settings.grad_accum, run.prefetch.cores.usable, current)
+        self.dims, note = run.parallel.broadcast((dims, note))  # rank 0's cores: one space on every rank
+        if not self.dims:
+            return "nothing to search: " + (note or "the task declares no settings with values to try")
+        start = {d.name: current[d.name] for d in self.dims}
+        self._fits = {}
+        count_refused(self.dims, start, self._predicted_to_fit)  # every rank judges the whole grid once
+        self._agree_on_fits()
+        fit, refused = count_refused(self.dims, start, self._predicted_to_fit)
+        limit = min(cfg.max_candidates, (run.total_steps - run.step) // per_candidate)
+        self.search = CoordinateSearch(self.dims, start, self._predicted_to_fit, limit)
+        self.table, self._started_at = [], time.monotonic()
+        _, budget = run.budget.peak_for({})
+        run.bus.emit(ev.AutotuneStarted(step=run.step, reason=reason, start=start,
+                                        space={d.name: list(d.values) for d in self.dims}, candidates=fit,
+                                        refused=refused, budget=budget, unit=self._unit(), note=note,
+                                        request_id=request_id))
+        self._next()
+        return ""
+
+    def _agree_on_fits(self) -> None:
+        """A candidate fits only where it fits every rank's budget (each judged its own): the ranks' verdicts are
+        gathered to rank 0, combined, and sent back, so every rank's search skips the same candidates."""
+        parallel = self.run.parallel
+        verdicts = parallel.gather(self._fits, "autotune fits")
+        combined = None
+        if verdicts is not None:
+            combined = {k: (all(v[k][0] for v in verdicts), self._fits[k][1]) for k in self._fits}
+        self._fits = parallel.broadcast(combined)
+
+    def _next(self) -> None:
+        candidate = self.search.next()
+        if candidate is None:
+            best, _ = self.search.result()
+            self._conclude("kept" if key(best) == key(self.search.start) else "chosen")
+            return
+        try:
+            self._apply(candidate, f"autotune: candidate {len(self.table) + 1}")
+        except ValueError as exc:  # a task refusing a value it declared (TaskError): not this candidate
+            self.run.bus.emit(ev.Warning(text=f"autotune: {key(candidate)} not applied ({exc})", step=self.run.step))
+            self.search.record(candidate, Measure(0.0, 0.0))
+            return self._next()
+        cfg = self.run.config.autotune
+        self.run.budget.open_window()
+        self.window = Window(candidate, self._predicted_to_fit_peak(candidate), self.run.step,
+                             self.run.step + cfg.warmup_steps + cfg.window_steps)
+
+    def _record(self, window: Window, shared: dict) -> None:
+        measure = Measure(shared["rate"], shared["noise"])
+        best = self.search.record(window.settings, measure)
+        row = dict(step=self.run.step, settings=window.settings, predicted=window.predicted,
+                   measured=shared["measured"], rate=shared["rate"], steps_per_s=shared["steps_per_s"],
+                   noise=shared["noise"], steps=shared["steps"], warmup=shared["warmup"], best=best)
+        self.table.append(row)
+        self.window = None
+        self.run.bus.emit(ev.AutotuneCandidate(**row))
+
+    def _conclude(self, status: str, request_id: str | None = None) -> None:
+        """Apply the result (the fastest, the start kept, or the start restored), say so, record it."""
+        best, _ = self.search.result()
+        target = self.search.start if status == "cancelled" else best
+        self.search = self.window = None
+        self._apply(target, "autotune: cancelled, settings before it restored" if status == "cancelled"
+                    else "autotune: the fastest measured")
+        self.run.settings.searched()
+        ranks = self.run.parallel.gather({"rank": self.run.parallel.rank, "step": self.run.step,
+                                          "settings": {k: self._current()[k] for k in target}}, "autotune ranks")
+        rate = next((row["rate"] for row in self.table if key(row["settings"]) == key(target)), None)
+        start = self.table[0]["rate"] if self.table else None
+        self.run.bus.emit(self._chose(status, target, rate, ranks or [], start_rate=start, request_id=request_id))
+        self._write_config()
+
+    # -- measuring --------------------------------------------------------------------------------
+    def _summary(self, window: Window) -> dict:
+        """This rank's verdict on a window: its rate and noise, or ``more`` when it must run on."""
+        cfg = self.run.config.autotune
+        times = window.times
+        settled = True
+        if len(times) >= 4:
+            half = len(times) // 2
+            first, second = (statistics.fmean(s for s, _ in times[:half]),
+                             statistics.fmean(s for s, _ in times[half:]))
+            settled = first <= second * (1 + max(0.15, 2 * _noise([s for s, _ in times[half:]])))
+        enough = len(times) >= max(2, cfg.window_steps // 2)
+        cold = not times and time.monotonic() - window.opened < MAX_WARM_S
+        if cold or ((not settled or not enough) and window.extensions < MAX_EXTENSIONS):
+            if not settled:
+                window.warm += len(times) // 2
+                del times[:len(times) // 2]
+            return {"more": True}
+        seconds = sum(s for s, _ in times) or 1e-9
+        samples = sum(n for _, n in times)
+        per_sample = self._per_sample()
+        return {"more": False, "rate": samples * per_sample / seconds, "steps_per_s": len(times) / seconds,
+                "noise": _noise([s for s, _ in times]), "steps": len(times), "warmup": window.warm,
+                "measured": self.run.budget.window_peak()}
+
+    def _per_sample(self) -> float:
+        tokens = self.run.task.tokens_per_sample()
+        return float(tokens) if tokens else 1.0
+
+    def _unit(self) -> str:
+        return "tokens/s" if self.run.task.tokens_per_sample() else "samples/s"
+
+    def _predicted_to_fit(self, settings: dict) -> bool:
+        return self._judge(settings)[0]
+
+    def _predicted_to_fit_peak(self, settings: dict) -> int | None:
+        return self._judge(settings)[1]
+
+    def _judge(self, settings: dict) -> tuple[bool, int | None]:
+        """(fits, predicted peak) of ``settings``, by the budget's own prediction; cached by the memory settings."""
+        memory = {k: v for k, v in settings.items() if k not in RUNTIME}
+        cache_key = key(memory)
+        if cache_key not in self._fits:
+            try:
+                predicted, budget = self.run.budget.peak_for(memory)
+            except ValueError:
+                predicted, budget = None, 0  # a value the config refuses never fits
+            fits = budget is None or (predicted is not None and predicted <= budget)
+            self._fits[cache_key] = (fits, predicted)
+        return self._fits[cache_key]
+
+    # -- applying ---------------------------------------------------------------------------------
+    def _current(self) -> dict[str, Any]:
+        """Every searchable setting's value in force."""
+        settings = self.run.settings
+        out = {"grad_accum": settings.grad_accum, "threads": settings.value("threads"),
+               "data_workers": settings.value("data_workers")}
+        for setting in get_spec(self.run.config.task.name).capabilities.settings:
+            out[setting.name] = settings.value(setting.name)
+        return out
+
+    def _apply(self, target: dict, reason: str) -> None:
+        """Change what differs from ``target`` in the dimensions' order (a backend before its chunk size)."""
+        changes = differs(self._current(), target)
+        order = [d.name for d in self.dims]
+        for name in sorted(changes, key=lambda n: order.index(n) if n in order else len(order)):
+            error = self.run.settings.error(name, changes[name])
+            if error:
+                raise ValueError(error)
+            old, _ = self.run.control.change(name, changes[name])
+            self.run.bus.emit(ev.SettingChanged(name=name, old=old, new=changes[name], reason=reason,
+                                                step=self.run.step))
+
+    def _chose(self, status: str, settings: dict, rate: float | None, ranks: list, start_rate=None,
+               request_id: str | None = None, reason: str = "") -> ev.AutotuneChose:
+        chosen = key(settings)
+        table = [{**row, "chosen": key(row["settings"]) == chosen} for row in self.table]
+        return ev.AutotuneChose(step=self.run.step, status=status, settings=dict(settings),
+                                rate=rate, start_rate=start_rate, table=table,
+                                seconds=time.monotonic() - self._started_at, ranks=ranks, reason=reason,
+                                request_id=request_id)
+
+    def _write_config(self) -> None:
+        """config.toml records the tuned settings (the owner rank; a run without a directory has none)."""
+        if self.run.run_dir is None or not self.run.parallel.owner:
+            return
+        from pathlib import Path
+
+        from engine.core.config import dump_toml
+        from engine.run.rundir import RunDir, atomic_write_text
+
+        try:
+            atomic_write_text(RunDir(Path(self.run.run_dir)).config, dump_toml(self.run.settings.config))
+        except OSError as exc:
+            self.run.bus.emit(ev.Warning(text=f"autotune: config.toml not rewritten ({exc.strerror})",
+                                         step=self.run.step))
+
+
+def _noise(seconds: list[float]) -> float:
+    """The relative 95 % half-width of the mean of ``seconds`` (two standard errors over the mean)."""
+    if len(seconds) < 2:
+        return 1.0
+    mean = statistics.fmean(seconds)
+    return 2 * statistics.stdev(seconds) / (mean * math.sqrt(len(seconds))) if mean > 0 else 1.0

@@ -1,0 +1,159 @@
+"""Autotune's search: which settings to measure next, from what was measured so far. Pure Python, no torch.
+
+Coordinate descent over the space's dimensions (engine.training.autotune_space),
+starting from the settings in force, which are measured first (the baseline a
+candidate must beat). Each dimension is swept in its order (the micro-batch
+largest first, i.e. by the predicted peak, highest that fits first; a task's
+choices in their declared fastest-first order), one value at a time with the
+others at the best so far. A candidate the budget predicts not to fit is
+skipped before it is ever applied (``fits``), and so is one whose ``requires``
+the best so far does not meet (a chunk size under a backend that does not
+chunk).
+
+What "better" means: a candidate replaces the best when its rate beats it by
+more than the noise of both measurements (``Measure.noise``, the rate's
+relative spread), so a change that only looks faster on a noisy box is not
+taken. Where it stops: an ordered dimension (``Dimension.ordered``: the
+micro-batch, the thread count) is swept outward from the best value, one
+direction at a time; once two values in a row are slower than the best by more
+than the noise, the rest of that direction is taken to be unable to win by
+more than the noise and is not measured (the rate of a size or a count rises
+to one peak and falls past it). After a pass that changed nothing, nothing
+remains to try; at most ``passes`` passes, never more than ``limit``
+candidates measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One setting the search varies: its values in search order, and what they matter under."""
+
+    name: str
+    values: tuple
+    #: (other setting, value) pairs this one matters under (a chunk size only when the backend chunks).
+    requires: tuple = ()
+    #: True when the values lie along one direction (sizes, counts): the sweep may stop early.
+    ordered: bool = False
+
+    def applies(self, settings: dict) -> bool:
+        """True when ``settings`` meet this dimension's requirements."""
+        return all(settings.get(name) == value for name, value in self.requires)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a window of steps measured: the rate (samples or tokens a second) and its relative noise."""
+
+    rate: float
+    noise: float
+
+    def beats(self, other: "Measure") -> bool:
+        """Faster than ``other`` by more than either measurement's noise."""
+        return self.rate > other.rate * (1.0 + max(self.noise, other.noise))
+
+    def loses_to(self, other: "Measure") -> bool:
+        """Slower than ``other`` by more than either measurement's noise."""
+        return self.rate * (1.0 + max(self.noise, other.noise)) < other.rate
+
+
+def key(settings: dict) -> tuple:
+    """A hashable form of a settings dict (the same settings in any order give the same key)."""
+    return tuple(sorted((name, repr(value)) for name, value in settings.items()))
+
+
+class CoordinateSearch:
+    """See the module docstring. ``next()`` gives the settings to measure (None when done), ``record`` its result."""
+
+    def __init__(self, dims: list[Dimension], start: dict, fits: Callable[[dict], bool], limit: int,
+                 passes: int = 2) -> None:
+        self.dims, self.fits, self.limit, self.passes = dims, fits, limit, passes
+        self.start = dict(start)
+        self.best: dict = dict(start)
+        self.best_measure: Measure | None = None
+        self.measured: dict[tuple, Measure] = {}
+        #: Candidates the budget ruled out as the search came to them (never applied).
+        self.refused = 0
+        #: Values a sweep left unmeasured because they could not win by more than the noise.
+        self.pruned = 0
+        self._pass, self._dim, self._changed = 0, -1, False
+        self._runs: list[list] = []  # the current dimension's values still to try, in runs (module docstring)
+        self._losses = 0
+
+    def next(self) -> dict | None:
+        """The settings to measure next, or None when the search is over."""
+        if self.best_measure is None and key(self.start) not in self.measured:
+            return dict(self.start)
+        if len(self.measured) >= self.limit:
+            return None
+        while self._pass < self.passes:
+            candidate = self._advance()
+            if candidate is not None:
+                return candidate
+            if not self._changed:
+                return None
+            self._pass, self._dim, self._changed, self._runs = self._pass + 1, -1, False, []
+        return None
+
+    def _advance(self) -> dict | None:
+        """The next candidate of this pass worth measuring (None when the pass is over)."""
+        while True:
+            while self._runs and not self._runs[0]:
+                self._runs.pop(0)
+                self._losses = 0
+            if not self._runs:
+                self._dim += 1
+                if self._dim >= len(self.dims):
+                    return None
+                self._runs = self._sweep(self.dims[self._dim])
+                continue
+            dim = self.dims[self._dim]
+            candidate = {**self.best, dim.name: self._runs[0].pop(0)}
+            if key(candidate) in self.measured:
+                continue
+            if not self.fits(candidate):
+                self.refused += 1
+                continue
+            return candidate
+
+    def _sweep(self, dim: Dimension) -> list[list]:
+        """The values to try in ``dim`` from the best so far, as runs: all of a choice in its order; for an ordered
+        dimension, outward from the current value, first toward the front of ``values`` (the higher predicted
+        peak), then toward the back, each run nearest first, so a run can stop where it stops winning."""
+        if not dim.applies(self.best):
+            return []
+        current = self.best.get(dim.name)
+        if not dim.ordered or current not in dim.values:
+            return [[v for v in dim.values if v != current]]
+        i = dim.values.index(current)
+        return [list(reversed(dim.values[:i])), list(dim.values[i + 1:])]
+
+    def record(self, settings: dict, measure: Measure) -> bool:
+        """Record a measurement; True when it is the new best."""
+        self.measured[key(settings)] = measure
+        if self.best_measure is None:
+            self.best, self.best_measure = dict(settings), measure
+            return True
+        if measure.beats(self.best_measure):
+            self.best, self.best_measure, self._changed, self._losses = dict(settings), measure, True, 0
+            return True
+        dim = self.dims[self._dim] if 0 <= self._dim < len(self.dims) else None
+        if dim is not None and dim.ordered and self._runs:
+            self._losses = self._losses + 1 if measure.loses_to(self.best_measure) else 0
+            if self._losses >= 2:  # two in a row clearly slower: further along this run cannot win
+                self.pruned += len(self._runs[0])
+                self._runs[0] = []
+        return False
+
+    def result(self) -> tuple[dict, Measure | None]:
+        """The best settings and their measurement."""
+        return dict(self.best), self.best_measure
+
+
+def differs(a: dict, b: dict) -> dict[str, Any]:
+    """The settings of ``b`` whose values differ from ``a``'s (in ``b``'s order)."""
+    return {name: value for name, value in b.items() if a.get(name) != value}

@@ -1,0 +1,191 @@
+"""Live autotune: the search refuses what the budget predicts not to fit, stops where nothing can win, and a
+tuned run trains the same losses as an untuned one with the same effective batch.
+
+The in-process runs share one module fixture: a toy run tuned at its start under a budget that rules out part
+of its space, and the same run untuned; each assertion reads their event logs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from engine.training.autotune_search import CoordinateSearch, Dimension, Measure
+from engine.training.autotune_space import count_refused, dimensions, micro_batches
+from tests.conftest import read_events
+
+
+def _search(dims, start, rate, fits=lambda s: True, noise=0.02, limit=50):
+    """Run a search against a rate function; (the search, the settings it measured in order)."""
+    search = CoordinateSearch(dims, start, fits, limit)
+    tried = []
+    while (candidate := search.next()) is not None:
+        tried.append(candidate)
+        search.record(candidate, Measure(rate(candidate), noise))
+    return search, tried
+
+
+def test_candidates_predicted_not_to_fit_are_counted_and_never_measured() -> None:
+    dims = [Dimension("grad_accum", (1, 2, 4, 8), ordered=True), Dimension("backend", ("fast", "slow"))]
+    too_big = {1, 2}  # the two largest micro-batches do not fit
+
+    def fits(s):
+        return s["grad_accum"] not in too_big
+
+    search, tried = _search(dims, {"grad_accum": 4, "backend": "slow"}, lambda s: 10.0 / s["grad_accum"], fits)
+    assert tried and all(fits(s) for s in tried)
+    assert search.refused == 2  # grad_accum 2 and 1, the direction toward a larger micro-batch
+    assert search.result()[0] == {"grad_accum": 4, "backend": "slow"}
+    fit, refused = count_refused(dims, {"grad_accum": 4, "backend": "slow"}, fits)
+    assert (fit, refused) == (4, 4)
+
+
+def test_an_ordered_sweep_stops_where_the_rest_cannot_win_and_finds_the_peak() -> None:
+    values = tuple(range(1, 17))
+    dims = [Dimension("threads", values, ordered=True)]
+
+    def rate(s):  # one peak at 6 threads
+        return 100.0 - 3.0 * abs(s["threads"] - 6)
+
+    search, tried = _search(dims, {"threads": 3}, rate)
+    assert search.result()[0] == {"threads": 6}
+    assert search.pruned > 0 and len(tried) < len(values)
+    assert {"threads": 16} not in tried  # far past the peak: never measured
+
+
+def test_a_gain_inside_the_noise_does_not_move_the_setting() -> None:
+    dims = [Dimension("backend", ("a", "b"))]
+    search, _ = _search(dims, {"backend": "a"}, lambda s: 100.0 if s["backend"] == "a" else 103.0, noise=0.05)
+    assert search.result()[0] == {"backend": "a"}
+    assert Measure(110.0, 0.05).beats(Measure(100.0, 0.02)) and not Measure(104.0, 0.05).beats(Measure(100.0, 0.0))
+
+
+def test_the_space_keeps_the_math_unless_asked() -> None:
+    from engine.core.registry import get_spec
+
+    assert micro_batches(16, 4) == (1, 2, 4, 8, 16)
+    assert micro_batches(6, 3) == (1, 2, 3, 6)  # 6, 3, 2, 1 samples per micro-batch
+    sensor = get_spec("sensorlm").capabilities
+    current = {"grad_accum": 1, "attn_backend": "sdpa", "attn_chunk": 256, "activation_checkpointing": False,
+               "threads": 0, "data_workers": -1}
+    dims, note = dimensions(sensor, [], 16, 1, 2, current)
+    names = [d.name for d in dims]
+    assert "grad_accum" not in names and "attn_backend" in names and "threads" in names  # contrastive loss
+    assert "grad_accum" in note
+    chunk = next(d for d in dims if d.name == "attn_chunk")
+    assert chunk.requires == (("attn_backend", "chunked"),) and chunk.ordered
+    dims, _ = dimensions(sensor, ["grad_accum", "attn_backend"], 16, 1, 2, current)
+    assert [d.name for d in dims] == ["grad_accum", "attn_backend"]
+    lm = get_spec("lm").capabilities
+    dims, note = dimensions(lm, [], 8, 1, 2, {**current, "seq_len": 128})
+    assert "seq_len" in note and "seq_len" not in [d.name for d in dims]
+    assert [d.name for d in dims][:2] == ["grad_accum", "activation_checkpointing"]
+
+
+# -- real runs, in this process -----------------------------------------------------------------------------
+TOY = ["--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum", "4", "--max-steps", "40",
+       "--eval-every", "0", "--lr", "3e-3", "--set", "toy.dropout=0", "--set", "train.log_every=1",
+       "--checkpoint-every", "10", "--set", "checkpoint.keep_last=8"]
+TUNE = ["--set", "autotune.on_start=true", "--set", "autotune.settings=['grad_accum']",
+        "--set", "autotune.warmup_steps=1", "--set", "autotune.window_steps=2"]
+
+
+def _train(run: Path, *flags: str) -> int:
+    from engine.app.main import run_prepared
+    from engine.app.prepare import prepare
+    from engine.core.cli_args import OneLineParser, add_train_arguments
+
+    parser = OneLineParser(prog="t")
+    add_train_arguments(parser)
+    prepared = prepare(parser.parse_args([*flags, "--run-dir", str(run)]))
+    return run_prepared(prepared, console=False, install_signals=False, serve_controls=False)
+
+
+def _budget_between(ga_fits: int, ga_refused: int) -> float:
+    """A --vram-gb whose budget lies between the toy's predicted peaks at two micro-batchings."""
+    from engine.budget import plan as planner
+    from engine.core import config as cfg
+
+    config = cfg.load(overrides={"task": {"name": "toy"}, "train": {"batch_size": 16}, "toy": {"dropout": 0}})
+    predict = planner.predictor_for(config, "cpu")
+    low, high = predict(grad_accum=ga_fits).total, predict(grad_accum=ga_refused).total
+    assert low < high, (low, high)
+    return (low + high) / 2 / 0.9 / (1 << 30)  # budget.safety 0.9
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("autotune")
+    vram = _budget_between(4, 2)
+    assert _train(root / "plain", *TOY, "--vram-gb", f"{vram:.12f}") == 0
+    assert _train(root / "tuned", *TOY, *TUNE, "--vram-gb", f"{vram:.12f}") == 0
+    assert _train(root / "tuned", "--resume", str(root / "tuned"), "--max-steps", "48") == 0
+    return root
+
+
+def _losses(events) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in events if e.get("type") == "step" and not e["skipped"]}
+
+
+def test_losses_over_the_autotune_window_match_an_untuned_run(runs) -> None:
+    tuned, plain = read_events(runs / "tuned"), read_events(runs / "plain")
+    started = next(e for e in tuned if e["type"] == "autotune_started")
+    chose = next(e for e in tuned if e["type"] == "autotune_chose")
+    moved = {e["new"] for e in tuned if e["type"] == "setting" and e["name"] == "grad_accum"}
+    assert len(moved) >= 2, "the search changed the micro-batching more than once"
+    a, b = _losses(tuned), _losses(plain)
+    for step in range(started["step"] + 1, chose["step"] + 1):  # every step the search trained on
+        assert math.isclose(a[step], b[step], rel_tol=1e-5), (step, a[step], b[step])
+    assert all(math.isclose(a[s], b[s], rel_tol=1e-5) for s in range(1, 41))
+
+
+def test_the_budget_rules_out_candidates_before_they_are_tried(runs) -> None:
+    events = read_events(runs / "tuned")
+    started = next(e for e in events if e["type"] == "autotune_started")
+    assert started["space"] == {"grad_accum": [1, 2, 4, 8, 16]}
+    assert started["refused"] >= 1 and started["candidates"] + started["refused"] == 5
+    candidates = [e for e in events if e["type"] == "autotune_candidate"]
+    assert len(candidates) >= 2
+    assert all(c["predicted"] <= started["budget"] for c in candidates)
+    assert 2 not in {c["settings"]["grad_accum"] for c in candidates}  # predicted over the budget: never applied
+    assert not any(e["type"] == "warning" and "out of memory" in e["text"] for e in events)
+    assert all(c["measured"] and c["steps"] >= 1 and c["rate"] > 0 and c["noise"] >= 0 for c in candidates)
+
+
+def test_the_choice_is_applied_recorded_and_kept_by_a_resume(runs) -> None:
+    events = read_events(runs / "tuned")
+    chose = next(e for e in events if e["type"] == "autotune_chose")
+    assert chose["status"] in ("chosen", "kept") and chose["rate"] > 0
+    chosen = chose["settings"]["grad_accum"]
+    assert sum(row["chosen"] for row in chose["table"]) == 1
+    assert [r["settings"] for r in chose["ranks"]] == [{"grad_accum": chosen}]
+    import tomllib
+
+    recorded = tomllib.loads((runs / "tuned" / "config.toml").read_text())
+    assert recorded["train"]["grad_accum"] == chosen and recorded["autotune"]["on_start"] is False
+    resumed = [e for e in events if e["type"] == "run_started"][-1]
+    assert resumed["resumed_from"] and resumed["config"]["train"]["grad_accum"] == chosen
+    assert sum(e["type"] == "autotune_started" for e in events) == 1  # the resume did not search again
+    assert [e["steps"] for e in events if e["type"] == "run_finished"] == [40, 48]
+
+
+def test_a_checkpoint_mid_search_holds_the_settings_in_force_and_still_asks_for_the_search(runs) -> None:
+    from engine.checkpoint import format as ckpt
+
+    events = read_events(runs / "tuned")
+    started = next(e for e in events if e["type"] == "autotune_started")
+    chose = next(e for e in events if e["type"] == "autotune_chose")
+    inside = [s for s in (10, 20, 30) if started["step"] < s < chose["step"]]
+    assert inside, (started["step"], chose["step"])
+    step = inside[0]
+    in_force = 4
+    for e in events:
+        if e["type"] == "setting" and e["name"] == "grad_accum" and e["step"] <= step:
+            in_force = e["new"]
+    meta = ckpt.read(runs / "tuned" / "checkpoints" / f"step-{step:08d}.safetensors").meta
+    assert meta["step"] == step and meta["grad_accum"] == in_force
+    assert meta["config"]["autotune"]["on_start"] is True  # a crash here resumes there and searches again
+    assert json.dumps(meta["config"]["train"]["grad_accum"]) == json.dumps(in_force)
