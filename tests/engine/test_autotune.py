@@ -86,9 +86,10 @@ def test_the_space_keeps_the_math_unless_asked() -> None:
 
 
 # -- real runs, in this process -----------------------------------------------------------------------------
-TOY = ["--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum", "4", "--max-steps", "40",
-       "--eval-every", "0", "--lr", "3e-3", "--set", "toy.dropout=0", "--set", "train.log_every=1",
-       "--checkpoint-every", "10", "--set", "checkpoint.keep_last=8"]
+BASE = ["--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum", "4", "--eval-every", "0",
+        "--lr", "3e-3", "--set", "toy.dropout=0"]
+TOY = [*BASE, "--max-steps", "40", "--set", "train.log_every=1", "--checkpoint-every", "10",
+       "--set", "checkpoint.keep_last=8"]
 TUNE = ["--set", "autotune.on_start=true", "--set", "autotune.settings=['grad_accum']",
         "--set", "autotune.warmup_steps=1", "--set", "autotune.window_steps=2"]
 
@@ -189,3 +190,73 @@ def test_a_checkpoint_mid_search_holds_the_settings_in_force_and_still_asks_for_
     assert meta["step"] == step and meta["grad_accum"] == in_force
     assert meta["config"]["autotune"]["on_start"] is True  # a crash here resumes there and searches again
     assert json.dumps(meta["config"]["train"]["grad_accum"]) == json.dumps(in_force)
+
+
+def test_a_viewer_starts_a_search_and_its_cancel_restores_the_settings_before_it(tmp_path) -> None:
+    import time
+
+    from engine.app.inprocess import InProcessSession
+    from engine.app.prepare import prepare
+    from engine.core.cli_args import OneLineParser, add_train_arguments
+    from engine.run.control import requests as control
+    from engine.run.control.requests import Request, RequestError
+
+    with pytest.raises(RequestError, match="autotune mode 'later'"):
+        Request.from_dict({"v": 1, "id": "a", "action": "autotune", "mode": "later"})
+    parser = OneLineParser(prog="t")
+    add_train_arguments(parser)
+    prepared = prepare(parser.parse_args([*BASE, "--max-steps", "100000", "--run-dir", str(tmp_path / "r"),
+                                          "--set", "autotune.settings=['grad_accum']",
+                                          "--set", "autotune.warmup_steps=1", "--set", "autotune.window_steps=2"]))
+    session = InProcessSession(prepared)
+    try:
+        seen: list = []
+        deadline = time.monotonic() + 60
+        while not any(e.type == "step" for e in seen):
+            assert time.monotonic() < deadline
+            seen += session.poll(0.1)
+        assert session.send(control.autotune("cancel")).type == "refused"  # nothing to cancel yet
+        started = session.send(control.autotune())
+        assert started.type == "autotune_started" and started.start == {"grad_accum": 4}
+        assert session.send(control.autotune()).type == "refused"  # one search at a time
+        while not any(e.type == "setting" and e.name == "grad_accum" and e.new != 4 for e in seen):
+            assert time.monotonic() < deadline
+            seen += session.poll(0.1)
+        cancelled = session.send(control.autotune("cancel"))
+        assert cancelled.type == "autotune_chose" and cancelled.status == "cancelled"
+        assert cancelled.settings == {"grad_accum": 4}
+        seen += session.poll(0.2)
+        last = [e for e in seen if e.type == "setting" and e.name == "grad_accum"][-1]
+        assert last.new == 4 and "restored" in last.reason
+        assert session.send(control.set_value("threads", 1)).type == "setting"  # the engine's live knobs too
+    finally:
+        session.send(control.abort("now"))
+        session.wait(30)
+
+
+def test_lm_activation_checkpointing_switches_live_and_keeps_the_loss() -> None:
+    import torch
+
+    from engine.core import config as cfg
+    from engine.core.registry import make_task
+
+    config = cfg.load(overrides={"task": {"name": "lm", "preset": "tiny"}, "lm": {"corpus_bytes": 20000}})
+    task = make_task(config, None)
+    task.setup(None)
+    model = task.build_model()
+    batch = task.make_batch([0, 1], 0, True)
+    layers = model.get_base_model().model.layers
+
+    def step():
+        model.zero_grad()
+        loss, _ = task.loss(model, batch, 0)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    plain = step()
+    task.apply_setting(model, "activation_checkpointing", True)
+    assert all(layer.gradient_checkpointing for layer in layers)
+    recomputed = step()
+    task.apply_setting(model, "activation_checkpointing", False)
+    assert not any(layer.gradient_checkpointing for layer in layers)
+    assert recomputed[0] == plain[0] and all(torch.equal(a, b) for a, b in zip(plain[1], recomputed[1]))
