@@ -1,4 +1,4 @@
-"""The engine's own live settings (batch, grad_accum, peak LR, threads, data workers) as Settings, bounded as the config.
+"""The engine's own live settings (batch, grad_accum, peak LR, threads, data workers) as bounded Settings.
 
 A live change must never reach a value the config file would refuse, so the
 bounds are read from ``TrainConfig``'s own field constraints: ``set lr=1e308``
@@ -35,6 +35,10 @@ ENGINE_LIVE: tuple[Setting, ...] = (
     _bounded("batch_size", "int", "batch size", "samples per optimizer step (the effective batch)"),
     _bounded("grad_accum", "int", "grad accum", "micro-batches per optimizer step (at most the batch size)"),
     _bounded("lr", "float", "learning rate", "peak learning rate (the schedule scales it)", affects_memory=False),
+)
+#: The engine's settings of how it runs, not what it trains: settable live (a ``set``, autotune) within the same
+#: bounds, not listed by the tune modal (the thread plan chooses them; autotune measures them).
+ENGINE_RUNTIME: tuple[Setting, ...] = (
     _bounded("threads", "int", "torch threads", "intra-op threads (0: planned from the usable cores)",
              affects_memory=False),
     _bounded("data_workers", "int", "data workers", "batch-building worker processes (0: one thread; -1: planned)",
@@ -44,4 +48,4 @@ ENGINE_LIVE: tuple[Setting, ...] = (
 
 def engine_setting(name: str) -> Setting | None:
     """The engine's own live setting called ``name``, if it is one."""
-    return next((s for s in ENGINE_LIVE if s.name == name), None)
+    return next((s for s in ENGINE_LIVE + ENGINE_RUNTIME if s.name == name), None)

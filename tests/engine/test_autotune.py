@@ -229,6 +229,7 @@ def test_a_viewer_starts_a_search_and_its_cancel_restores_the_settings_before_it
         last = [e for e in seen if e.type == "setting" and e.name == "grad_accum"][-1]
         assert last.new == 4 and "restored" in last.reason
         assert session.send(control.set_value("threads", 1)).type == "setting"  # the engine's live knobs too
+        assert "1024" in session.send(control.set_value("threads", 5000)).why  # within the config's bounds
     finally:
         session.send(control.abort("now"))
         session.wait(30)
