@@ -75,3 +75,20 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs CUDA (no GPU on this machine)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def inductor_cache(tmp_path_factory):
+    """One TORCHINDUCTOR_CACHE_DIR for the whole session (subprocesses inherit it through cli_env): inductor's
+    first compile of a graph costs ~25 s of C++ compiling on the 2-core box, a cache hit a fraction of that.
+    A fresh directory per session keeps dynamo's saved dynamic-shape decisions (they live there too) from
+    leaking between sessions; a directory set by the caller (CI's cache) is kept."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        yield os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        return
+    path = str(tmp_path_factory.mktemp("inductor"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)

@@ -98,6 +98,10 @@ def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = S
         verdict = "fits" if peak <= budget.bytes else "does NOT fit"
         return GuardResult(True, config, f"memory check off (--no-vram-check): predicted peak {who}{_gib(peak)} "
                            f"{verdict} the budget {budget.describe()}", estimate, budget)
+    if config.train.compile != "off" and target == "cuda":
+        return GuardResult(False, config, compile_refusal(config, peak, budget), estimate, budget,
+                           options=[f"--compile off: eager steps, predicted {_gib(peak)}",
+                                    "--no-vram-check: compile without the memory guard"])
     if peak <= budget.bytes:
         return GuardResult(True, config, f"predicted peak {who}{_gib(peak)} fits the budget {budget.describe()}",
                            estimate, budget)
@@ -115,6 +119,21 @@ def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = S
     message = (f"predicted peak {who}{_gib(peak)} for batch_size {B} does not fit the budget "
                f"{budget.describe()}; options:")
     return GuardResult(False, config, message, estimate, budget, options=options)
+
+
+def compile_refusal(config: RunConfig, peak: int, budget: planner.Budget) -> str:
+    """Why the guard does not start a ``train.compile`` run on a device budget.
+
+    A compiled step is judged by the eager step's prediction, as an upper bound: AOTAutograd's min-cut
+    partitioner keeps for backward the cheapest set of tensors that separates forward from backward (eager's
+    saved tensors are one such set) and inductor frees buffers at their last use, as eager does. On CPU, whose
+    budget is the machine's RAM, that is what the guard does. On a device the bound has not been measured yet
+    (the GPU script's compiled memory row measures it) and inductor's own workspaces come on top, so the guard
+    refuses rather than risk an out-of-memory crash it promised to prevent.
+    """
+    return (f"train.compile={config.train.compile} under the memory guard: the budget {budget.describe()} would be "
+            f"judged by an eager step's predicted peak ({_gib(peak)}), an upper bound for a compiled step not yet "
+            "measured on this kind of device (inductor's workspaces come on top); options:")
 
 
 def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: int, largest: int,

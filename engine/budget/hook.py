@@ -248,6 +248,8 @@ class BudgetHook:
         """Context for the Trainer's step ``step``: on CPU, now and then, the step's true peak (module docstring)."""
         if self.meter is None or self.meter.cuda or getattr(self.trainer, "model", None) is None:
             return nullcontext()
+        if self.config.train.compile != "off":  # the count's dispatch mode would send dynamo back to eager for good
+            return nullcontext()
         if not (step == CALIBRATE_AT or step % CPU_MEASURE_EVERY == 0 or self._measure_next):
             return nullcontext()
         self._measure_next = False
@@ -293,9 +295,7 @@ class BudgetHook:
                                     capacity=self.info.total if self.info else None, predicted=predicted,
                                     budget=budget.bytes if budget else None,
                                     ratio=peak / predicted if peak and predicted else None,
-                                    source=(f"cpu: tensor storages of step {measured[0]} counted through the "
-                                            "dispatcher; rss is the process's, not training memory"
-                                            if measured else "cpu: predicted; no step counted yet"))
+                                    source=_cpu_source(measured, self.config.train.compile))
         reading = self.meter.read()
         if self._window is not None:
             self._window = max(self._window, reading.peak or 0)
@@ -327,6 +327,17 @@ class BudgetHook:
         measured = context_now(index, reserved, mem_get_info=torch.cuda.mem_get_info(index))
         if measured is not None:
             self.info = replace(self.info, context=measured[0], context_source=f"{measured[1]}, after the first steps")
+
+
+def _cpu_source(measured: tuple[int, int] | None, compile_mode: str) -> str:
+    """What a CPU memory sample's peak is (the count, or why there is none)."""
+    if measured:
+        return (f"cpu: tensor storages of step {measured[0]} counted through the dispatcher; rss is the "
+                "process's, not training memory")
+    if compile_mode != "off":
+        return ("cpu: predicted for an eager step; compiled steps are not counted (inductor's buffers bypass the "
+                "dispatcher, and a dispatch mode around a compiled step sends it back to eager)")
+    return "cpu: predicted; no step counted yet"
 
 
 def _unique_bytes(tensors) -> int:

@@ -42,7 +42,7 @@ IRRELEVANT = {
     "train": {"max_steps", "epochs", "steps_per_epoch", "lr", "eval_every", "log_every", "overfit",
               "abort_drop", "abort_patience", "nan_policy", "nan_patience", "rollback_lr_factor",
               "threads", "on_hangup", "oom_recovery", "schedule", "warmup_frac", "cooldown_frac",
-              "min_lr_frac", "device"},
+              "min_lr_frac", "device", "compile", "compile_backend"},  # the trace is an eager step's
 }
 
 

@@ -33,6 +33,7 @@ FLAG_FIELDS: dict[str, str] = {
     "threads": "train.threads",
     "on_hangup": "train.on_hangup",
     "strategy": "train.strategy",
+    "compile": "train.compile",
     "checkpoint_every": "checkpoint.every_steps",
     "vram_gb": "budget.vram_gb",
     "name": "name",
@@ -88,6 +89,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
     t.add_argument("--overfit", type=_integer, metavar="N", help="overfit gate on N frozen samples")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--compile", choices=["off", "blocks", "model"],
+                   help="torch.compile the task's blocks or the whole model (default off)")
     t.add_argument("--threads", type=_integer, help="torch intra-op threads")
     t.add_argument("--checkpoint-every", type=_integer, metavar="N")
     t.add_argument("--on-hangup", choices=["continue", "stop"], help="SIGHUP: keep training (default) or stop")

@@ -88,6 +88,12 @@ class TrainConfig(_Section):
     strategy: Literal["ddp", "fsdp2"] = Field(
         "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
         "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
+    compile: Literal["off", "blocks", "model"] = Field(
+        "off", description="torch.compile: off (eager), blocks (each block the task declares, compiled on its "
+        "own: fast to compile) or model (the whole forward). Checkpoints and exports do not depend on it.")
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
+        "inductor", description="torch.compile's backend with train.compile on: inductor generates kernels; "
+        "aot_eager and eager only trace (for debugging a compile problem).")
     collective_timeout_s: float = Field(
         300.0, ge=1, le=86_400, description="Across ranks: seconds a collective waits for a stuck rank before the "
         "job stops and names the hang (exit 3).")

@@ -266,6 +266,25 @@ class PhaseStarted(Event):
 
 
 @dataclass(frozen=True)
+class CompileDone(Event):
+    """torch.compile compiled ``frames`` functions during step ``step`` (engine.training.compile): the first
+    compile (the start-up phase's ``seconds``), or recompiles, each with dynamo's reason (the guard that failed)."""
+
+    type: ClassVar[str] = "compile"
+    step: int = 0
+    seconds: float = 0.0
+    frames: int = 0
+    recompiles: int = 0
+    reasons: list = field(default_factory=list)
+    total_compiles: int = 0
+    total_recompiles: int = 0
+    total_seconds: float = 0.0
+    first: bool = False
+    mode: str = ""
+    backend: str = ""
+
+
+@dataclass(frozen=True)
 class LogLine(Event):
     """A line the training code printed (captured so it never corrupts a dashboard)."""
 
@@ -315,8 +334,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         Schema, RunStarted, StepLogged, EvalDone, MemorySampled, SystemSampled, CheckpointSaved, ExportWritten,
-        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, LogLine,
-        RanksSampled, AutotuneStarted, AutotuneCandidate, AutotuneChose, RunFinished,
+        CheckpointFailed, StateChanged, SettingChanged, Refused, Prediction, Warning, PhaseStarted, CompileDone,
+        LogLine, RanksSampled, AutotuneStarted, AutotuneCandidate, AutotuneChose, RunFinished,
     )
 }
 

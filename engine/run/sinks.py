@@ -328,6 +328,10 @@ class ConsoleSink:
         elif kind.startswith("autotune"):
             self._unit = getattr(event, "unit", getattr(self, "_unit", "samples/s"))
             self._out("tune ", autotune_events.line(event, self._unit), "34")
+        elif kind == "compile":
+            what = "compiled" if event.first else f"recompiled ({'; '.join(event.reasons) or 'no reason given'})"
+            self._out("compl", f"step {event.step} {what}: {event.frames} function(s) in {event.seconds:.1f} s "
+                      f"({event.mode}, {event.backend}; {event.total_recompiles} recompiles so far)", "34")
         elif kind == "log" and event.stream == "engine":  # the engine's own notes (the thread plan)
             self._out("note ", event.text)
         elif kind == "run_finished":

@@ -124,6 +124,11 @@ class Task(ABC):
 
         return [unit for module in model.modules() if isinstance(module, nn.ModuleList) for unit in module]
 
+    def compile_units(self, model: "nn.Module") -> list:
+        """The submodules ``train.compile = "blocks"`` compiles one by one: by default the units FSDP2 shards
+        (``shard_units``), so the compiled graphs and the sharded units line up, as in torchtitan."""
+        return self.shard_units(model)
+
     def finalize_metrics(self, means: dict[str, float]) -> dict[str, float]:
         """Validation metrics derived from the reduced means (e.g. perplexity = exp(val_loss)); default as is."""
         return means

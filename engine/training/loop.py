@@ -41,6 +41,7 @@ from engine.run.control.requests import Controls
 from engine.run.sinks import EventBus
 from engine.training import batch_source, faults
 from engine.training.autotune import Autotuner
+from engine.training.compile import Compiler
 from engine.training.control_handler import ControlHandler, GracefulStop, Stop
 from engine.training.evaluator import Evaluator
 from engine.training.exporter import Exporter
@@ -98,6 +99,7 @@ class Trainer:
         self.oom = OomPolicy(t.oom_recovery, self.agree)
         self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree)  # also the overfit gate preflight
         self.budget = BudgetHook(self.config, self.task, self.device, self.parallel)
+        self.compiler = Compiler(t.compile, t.compile_backend, self.bus.emit)  # applied before the first step
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         self.autotune = Autotuner(self)
         if self.resume:
@@ -121,6 +123,7 @@ class Trainer:
                 self.evaluate()
                 self.checkpoint()
             self.control.set_state("running", "training")
+            self.train_model = self.compiler.apply(self.train_model, self.task.compile_units(self.model), self.step)
             while self.step < self.total_steps:
                 self.control.boundary()
                 self.autotune.boundary()
@@ -216,6 +219,8 @@ class Trainer:
             return
         step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending
         self._pending = None
+        for event in self.compiler.report(step):  # before the step's own event: what its seconds went into
+            self.bus.emit(event)
         self.on_step(step)
         self.autotune.observe(step, elapsed, n)
         if self._ranks is not None:
@@ -234,8 +239,9 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation and checkpoints
     def evaluate(self) -> ev.EvalDone:
         """A validation pass (a stop asked for meanwhile cuts it short and raises); saves ``best`` on a new best."""
-        event = self.evaluator.run(self.model, self.step, self.settings.micro_batch, self.optim.autocast,
-                                   self.device, self.control.stopping)
+        with self.compiler.eager():
+            event = self.evaluator.run(self.model, self.step, self.settings.micro_batch, self.optim.autocast,
+                                       self.device, self.control.stopping)
         if event is None:
             self.control.boundary()  # raises the stop that interrupted it
         self.bus.emit(event)
@@ -301,6 +307,7 @@ class Trainer:
 
     def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool) -> Outcome:
         self.prefetch.close()
+        self.compiler.close()
         self.log_step()
         self.autotune.close()
         path = None
