@@ -98,3 +98,19 @@ def test_broken_plugin_is_one_line_and_builtins_still_work(tmp_path: Path) -> No
     assert good.returncode == 0, good.stderr
     presets = _cli(site, "presets", "--task", "toy")
     assert presets.returncode == 0 and "demo" in presets.stdout
+
+
+def test_plugin_model_compiles_and_matches_eager(site: Path, monkeypatch) -> None:
+    """The plugin's whole model under torch.compile (it declares no blocks), in this process through its entry
+    point; ``aot_eager``: the wiring, not inductor's kernels (tests/engine/test_compile.py runs those)."""
+    monkeypatch.syspath_prepend(str(site))
+    from engine.core import config as cfg
+    from tests.engine.compile_check import assert_close, compare
+
+    config = cfg.load(task="ones", overrides={"train": {"max_steps": 3, "eval_every": 0, "batch_size": 4},
+                                              "checkpoint": {"every_steps": 0}})
+    eager, compiled = compare(config, "model", "aot_eager")
+    assert_close(eager.losses, compiled.losses, rel=1e-6)
+    assert compiled.trainer.task.compile_units(compiled.trainer.model) == []
+    first = compiled.of("compile")[0]
+    assert (first.step, first.mode, first.frames) == (1, "model", 1)

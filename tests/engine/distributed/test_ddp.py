@@ -32,8 +32,10 @@ def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path, m
     common = (*TOY, "--set", "train.log_every=1", "--set", "train.schedule='constant'", "--set", "train.nan_patience=1")
     one = run_cli(*common, "--max-steps", "12", "--run-dir", str(tmp_path / "one"), module="engine")
     assert one.returncode == 0, one.stderr[-2000:]
+    # The job compiles the DDP-wrapped model (aot_eager: dynamo's DDP graph split and AOTAutograd, without
+    # inductor's codegen), so its losses also check compile under DDP against the eager process.
     two = run_cli(*common, "--max-steps", "6", "--run-dir", str(tmp_path / "two"), "--nproc-per-node", "2",
-                  module="engine", timeout=180)
+                  "--compile", "model", "--set", "train.compile_backend='aot_eager'", module="engine", timeout=180)
     assert two.returncode == 0, (two.stdout[-2000:], two.stderr[-2000:])
     a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert sorted(b) == list(range(1, 7))
@@ -51,8 +53,11 @@ def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path, m
     names = sorted(p.name for p in (tmp_path / "two").iterdir())
     assert names == sorted([p.name for p in (tmp_path / "one").iterdir() if p.name != "engine.log"] + ["ranks"])
     assert any(p.name == "stdout.log" and p.parent.name == "1" for p in (tmp_path / "two" / "ranks").rglob("*"))
-    # The 2-rank checkpoint continues in one process on the very next samples (the position is per shard).
-    more = run_cli("--resume", str(tmp_path / "two"), "--max-steps", "12", module="engine")
+    compiled = [e for e in events if e.get("type") == "compile"]
+    assert compiled and compiled[0]["step"] == 1 and compiled[0]["mode"] == "model"
+    # The 2-rank checkpoint continues in one process on the very next samples (the position is per shard),
+    # eager: a compiled job's checkpoint resumes without compile.
+    more = run_cli("--resume", str(tmp_path / "two"), "--max-steps", "12", "--compile", "off", module="engine")
     assert more.returncode == 0, more.stderr[-2000:]
     b = _losses(tmp_path / "two")
     for step in range(7, 13):

@@ -44,12 +44,15 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     assert one.returncode == 0, one.stderr[-2000:]
     a = _losses(tmp_path / "one")
     two = tmp_path / "two"
+    # Compiled block by block (aot_eager: the wiring, FSDP2's hooks eager around each compiled block): the
+    # losses check compile under FSDP2 against the eager process too.
     job = run_cli(*TOY, "--max-steps", "12", "--run-dir", str(two), "--nproc-per-node", "2", "--strategy", "fsdp2",
-                  module="engine", timeout=180)
+                  "--compile", "blocks", "--set", "train.compile_backend='aot_eager'", module="engine", timeout=180)
     assert job.returncode == 0, (job.stdout[-2000:], job.stderr[-2000:])
     b = _losses(two)
     assert sorted(b) == list(range(1, 13))
     _close(a, b, range(1, 13))  # not bit-identical: the gradients are reduce-scattered over two halves
+    assert [e["mode"] for e in read_events(two) if e.get("type") == "compile"][:1] == ["blocks"]
     rolled = [e for e in read_events(two) if e.get("type") == "setting" and "rolled back" in (e.get("reason") or "")]
     assert len(rolled) == 1 and "rolled back to step 4" in rolled[0]["reason"]
 
