@@ -22,4 +22,6 @@ def test_gapfill_levels_compile_under_bf16_autocast_and_match_eager(tiny_data) -
     assert_close(eager.losses, compiled.losses, rel=1e-6)
     units = compiled.trainer.task.compile_units(compiled.trainer.model)
     first = compiled.of("compile")[0]
-    assert first.frames == len({id(u.forward.__func__) for u in units}) >= 2 and compiled.trainer.compiler.recompiles == 0
+    # One compiled function per kind of level, each compiled once; none recompiles another.
+    assert first.frames == len({id(u.forward.__func__) for u in units}) >= 2
+    assert compiled.trainer.compiler.recompiles == 0
