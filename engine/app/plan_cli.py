@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib import metadata
 
 from engine.budget import plan as planner
 from engine.budget.analytic import NoAnalyticModel
@@ -98,13 +97,6 @@ def _device(args: argparse.Namespace, config) -> tuple[str, DeviceInfo | None]:
     return "cpu", DeviceInfo()
 
 
-def _cuda_build() -> bool:
-    try:
-        return "+cpu" not in metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return False
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the planner for parsed ``args``; print the table (or JSON). Exit 0, or 2 on bad input."""
     from engine.core.config import ConfigError
@@ -120,15 +112,18 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, NoAnalyticModel, ValueError) as exc:
         sys.stderr.write(f"sensorlm-tui: error: {str(exc).splitlines()[0]}\n")
         return ExitCode.BAD_INPUT
+    except Exception as exc:  # a trace that cannot run here (TraceError, a task refusing): one line, not a traceback
+        sys.stderr.write(f"sensorlm-tui: error: cannot plan this run here: {(str(exc).splitlines() or [''])[0]}\n")
+        return ExitCode.BAD_INPUT
     traced = None
     if args.trace:
         from engine.budget.settings import with_settings
-        from engine.budget.trace import TraceError, trace
+        from engine.budget.trace import TraceError, trace, trace_device
 
         chosen = config
         if plan.recommended is not None:
             chosen = with_settings(config, grad_accum=plan.recommended_grad_accum, **plan.recommended.settings)
-        traced_on = "cuda" if target == "cuda" and _cuda_build() and info else "cpu"
+        traced_on = trace_device(target)
         try:  # one rank: its share of the batch
             traced = trace(chosen, batch_size=layout.rank_batch(chosen.train.batch_size), device=traced_on,
                            layout=layout)

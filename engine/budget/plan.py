@@ -121,11 +121,18 @@ def predictor_for(config: RunConfig, device: str, layout: Layout = SINGLE) -> Pr
 
 
 class TracedLine:
-    """peak(batch) ≈ a + b·batch from traces at (rank) batch 1 and 4, per combination of settings."""
+    """peak(batch) ≈ a + b·batch from traces at (rank) batch 1 and 4, per combination of settings.
+
+    A line for a CUDA target on a machine that cannot trace CUDA (a laptop planning a GPU run) is traced on
+    the CPU (engine.budget.trace.trace_device) and says so in its source and breakdown.
+    """
 
     def __init__(self, config: RunConfig, device: str, layout: Layout = SINGLE) -> None:
+        from engine.budget.trace import trace_device
+
         self.config = config
-        self.device = device
+        self.device = trace_device(device)
+        self.target = device
         self.layout = layout
         self.lines: dict[tuple, tuple[Estimate, Estimate]] = {}
 
@@ -141,8 +148,14 @@ class TracedLine:
         B = batch_size or self.config.train.batch_size
         slope = (four.total - one.total) / 3
         total = int(one.total + slope * (self.layout.rank_batch(B) - 1))
-        return Estimate(total=total, breakdown={"traced line (batch 1 and 4)": total}, upper_bound=False,
-                        source="trace", settings={**one.settings, "batch_size": B})
+        if self.device == self.target:
+            name, source = "traced line (batch 1 and 4)", "trace"
+        else:
+            name = f"traced line (batch 1 and 4) on {self.device}, for {self.target}"
+            source = (f"trace on {self.device} (no {self.target} to trace here: its allocator rounding, library "
+                      f"workspaces and kernel choice are not in it)")
+        return Estimate(total=total, breakdown={name: total}, upper_bound=False, source=source,
+                        settings={**one.settings, "batch_size": B, "traced_on": self.device})
 
 
 def largest_batch(predict: Predictor, budget: int, grad_accum: int = 1, hi: int = MAX_BATCH, **settings) -> int:

@@ -50,6 +50,23 @@ class TraceError(RuntimeError):
     """The trace failed (model error, crash, timeout); ``str()`` is one line."""
 
 
+def trace_device(target: str) -> str:
+    """Where a trace meant for ``target`` can run on this machine: ``cuda`` only with a CUDA build of torch
+    and a GPU that answers (fake CUDA tensors abort a CPU build's interpreter, and SDPA asks the device which
+    kernel to run), else ``cpu`` — the same step on the host, which the caller labels: CUDA's allocator
+    rounding, library workspaces and kernel choice are not in it. Torch is not imported for this."""
+    import sys
+
+    if target != "cuda":
+        return "cpu"
+    torch = sys.modules.get("torch")
+    if torch is not None:  # an engine process: torch knows
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    from engine.budget.measure import cuda_major_of_torch, nvml_device_info
+
+    return "cuda" if cuda_major_of_torch() is not None and nvml_device_info() is not None else "cpu"
+
+
 def default_cache_dir() -> Path:
     """``$SENSORLM_TUI_CACHE/traces`` or ``~/.cache/sensorlm-tui/traces``."""
     root = os.environ.get("SENSORLM_TUI_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sensorlm-tui")

@@ -55,3 +55,34 @@ def test_plan_for_a_gpu_without_one_reserves_the_context_and_says_so(capsys) -> 
     assert plan_cli.main(_args("--vram-gb", "8", "--device", "cuda")) == 0
     out = capsys.readouterr().out
     assert "800.0 MiB context [assumed: device unknown" in out, out
+
+
+def test_plan_for_cuda_without_cuda_predicts_every_task_or_refuses_in_one_line(capsys, monkeypatch) -> None:
+    # The gap-filler has no closed form: it is traced, and this machine cannot trace CUDA (a laptop planning
+    # a GPU run). The trace runs on the CPU and the plan says so; a trace that fails is one line, exit 2.
+    from engine.budget import trace
+    from engine.core.estimate import Estimate
+
+    traced_on: list[str] = []
+
+    def fake_trace(config, batch_size=None, device="cpu", layout=None, **settings):
+        traced_on.append(device)
+        return Estimate(total=(30 + batch_size) << 20, breakdown={"x": 1}, upper_bound=False, source="trace",
+                        settings={"device": device})
+
+    monkeypatch.setattr(trace, "trace_device", lambda target: "cpu")
+    monkeypatch.setattr(trace, "trace", fake_trace)
+    for task in ("sensorlm", "lm", "toy", "gapfill"):
+        assert plan_cli.main(_args("--task", task, "--device", "cuda", "--json")) == 0, task
+        estimate = json.loads(capsys.readouterr().out)["estimate"]
+        assert estimate["total"] > 0
+    assert traced_on == ["cpu", "cpu"] and estimate["source"].startswith("trace on cpu (no cuda to trace here")
+    assert "on cpu, for cuda" in next(iter(estimate["breakdown"]))
+
+    def failing(*args, **kwargs):
+        raise trace.TraceError("memory trace failed: RuntimeError: PyTorch is not linked with support for cuda")
+
+    monkeypatch.setattr(trace, "trace", failing)
+    assert plan_cli.main(_args("--task", "gapfill", "--device", "cuda")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot plan this run here" in err and "Traceback" not in err
