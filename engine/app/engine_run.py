@@ -288,7 +288,8 @@ def guarded_config(config: cfg.RunConfig, parallel=None) -> tuple[cfg.RunConfig,
     result = check_start(config, device_info(device), layout)
     if not result.ok:
         raise UsageError(result.text())
-    return result.config, (result.message if result.capped_from is not None else "")
+    notes = ([result.message] if result.capped_from is not None else []) + result.notes
+    return result.config, "; ".join(notes)
 
 
 def launch_tail(parallel) -> str:

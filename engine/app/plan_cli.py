@@ -108,7 +108,11 @@ def main(args: argparse.Namespace) -> int:
         layout = layout_of(args, config)
         target, info = _device(args, config)
         budget = planner.resolve_budget(config, info if info is not None else None)
-        plan = planner.make_plan(config, budget, device=target, layout=layout)
+        from engine.budget.crosscheck import checked_predictor
+
+        predict, check = checked_predictor(config, target, layout, planner.target_of(target, info))
+        plan = planner.make_plan(config, budget, device=target, predict=predict, layout=layout)
+        plan.check = check
     except (ConfigError, NoAnalyticModel, ValueError) as exc:
         sys.stderr.write(f"sensorlm-tui: error: {str(exc).splitlines()[0]}\n")
         return ExitCode.BAD_INPUT
@@ -167,6 +171,8 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
         if value:
             lines.append(f"  {key:{width}s}  {human(value):>10s}  {100 * value / e.total:5.1f} %")
     lines.append("")
+    if plan.check:
+        lines += [f"checked: {plan.check}", ""]
     if plan.budget is None:
         lines.append(plan.note + " — pass --vram-gb to plan for a GPU")
         return "\n".join(lines)

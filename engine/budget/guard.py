@@ -83,10 +83,25 @@ def _who(layout: Layout) -> str:
     return f"on each of {ranks} ({layout.describe()}) "
 
 
-def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = SINGLE) -> GuardResult:
-    """Decide whether ``config`` may start on ``device`` (module docstring); ``layout``: per rank of that job."""
+def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = SINGLE,
+                tracer=None) -> GuardResult:
+    """Decide whether ``config`` may start on ``device`` (module docstring); ``layout``: per rank of that job.
+
+    On a CUDA device the analytic prediction is checked against a traced step there and the larger is used
+    (engine.budget.crosscheck; ``tracer`` replaces the trace in tests); the note says when they differ.
+    """
+    from engine.budget.crosscheck import checked_predictor
+
     target = device.type if device is not None else ("cpu" if config.train.device == "cpu" else "cuda")
-    predict = planner.predictor_for(config, target, layout)
+    predict, check = checked_predictor(config, target, layout, planner.target_of(target, device), tracer)
+    result = _decide(config, device, layout, predict)
+    if check:
+        result.notes.append(check)
+    return result
+
+
+def _decide(config: RunConfig, device: DeviceInfo | None, layout: Layout, predict) -> GuardResult:
+    """The guard's rules (module docstring) with ``predict``."""
     who = _who(layout)
     estimate = predict()
     budget = planner.resolve_budget(config, device)

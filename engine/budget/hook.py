@@ -109,6 +109,11 @@ class BudgetHook:
     def _target(self) -> str:
         return "cuda" if getattr(self.device, "type", str(self.device)) == "cuda" else "cpu"
 
+    def _predictor(self, config: RunConfig) -> planner.Predictor:
+        """The planner's predictor for ``config`` on this run's device (its capability picks attention kernels)."""
+        return planner.predictor_for(config, self._target(), self._layout(),
+                                     planner.target_of(self._target(), self.info))
+
     def _predict_raw(self, config: RunConfig) -> int:
         cache = self._predicted_cache
         if cache and cache[0] is config:  # the same config object: skip the ~30 µs JSON key (every step)
@@ -118,7 +123,7 @@ class BudgetHook:
         if cache and cache[1] == key:
             self._predicted_cache = (config, key, cache[2])
             return cache[2]
-        total = planner.predictor_for(config, self._target(), self._layout())().total
+        total = self._predictor(config)().total
         self._predicted_cache = (config, key, total)
         return total
 
@@ -154,7 +159,7 @@ class BudgetHook:
             return BudgetSummary(device=self.info.type, device_name=self.info.name,
                                  note=f"no memory model for task {config.task.name!r} and no budget: nothing "
                                       "predicted (sensorlm-tui plan --trace traces it)")
-        predict = planner.predictor_for(config, self._target(), self._layout())
+        predict = self._predictor(config)
         try:
             estimate = predict()
         except Exception as exc:  # a task whose trace fails must not stop the run; say why instead

@@ -46,6 +46,7 @@ from engine.budget.settings import declared, value_of
 from engine.core.config import RunConfig
 from engine.core.estimate import Estimate
 from engine.core.fmt import GIB, human
+from engine.tasks.attention_kernels import Target
 
 #: Largest batch the planner searches up to.
 MAX_BATCH = 1 << 20
@@ -110,14 +111,20 @@ def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | Non
 Predictor = Callable[..., Estimate]
 
 
-def predictor_for(config: RunConfig, device: str, layout: Layout = SINGLE) -> Predictor:
+def predictor_for(config: RunConfig, device: str, layout: Layout = SINGLE, target: Target | None = None) -> Predictor:
     """predict(**settings) -> Estimate: the analytic model, or a traced line for tasks without one.
 
-    With a ``layout``, each prediction is one rank's peak for the job's batch (module docstring).
+    With a ``layout``, each prediction is one rank's peak for the job's batch (module docstring);
+    ``target``: the device facts attention kernels are chosen for (engine.budget.analytic).
     """
     if analytic.has_model(config):
-        return lambda **kw: analytic.estimate(config, device=device, layout=layout, **kw)
+        return lambda **kw: analytic.estimate(config, device=device, layout=layout, target=target, **kw)
     return TracedLine(config, device, layout)
+
+
+def target_of(device: str, info: DeviceInfo | None) -> Target:
+    """The attention-kernel target for planning on ``device`` with what ``info`` knows (its capability)."""
+    return Target.local(device, info.capability if info is not None and info.type == device else None)
 
 
 class TracedLine:
@@ -240,6 +247,8 @@ class Plan:
     note: str = ""
     #: Ranks of the job and how they share the model (world size, strategy); 1 process by default.
     layout: Layout = SINGLE
+    #: What checked the estimate (engine.budget.crosscheck: a traced step on the device, when it differs).
+    check: str = ""
 
     def to_dict(self) -> dict:
         """JSON-ready form (``sensorlm-tui plan --json``)."""

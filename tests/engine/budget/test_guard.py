@@ -64,3 +64,53 @@ def test_cpu_with_vram_gb_enforces_it() -> None:
     result = check_start(config, DeviceInfo())
     assert result.ok and result.capped_from == 512 and result.budget.reserve == 0
     assert result.summary()["predicted"] <= result.summary()["budget"]
+
+
+def _traced(factor: float, calls: list):
+    from engine.core.estimate import Estimate
+
+    def tracer(config):
+        calls.append(config.train.batch_size)
+        bound = analytic.estimate(config, device="cuda").total
+        return Estimate(total=int(bound * factor), breakdown={}, upper_bound=False, source="trace")
+    return tracer
+
+
+def test_on_a_cuda_device_the_guard_takes_the_larger_of_the_bound_and_a_traced_step_and_says_when_they_differ():
+    config = _base(train={"batch_size": 8})
+    bound = analytic.estimate(config, device="cuda").total
+    calls: list = []
+    larger = check_start(config, H100, tracer=_traced(1.5, calls))
+    assert calls == [8] and larger.ok
+    assert abs(larger.estimate.total - bound * 1.5) <= 1e-6 * bound and "raised" in larger.estimate.source
+    assert any("differ by more than 10%" in n and "the larger is used" in n for n in larger.notes), larger.notes
+    close = check_start(config, H100, tracer=_traced(1.05, []))
+    assert abs(close.estimate.total - bound * 1.05) <= 1e-6 * bound and not close.notes  # raised, nothing worth a note
+    smaller = check_start(config, H100, tracer=_traced(0.7, []))
+    assert smaller.estimate.total == bound and "differ" in smaller.notes[0]  # a bound is never lowered
+
+    def broken(config):
+        raise RuntimeError("trace failed: no kernel image")
+    failed = check_start(config, H100, tracer=broken)
+    assert failed.estimate.total == bound and failed.notes[0].startswith("no traced check on cuda")
+    # under --vram-gb the cap uses the raised prediction too
+    capped = check_start(_base(train={"batch_size": 64}, budget={"vram_gb": 16}), H100, tracer=_traced(2.0, []))
+    assert capped.capped_from == 64 and capped.estimate.total <= capped.budget.bytes
+    uncapped = check_start(_base(train={"batch_size": 64}, budget={"vram_gb": 16}), H100)
+    assert capped.config.train.batch_size < uncapped.config.train.batch_size
+    # no trace for a CPU run
+    cpu_calls: list = []
+    check_start(_base(train={"batch_size": 8, "device": "cpu"}), DeviceInfo(total=64 * GIB, free=60 * GIB),
+                tracer=_traced(2.0, cpu_calls))
+    assert cpu_calls == []
+
+
+def test_the_guard_prices_attention_for_the_devices_capability() -> None:
+    lm = cfg.load(task="lm", preset="demo", overrides={"train": {"batch_size": 8, "precision": "bf16"},
+                                                       "lm": {"seq_len": 512}})
+    t4 = DeviceInfo(type="cuda", name="T4", total=15 * GIB, free=14 * GIB, context=300 << 20, capability=(7, 5))
+    h200 = DeviceInfo(type="cuda", name="H200", total=140 * GIB, free=139 * GIB, context=500 << 20,
+                      capability=(9, 0))
+    on_t4, on_h200 = check_start(lm, t4, tracer=_traced(1.0, [])), check_start(lm, h200, tracer=_traced(1.0, []))
+    # bf16 with grouped-query heads: flash on sm 9.0 (no T×T kept), the math path on sm 7.5
+    assert on_t4.estimate.total > on_h200.estimate.total + 2 * 8 * 4 * 512 * 512 * 4
