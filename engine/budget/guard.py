@@ -94,14 +94,14 @@ def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = S
 
     target = device.type if device is not None else ("cpu" if config.train.device == "cpu" else "cuda")
     predict, check = checked_predictor(config, target, layout, planner.target_of(target, device), tracer)
-    result = _decide(config, device, layout, predict)
+    result = _decide(config, device, layout, predict, target)
     if check:
         result.notes.append(check)
     return result
 
 
-def _decide(config: RunConfig, device: DeviceInfo | None, layout: Layout, predict) -> GuardResult:
-    """The guard's rules (module docstring) with ``predict``."""
+def _decide(config: RunConfig, device: DeviceInfo | None, layout: Layout, predict, target: str) -> GuardResult:
+    """The guard's rules (module docstring) with ``predict`` for a ``target`` device type."""
     who = _who(layout)
     estimate = predict()
     budget = planner.resolve_budget(config, device)
