@@ -75,29 +75,43 @@ def _train(config):
 
 
 def memory(task: str, preset: str, overrides: dict) -> dict:
-    """Predictions against the allocator and NVML for one configuration."""
+    """Predictions against the allocator and NVML for one configuration.
+
+    ``analytic`` is priced for this GPU (its capability picks the attention kernel; ``kernel`` names the LM's);
+    ``engine_total`` is the engine's calibrated device total after its first steps (prediction, allocator slack
+    and the context it measured then), against NVML's used memory.
+    """
     import torch
 
     from engine.budget import analytic, trace, truth
     from engine.budget.measure import nvml_memory
+    from engine.tasks.attention_kernels import Target
 
     config = _config(task, preset, overrides, max_steps=3)
-    row: dict = {}
+    target = Target.local("cuda", tuple(torch.cuda.get_device_capability(0)))
+    row: dict = {"target": target.describe()}
     try:
-        row["analytic"] = analytic.estimate(config, device="cuda").total
+        row["analytic"] = analytic.estimate(config, device="cuda", target=target).total
     except analytic.NoAnalyticModel:
         row["analytic"] = None
+    if task == "lm":
+        from engine.tasks.lm import memory as lm_memory
+
+        kernel = lm_memory.attention_kernel(lm_memory.shape_of(config), config.task_config.seq_len,
+                                            config.train.precision, target)
+        row["kernel"] = kernel.name
     row["traced"] = trace.trace(config, device="cuda", use_cache=False).total
     row["allocated"] = truth.peak(config, "cuda", device="cuda")  # resets the peak, two real steps
     row["reserved"] = int(torch.cuda.max_memory_reserved())
-    row["nvml_used"] = nvml_memory(0).used
+    nvml = nvml_memory(0)
+    row["nvml_used"], row["nvml_version"] = nvml.used, nvml.version
     torch.cuda.empty_cache()
     _, events = _train(config)
     started = next(e for e in events if e.type == "run_started")
     samples = [e for e in events if e.type == "memory" and e.predicted is not None]
-    row["engine_predicted"] = samples[-1].predicted if samples else started.budget.get("predicted")
-    row["context"] = started.budget.get("context")
-    row["engine_total"] = (row["engine_predicted"] or 0) + (row["context"] or 0) if row["engine_predicted"] else None
+    row["engine_predicted"] = started.budget.get("predicted")
+    row["context"] = next((e.context for e in reversed(samples) if e.context is not None), None)
+    row["engine_total"] = samples[-1].predicted if samples else None
     return row
 
 
@@ -154,15 +168,18 @@ def gauges(task: str, preset: str, overrides: dict) -> dict:
 
     pairs: list[dict] = []
 
+    from engine.budget.measure import nvml_memory
+
     def sink(event) -> None:
         if event.type == "memory" and event.nvml_used is not None and len(pairs) < 5 and event.step >= 3:
-            pairs.append({"nvml": event.nvml_used, "reserved": event.reserved, "smi": _smi_used()})
+            pairs.append({"nvml": event.nvml_used, "reserved": event.reserved, "context": event.context,
+                          "driver_reserve": event.nvml_reserved, "smi": _smi_used()})
 
     config = _config(task, preset, overrides, max_steps=40)
     trainer = Trainer(config, EventBus([sink]), Controls())
     trainer.run()
-    context = trainer.budget.info.context if getattr(trainer.budget, "info", None) else None
-    return {"pairs": pairs, "context": context}
+    context = next((p["context"] for p in reversed(pairs) if p["context"] is not None), None)
+    return {"pairs": pairs, "context": context, "nvml_version": nvml_memory(0).version}
 
 
 def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:

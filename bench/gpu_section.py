@@ -50,7 +50,8 @@ def _memory_lines(rows: list[dict], verdicts: list[str]) -> list[str]:
             lines.append(f"| {r['config']} | error: {r['error']} | | | | | | |")
             continue
         truth = r["allocated"]
-        lines.append(f"| {r['config']} | {_mib(truth)} | {_mib(r['analytic'])} ({_err(r['analytic'], truth)}) | "
+        config = r["config"] + (f" ({r['kernel']})" if r.get("kernel") else "")
+        lines.append(f"| {config} | {_mib(truth)} | {_mib(r['analytic'])} ({_err(r['analytic'], truth)}) | "
                      f"{_mib(r['traced'])} ({_err(r['traced'], truth)}) | {_mib(r['reserved'])} | "
                      f"{_mib(r['engine_predicted'])} ({_err(r['engine_predicted'], r['reserved'])}) | "
                      f"{_mib(r['nvml_used'])} | {_mib(r['engine_total'])} "
@@ -101,8 +102,8 @@ def _gauge_line(r: dict, verdicts: list[str]) -> str:
         verdicts.append(f"GPU gauges vs nvidia-smi: not measured ({why})")
         return f"**Gauges**: error: {why}"
     nvml = [abs(p["nvml"] - p["smi"]) / p["smi"] * 100 for p in r["pairs"] if p["smi"]]
-    alloc = [abs(p["reserved"] + (r["context"] or 0) - p["smi"]) / p["smi"] * 100 for p in r["pairs"]
-             if p["smi"] and p["reserved"] is not None]
+    alloc = [abs(p["reserved"] + (p.get("context") or r["context"] or 0) - p["smi"]) / p["smi"] * 100
+             for p in r["pairs"] if p["smi"] and p["reserved"] is not None]
     if nvml:
         verdicts.append(verdict("GPU gauge: MemorySampled NVML vs nvidia-smi, worst |error|", max(nvml), 1.0,
                                 higher_is_better=False, unit=" %"))
