@@ -140,9 +140,10 @@ def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inlin
     return {"marks": marks.times, "cpu": marks.cpu, "loss": loss_value}
 
 
-def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window: tuple[int, int] = (0, 0)) -> dict:
+def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window: tuple[int, int] = (0, 0),
+                   callbacks: tuple = ()) -> dict:
     """Lightning's Trainer on the same model, batches, optimizer, clipping and schedule (CPU read as in
-    dataloader_loop)."""
+    dataloader_loop); ``callbacks`` join the Trainer's (bench.integrations adds the cockpit's)."""
     import lightning as L  # noqa: N812 (its documented alias)
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
@@ -169,7 +170,7 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window
     trainer = L.Trainer(max_steps=steps, accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         limit_val_batches=0, gradient_clip_val=config.train.clip_grad_norm or None,
-                        callbacks=[Clock()])
+                        callbacks=[Clock(), *callbacks])
     pin = trainer.strategy.root_device.type == "cuda"
     trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers, pin=pin))
     return {"marks": marks.times, "cpu": marks.cpu, "loss": losses[-1] if losses else float("nan")}

@@ -110,8 +110,13 @@ def _fake_optimizer(optimizer: torch.optim.Optimizer | None, by_id: dict[int, to
 
 
 def trace_step(model: nn.Module, optimizer: torch.optim.Optimizer | None, loss_of: LossFn, batch: Any,
-               steps: int = 2) -> Estimate:
-    """Peak bytes of ``steps`` optimizer steps of ``loss_of(model, batch)``, traced on fakes (module docstring)."""
+               steps: int = 2, zero_grad_after_forward: bool = False) -> Estimate:
+    """Peak bytes of ``steps`` optimizer steps of ``loss_of(model, batch)``, traced on fakes (module docstring).
+
+    ``zero_grad_after_forward``: the loop clears gradients between the forward and the backward, so the
+    previous step's gradients are alive through the forward (Lightning's closure does this); otherwise
+    they are cleared before it, as most hand-written loops and the transformers Trainer do.
+    """
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._pytree import tree_map
 
@@ -133,9 +138,14 @@ def trace_step(model: nn.Module, optimizer: torch.optim.Optimizer | None, loss_o
             model.train()
             with tracker:
                 for _ in range(steps):
-                    fake_optimizer.zero_grad(set_to_none=True)
-                    torch.func.functional_call(step, state, (fake_batch,)).backward()
+                    if not zero_grad_after_forward:
+                        fake_optimizer.zero_grad(set_to_none=True)
+                    loss = torch.func.functional_call(step, state, (fake_batch,))
+                    if zero_grad_after_forward:
+                        fake_optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
                     fake_optimizer.step()
+                    del loss
             peak = tracker.get_tracker_snapshot("peak")
     except StepTraceError:
         raise

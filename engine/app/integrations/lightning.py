@@ -93,7 +93,9 @@ class CockpitCallback(pl.Callback):
 
         memory = self.memory
         if self.predict_memory and pl_module.automatic_optimization:
-            memory.predict(lambda module, data: _training_step(trainer, module, data), batch)
+            # Lightning's closure clears gradients after the training step: the last step's are alive through it
+            memory.predict(lambda module, data: _training_step(trainer, module, data), batch,
+                           zero_grad_after_forward=True)
         elif not pl_module.automatic_optimization:
             memory.why = "manual optimization: the step is the module's own"
         total = trainer.estimated_stepping_batches

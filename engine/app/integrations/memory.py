@@ -23,9 +23,10 @@ from engine.budget.hook import CALIBRATE_AT, CPU_EVERY, CPU_MEASURE_EVERY, GPU_S
 from engine.core.estimate import BudgetSummary, Estimate
 from engine.run import events as ev
 
-#: Added to a traced step's peak. On CPU the trace reads the counted peak to the byte (bench integrations:
-#: +0.00 % on three models), which a margin of zero would leave "never under" to luck; kernel scratch
-#: and the CUDA allocator's 512-byte rounding are what it covers, inside the budget's +10 % contract.
+#: Added to a traced step's peak. On CPU the trace reads the counted peak to within a few bytes (the scalars a
+#: Lightning step's ``self.log`` keeps; tests/integrations/test_trace_step.py, bench.integrations), so with no
+#: margin "never under" would be luck; it also covers kernel scratch and the CUDA allocator's 512-byte
+#: rounding, inside the budget's +10 % contract.
 HEADROOM = 0.02
 
 
@@ -50,13 +51,15 @@ class StepMemory:
         self._emitted_at = -1
 
     # -- prediction ---------------------------------------------------------------------------
-    def predict(self, loss_of, batch) -> None:
-        """Trace the user's step on ``batch`` (engine.budget.trace_step); a step that cannot be traced leaves
-        ``why`` saying so and the run measured only."""
+    def predict(self, loss_of, batch, zero_grad_after_forward: bool = False) -> None:
+        """Trace the user's step on ``batch`` (engine.budget.trace_step, whose docstring says what
+        ``zero_grad_after_forward`` means); a step that cannot be traced leaves ``why`` saying so and the run
+        measured only."""
         from engine.budget.trace_step import StepTraceError, trace_step
 
         try:
-            traced = trace_step(self.model, self.optimizer_of(), loss_of, batch)
+            traced = trace_step(self.model, self.optimizer_of(), loss_of, batch,
+                                zero_grad_after_forward=zero_grad_after_forward)
         except StepTraceError as exc:
             self.why = f"the step could not be traced ({exc})"
             return

@@ -1,0 +1,213 @@
+"""Other people's loops in the cockpit: what the callback costs a Lightning run, and how close its memory prediction is.
+
+(a) **Overhead.** Lightning's Trainer with ``CockpitCallback`` ÷ the same
+    Trainer without it, in one process, interleaved (with, without, then
+    without, with, …), steps/s between 10 % and 90 % of each run from a clock
+    callback both variants carry. The callback does everything a real run has:
+    a step event every step (the loss read, ``self.log``'s numbers), the
+    control boundary, the status heartbeat, the control server, the system
+    sampler, a counted step now and then (engine.budget.cpu_meter), the
+    ModelCheckpoint watch. Two rates:
+
+    - **the demo's step rate**: the SensorLM ``demo`` preset in Lightning, as
+      bench.baseline_loops runs it (its DataLoader worker, batch 16);
+    - **≥ 500 steps/s**: a tiny MLP on in-memory batches, where the callback's
+      per-step cost is the largest share a step can have on this CPU.
+
+    Goal (integrations issue): ≥ 0.97 at both.
+(b) **Memory.** The predicted peak of a traced ``training_step`` (two steps on
+    fake tensors with the first real batch, plus the integration's headroom)
+    against the counted peak of the same run's second step (live tensor
+    storages through the dispatcher), in a real Lightning run with the
+    callback, on two models: an MLP regressor and a small transformer LM.
+    Goal: never under, at most +10 %.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Section, fmt_stats, interleave, ratios, smoke, standalone, stats, verdict
+
+#: Goal of (a): steps/s with the callback ÷ without.
+OVERHEAD_GOAL = 0.97
+#: Goal of (b): predicted ÷ measured within [1, 1 + MEMORY_OVER].
+MEMORY_OVER = 0.10
+
+
+def _quiet_lightning():
+    import lightning.pytorch as pl
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    return pl
+
+
+def _window_rate(marks: list[float]) -> float:
+    """Steps/s between 10 % and 90 % of a run's step-end times."""
+    lo, hi = max(1, int(len(marks) * 0.1)), max(2, int(len(marks) * 0.9))
+    return (hi - lo) / (marks[hi - 1] - marks[lo - 1])
+
+
+def _cockpit(root: Path):
+    from engine.app.integrations.lightning import CockpitCallback
+
+    return CockpitCallback(root / f"run-{time.monotonic_ns()}")
+
+
+def demo_rate(steps: int, root: Path, with_cockpit: bool) -> float:
+    """The SensorLM demo in Lightning (bench.baseline_loops), steps/s; with or without the callback."""
+    from bench.baseline_loops import lightning_loop
+
+    extra = (_cockpit(root),) if with_cockpit else ()
+    return _window_rate(lightning_loop("demo", steps, 16, workers=1, callbacks=extra)["marks"])
+
+
+def fast_rate(steps: int, root: Path, with_cockpit: bool) -> float:
+    """A tiny MLP on in-memory batches in Lightning, steps/s; with or without the callback."""
+    import torch
+    from torch import nn
+
+    pl = _quiet_lightning()
+    torch.manual_seed(0)
+    batches = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(64)]
+    marks: list[float] = []
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(8, 1)
+
+        def training_step(self, batch, index):
+            return nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=1e-2)
+
+    class Clock(pl.Callback):
+        def on_train_batch_end(self, *args) -> None:
+            marks.append(time.perf_counter())
+
+    callbacks = [Clock()] + ([_cockpit(root)] if with_cockpit else [])
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         limit_val_batches=0, callbacks=callbacks)
+    trainer.fit(Tiny(), train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    return _window_rate(marks)
+
+
+def overhead(rate, steps: int, rounds: int) -> tuple[list[float], list[float]]:
+    """(without, with) steps/s over ``rounds`` interleaved rounds of ``rate``."""
+    with tempfile.TemporaryDirectory(prefix="bench-integrations-") as tmp:
+        root = Path(tmp)
+        rate(max(8, steps // 4), root, True)  # warm-up: imports, first-call costs, the trace's first use
+        result = interleave({"without": lambda: rate(steps, root, False),
+                             "with": lambda: rate(steps, root, True)}, rounds)
+    return result["without"], result["with"]
+
+
+def _models():
+    """The two LightningModules of (b): (name, module, one batch)."""
+    import torch
+    from torch import nn
+
+    pl = _quiet_lightning()
+
+    class Regressor(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 1))
+
+        def training_step(self, batch, index):
+            loss = nn.functional.mse_loss(self.net(batch[0]), batch[1])
+            self.log("train_mse", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    class TinyLM(pl.LightningModule):
+        def __init__(self, vocab: int = 256, dim: int = 128) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            layer = nn.TransformerEncoderLayer(dim, 4, 4 * dim, batch_first=True, dropout=0.1)
+            self.body = nn.TransformerEncoder(layer, 2)
+            self.head = nn.Linear(dim, vocab)
+
+        def training_step(self, batch, index):
+            tokens = batch[0]
+            logits = self.head(self.body(self.embed(tokens[:, :-1])))
+            return {"loss": nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())}
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    generator = torch.Generator().manual_seed(0)
+    return [("MLP regressor (0.3 M params)", Regressor(),
+             [(torch.randn(64, 64, generator=generator), torch.randn(64, 1, generator=generator))] * 4),
+            ("transformer LM (0.5 M params, 16 × 64 tokens)", TinyLM(),
+             [(torch.randint(0, 256, (16, 65), generator=generator),)] * 4)]
+
+
+def memory_rows() -> list[dict]:
+    """(b): one real Lightning run of 3 steps per model; the prediction and the counted peak from its events."""
+    from torch.utils.data import DataLoader
+
+    from engine.app.integrations.lightning import CockpitCallback
+
+    pl = _quiet_lightning()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-integrations-mem-") as tmp:
+        for name, module, batches in _models():
+            run = Path(tmp) / f"m{len(rows)}"
+            trainer = pl.Trainer(max_steps=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                                 enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                                 limit_val_batches=0, callbacks=[CockpitCallback(run)])
+            trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
+            events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+            budget = next(e for e in events if e["type"] == "run_started")["budget"]
+            peak = next(e["peak"] for e in events if e["type"] == "memory" and e["peak"])
+            rows.append({"model": name, "params": sum(p.numel() for p in module.parameters()),
+                         "predicted": budget["predicted"], "measured": peak, "trace_s": budget["note"]})
+    return rows
+
+
+def run(quick: bool = False) -> Section:
+    """Both parts; smoke: a few steps, one round (numbers meaningless)."""
+    tiny = smoke()
+    demo_steps, fast_steps, rounds = (6, 40, 1) if tiny else (60, 1500, 3) if quick else (150, 4000, 5)
+    demo = overhead(demo_rate, demo_steps, rounds)
+    fast = overhead(fast_rate, fast_steps, rounds)
+    memory = memory_rows()
+    lines = [f"Lightning {_quiet_lightning().__version__}, CPU, one process; {rounds} interleaved round(s) a row "
+             f"(demo: {demo_steps} steps, fast: {fast_steps} steps a run); steps/s between 10 % and 90 % of a run.",
+             "", "| Lightning run | without (steps/s) | with the callback (steps/s) | with ÷ without |",
+             "|---|---:|---:|---:|"]
+    verdicts = []
+    for label, (without, with_) in (("SensorLM demo (the demo's step rate)", demo), ("tiny MLP (fast steps)", fast)):
+        lines.append(f"| {label} | {fmt_stats(without, '.1f')} | {fmt_stats(with_, '.1f')} | "
+                     f"{fmt_stats(ratios(with_, without))} |")
+        verdicts.append(verdict(f"integrations: Lightning with ÷ without the callback, {label}",
+                                stats(ratios(with_, without))[1], OVERHEAD_GOAL))
+    if stats(fast[0])[1] < 500:
+        verdicts.append(verdict("integrations: the fast row's rate without the callback (steps/s)",
+                                stats(fast[0])[1], 500))
+    lines += ["", "| model (traced training_step, real Lightning run) | predicted | measured (step 2) | error |",
+              "|---|---:|---:|---:|"]
+    for row in memory:
+        error = row["predicted"] / row["measured"] - 1
+        lines.append(f"| {row['model']} | {row['predicted']:,} B | {row['measured']:,} B | {error:+.2%} |")
+        verdicts.append(verdict(f"integrations memory, {row['model']}: predicted ÷ measured − 1 (never under)",
+                                100 * error, 0, unit=" %"))
+        verdicts.append(verdict(f"integrations memory, {row['model']}: predicted ÷ measured − 1 (at most)",
+                                100 * error, 100 * MEMORY_OVER, higher_is_better=False, unit=" %"))
+    return Section("Integrations: the cockpit's Lightning callback (overhead, memory prediction)",
+                   "python -m bench --only integrations", "\n".join(lines), verdicts)
+
+
+if __name__ == "__main__":
+    standalone(run, __doc__)
