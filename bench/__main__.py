@@ -33,6 +33,7 @@ MODULES = [
     "bench.attention",
     "bench.memory_accuracy",
     "bench.cpu_memory",
+    "bench.integrations",
     "bench.planner_speed",
     "bench.startup",
     "bench.open_run",
