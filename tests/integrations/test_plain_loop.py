@@ -1,8 +1,9 @@
 """A plain PyTorch loop in ``with cockpit(...)``: the controls, a SIGKILL mid-run, and the user's resume.
 
-First process: `attach` opens the dashboard on it, pause holds the step count for 3 s, checkpoint-now writes
+First process: pause holds the step count for 3 s, checkpoint-now writes
 checkpoints/last.pt atomically (named in the events), a setting is refused; then SIGKILL. `runs` reports the
-run crashed, with the script as its resume command. Second process (the same command): it continues from the
+run crashed, with the script as its resume command, and `attach` opens the dashboard on it and says so (it
+offers no engine resume: the engine cannot rebuild the script). Second process (the same command): it continues from the
 atomic save, reproducing the killed run's losses step for step, until a graceful abort saves and it exits 0.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import time
 from pathlib import Path
@@ -24,20 +24,24 @@ from engine.run.rundir import RunDir, liveness
 from tests.integrations.conftest import read_events, send, status_step, wait_until
 from tests.tui.attach.conftest import screen_text, until
 from tui.commands.plot import render
-from tui.dashboard.app import DashboardApp
+from tui.dashboard.attach_app import AttachApp
 from tui.model.run_index import list_runs
+from tui.screens.resume import ResumeScreen
 
 ARGS = ("--steps", "100000", "--step-s", "0.01", "--save-every", "50")
 
 
-def _header(run: Path) -> str:
-    async def scenario() -> str:
-        app = DashboardApp(lambda: RunClient(run))
+def _attached_to_the_crashed_run(run: Path) -> tuple[str, str]:
+    """`attach` on the killed run: (its header, its status line) once it says how to resume."""
+    async def scenario() -> tuple[str, str]:
+        app = AttachApp(lambda: RunClient(run), run)
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: re.search(r"step \d+/100000", screen_text(app)), 60, "the dashboard's steps")
-            text = screen_text(app).splitlines()[0]
+            await until(pilot, lambda: "your own command" in app.status_text, 60, "attach saying how to resume")
+            await pilot.pause(0.5)
+            assert not isinstance(app.screen, ResumeScreen)  # the engine cannot rebuild the user's script
+            header, status = screen_text(app).splitlines()[0], app.status_text
             await pilot.press("q")
-        return text
+        return header, status
 
     return asyncio.run(scenario())
 
@@ -50,7 +54,6 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     run = tmp_path / "runs" / "plain"
     first = started_scripts("plain_loop.py", str(run), *ARGS, log=tmp_path / "first.out")
     wait_until(lambda: status_step(run) >= 10, 120, "the loop's first steps")
-    assert "plain · loop/Sequential" in _header(run)
 
     assert isinstance(send(run, rq.pause()), ev.SettingChanged)
     held = status_step(run)
@@ -68,6 +71,9 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     first.wait(10)
     listed = {r.name: r for r in list_runs(run.parent)}["plain"]
     assert listed.state == "crashed" and "plain_loop.py" in listed.resume_command
+    header, said = _attached_to_the_crashed_run(run)
+    assert "plain · loop/Sequential" in header and "FAILED" in header, header  # the badge of a dead engine
+    assert "plain_loop.py" in said, said
     saved_step = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["step"]
     killed = read_events(run)
     before = _losses(killed)

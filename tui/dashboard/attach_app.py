@@ -128,6 +128,12 @@ class AttachApp(DashboardApp):
     def _engine_gone(self, state: str) -> None:
         if self.lifecycle.exit_when_ended:  # this viewer aborted the run and is closing: nothing to offer
             return
+        script = self.own_script()
+        if script is not None:  # the engine cannot rebuild someone else's script: say what resumes it
+            text = f"{state} at step {self.model.step}; resume it with your own command: {script}"
+            self.model.note("warning", text)
+            self.say(text, "warning")
+            return
         command = resume_command(self.attach_dir)
         text = f"engine not running ({state} at step {self.model.step}); resume: {command}"
         self.model.note("warning", text)
@@ -153,7 +159,9 @@ class AttachApp(DashboardApp):
     def action_resume_run(self) -> None:
         """r: offer to resume when the engine is gone; otherwise say why there is nothing to resume."""
         state = liveness(self.attach_dir)
-        if self.read_only:
+        if self.own_script() is not None:
+            self.say(f"resume: this run is your own script's; run {self.own_script()}", "warning")
+        elif self.read_only:
             self.say(f"resume: read-only viewer — controls are disabled; run {resume_command(self.attach_dir)}",
                      "warning")
         elif state == "live":
@@ -162,6 +170,14 @@ class AttachApp(DashboardApp):
             self.say(f"resume: the run is {state} — nothing to resume", "warning")
         else:
             self._offer(state)
+
+    def own_script(self) -> str | None:
+        """The user's own command when the run is another framework's loop (engine.app.integrations), else None."""
+        started = self.model.started
+        if started is None or not isinstance(started.config.get("integration"), dict):
+            return None
+        status = self.attach_dir.read_status() or {}
+        return status.get("resume_command") or started.config["integration"].get("command") or "your script"
 
     def resume_run(self) -> None:
         """Launch an engine resuming this run (on a thread worker); the session switches once it is up."""
