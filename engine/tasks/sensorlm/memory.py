@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from engine.tasks.attention_kernels import Call, Target, choose, sdpa_dtype
 from engine.tasks.ledger import Pending, Stage, TaskLedger
 from engine.tasks.sensorlm import blocks
 from engine.tasks.sensorlm.blocks import BlockShape
@@ -386,12 +387,24 @@ def input_bytes(s: Shape, B: int) -> int:
     return F32 * B * s.T * s.C + B * s.T * s.C + B * s.P + 8 * B * s.L
 
 
-def ledger(config, B: int, precision: str, device: str) -> TaskLedger:
-    """The task's analytic memory model (``SPEC.analytic_memory``): the step's ledger for micro-batch ``B``."""
+def encoder_backend(shape: Shape, backend: str, precision: str, target: Target) -> str:
+    """The sensor encoder's attention as priced: ``sdpa`` is priced as ``math`` where torch would run SDPA's
+    math path for its call on ``target`` (engine.tasks.attention_kernels: e.g. bf16 on a pre-Ampere GPU, or a
+    head dim the fused kernels do not align), since that path keeps the N×N probabilities."""
+    if backend != "sdpa":
+        return backend
+    call = Call(sdpa_dtype(precision), shape.H, shape.H, shape.D // shape.H, shape.P, shape.P)
+    return "math" if choose(call, target).materialises else backend
+
+
+def ledger(config, B: int, precision: str, device: str, target: Target | None = None) -> TaskLedger:
+    """The task's analytic memory model (``SPEC.analytic_memory``): the step's ledger for micro-batch ``B``;
+    ``target``: the device the sensor encoder's attention kernel is chosen for (default: ``device`` here)."""
     shape = Shape.of(config)
     m = config.task_config.model
     numerics = Numerics.of(precision, device)
-    st, pend = stages(shape, B, m.attn_backend, m.attn_chunk, m.activation_checkpointing, numerics)
+    backend = encoder_backend(shape, m.attn_backend, precision, target or Target.local(device))
+    st, pend = stages(shape, B, backend, m.attn_chunk, m.activation_checkpointing, numerics)
     return TaskLedger(stages=st, pending=pend,
                       param_tensors=[n for group in param_tensors(shape).values() for n in group],
                       input_bytes=input_bytes(shape, B),
