@@ -65,13 +65,13 @@ def test_math_path_bound_holds_the_real_math_step(corpus_file) -> None:
 
     from engine.tasks.attention_kernels import Target
 
-    config = make_config(corpus_file, train={"batch_size": 4, "device": "cpu"}, model=SHAPE, seq_len=256,
-                         finetune="full")
+    config = make_config(corpus_file, train={"batch_size": 2, "device": "cpu"}, seq_len=256, finetune="full",
+                         model={"hidden_size": 64, "intermediate_size": 176, "heads": 4, "kv_heads": 2})
     with sdpa_kernel(SDPBackend.MATH):
         real = truth.peak(config, "profiler")
     fused = analytic.estimate(config).total
     predicted = analytic.estimate(config, target=Target("cpu", None, (2, 8))).total
-    assert predicted > 1.2 * fused, "the math path's B·H·T² softmax is not priced"
+    assert predicted > 1.5 * fused, "the math path's B·H·T² softmax is not priced"
     assert real <= predicted <= 1.10 * real, f"math path: analytic {predicted / real:.3f} x the real peak"
 
 
