@@ -38,6 +38,7 @@ from engine.core.core_sections import (
     TaskConfig,
     TrainConfig,
 )
+from engine.core.safe_files import read_regular
 from engine.core.sections import Section
 
 _Section = Section
@@ -199,39 +200,11 @@ def preset_dict(task: str, preset: str) -> dict:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes; OSError (with strerror) for anything else.
-
-    Opened non-blocking and checked with fstat on the open descriptor, so a FIFO never blocks the
-    open and a file swapped for one between a check and the open cannot slip through.
-    """
-    import errno
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory")
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
-                else "a socket" if stat.S_ISSOCK(mode) else "a special file"
-            raise OSError(errno.EINVAL, f"{kind}, not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB; a config file is a few KiB")
-    return data
-
-
 def read_toml(path: str | Path) -> tuple[dict, str]:
     """Parse a TOML file; ConfigError with file:line for syntax errors or unreadable files."""
     path = Path(path)
     try:
-        raw = _read_regular(path, MAX_CONFIG_BYTES)
+        raw = read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
     except IsADirectoryError:
@@ -311,6 +284,8 @@ def load(
         raise ConfigError(f"{origin}: task.preset={preset_name!r}: must be a string")
     base = deep_merge(preset_dict(task_name, preset_name) if spec.presets or preset else {},
                        {"task": {"name": task_name, "preset": preset_name}})
+    if registry.is_plugin(task_name):  # a plugin's preset its own section refuses: named as the preset's error
+        validate(base, f"preset {preset_name!r} of task {task_name!r}")
     # Validate the file on its own first so its errors point at its own lines.
     merged = deep_merge(base, file_data)
     if config_path is not None:

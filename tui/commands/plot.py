@@ -53,7 +53,10 @@ def render(runs: list[Path], metric: str | None = None, width: int = 100, height
 
     loaded = []
     for run in runs:
-        history = read_history(run / "events.jsonl")
+        try:
+            history = read_history(run / "events.jsonl")
+        except OSError as exc:  # a FIFO, a device or an unreadable file where the log should be
+            raise PlotError(f"plot {run}: events.jsonl: cannot read ({exc.strerror})") from None
         loaded.append((run, history, series(history)))
     if metric is None:
         metric = next((primary(h, s) for _, h, s in loaded if s), None)

@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from engine.core.safe_files import open_regular
 from engine.run import events as ev
 from engine.run.control import wire
 from engine.run.control.requests import Request
@@ -64,7 +65,10 @@ class RunClient(Session):
         every other event): ``History.steps_left_out`` counts the rest, ``engine.run.history.read.read_rest`` reads
         them. ``poll`` continues after what this read either way."""
         with self._lock:
-            history = read_history(self._run_dir.events, tail_steps=steps)
+            try:
+                history = read_history(self._run_dir.events, tail_steps=steps)
+            except OSError:  # not a regular file (engine.core.safe_files): no log to show, as when it is missing
+                history = History(self._run_dir.events)
             self._close_handle()
             self._offset = history.offset
             self._pending = b""
@@ -87,8 +91,8 @@ class RunClient(Session):
         path = self._run_dir.events
         if self._handle is None:
             try:
-                self._handle = open(path, "rb")
-            except FileNotFoundError:
+                self._handle = open_regular(path)  # a FIFO in its place is no log: nothing to show, never a hang
+            except OSError:
                 return []
             info = os.fstat(self._handle.fileno())
             self._inode = (info.st_dev, info.st_ino)

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from engine.core.safe_files import open_regular
 from engine.run import events as ev
 from engine.run.history import index as history_index
 from engine.run.history.store import CHUNK_BYTES, STEP_FIELDS, STEP_PREFIX, History, parse_lines
@@ -149,7 +150,7 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
     path = Path(path)
     history = History(path)
     try:
-        handle = open(path, "rb")
+        handle = open_regular(path)  # a FIFO or a device in its place: OSError at once, never a hang
     except FileNotFoundError:
         return history
     with handle:

@@ -30,14 +30,28 @@ start-up naming it, never a NaN at step 10,000.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from engine.core.safe_files import read_json, read_regular
 from engine.tasks.base import TaskError
+from engine.tasks.gapfill import physics
+
+#: Largest manifest read: ~150 bytes a shard, so 64 MiB is ~400,000 instrument-days.
+MAX_MANIFEST_BYTES = 64 << 20
+#: Longest cadence: a shard holds one day, so a frame at least once a day.
+MINUTES_PER_DAY = 1440
+#: Largest image side (a full-disk solar image is 4096 pixels).
+MAX_IMAGE_SIDE = 8192
+#: Largest |coded| frame value: radiance ASINH_SCALE·sinh(4·ASINH_RANGE) ≈ 1e14. Real frames code into about
+#: [0, 1]; near ±4.9 the square of the decoded radiance already overflows float32 (a loss of inf).
+MAX_CODE = 4.0
 
 SHARD_FORMAT = "gapfill-shard/1"
 MANIFEST_FORMAT = "gapfill-manifest/1"
@@ -104,11 +118,13 @@ class DataSet:
 def _read_manifest(directory: Path) -> tuple[dict, Path]:
     path = directory / MANIFEST
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise TaskError(f"{path}: manifest not found (make one with `sensorlm-tui data gapfill --out "
                         f"{directory}`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise TaskError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
         raise TaskError(f"{path}: not a readable JSON manifest ({str(exc)[:120]})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise TaskError(f"{path}: format is not {MANIFEST_FORMAT!r}")
@@ -119,19 +135,50 @@ def _read_manifest(directory: Path) -> tuple[dict, Path]:
                 raise TypeError(key)
     except (KeyError, TypeError) as exc:
         raise TaskError(f"{path}: field {exc.args[0]!r} is missing or of the wrong type") from None
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise TaskError(f"{path}: {problem}")
     return manifest, path
+
+
+def _manifest_problem(manifest: dict) -> str | None:
+    """The first value in a well-typed manifest that no data set can have (None when all are plausible)."""
+    cadence = manifest["cadence_minutes"]
+    if not (math.isfinite(cadence) and 0 < cadence <= MINUTES_PER_DAY):
+        return f"cadence_minutes={cadence!r}: must be a number of minutes in (0, {MINUTES_PER_DAY}] (a shard is a day)"
+    for key in ("height", "width"):
+        if not 1 <= manifest[key] <= MAX_IMAGE_SIDE:
+            return f"{key}={manifest[key]}: must be 1..{MAX_IMAGE_SIDE} pixels"
+    bands = manifest["bands"]
+    if not bands or not all(isinstance(b, str) and b for b in bands) or len(set(bands)) != len(bands):
+        return f"bands={str(bands)[:80]}: must be a non-empty list of distinct band names"
+    instruments = manifest["instruments"]
+    if not instruments or not all(isinstance(v, dict) for v in instruments.values()):
+        return "instruments: must name at least one instrument, each with its {\"radius_px\": r}"
+    for split, days in manifest["splits"].items():
+        if not isinstance(days, list) or not all(isinstance(d, str) for d in days):
+            return f"splits.{split}: must be a list of days (YYYY-MM-DD)"
+    for name, entry in manifest["shards"].items():
+        if not (isinstance(entry, dict) and type(entry.get("bytes")) is int and entry["bytes"] >= 0
+                and isinstance(entry.get("sha256"), str)):
+            return f"shards.{name}: must be {{\"bytes\": size, \"sha256\": hex digest}}"
+    return None
 
 
 def _read_shard(path: Path, listed: dict, manifest: dict, instrument: str) -> dict[str, np.ndarray] | dict:
     from safetensors import SafetensorError
     from safetensors.numpy import load
 
-    if not path.is_file():
-        raise TaskError(f"{path}: shard missing (listed in {MANIFEST})")
-    size = path.stat().st_size
-    if size != listed.get("bytes"):
-        raise TaskError(f"{path}: truncated or changed: {size} bytes, {MANIFEST} says {listed.get('bytes')}")
-    raw = path.read_bytes()
+    try:
+        raw = read_regular(path, listed["bytes"])
+    except FileNotFoundError:
+        raise TaskError(f"{path}: shard missing (listed in {MANIFEST})") from None
+    except OSError as exc:
+        size = path.stat().st_size if exc.errno == errno.EFBIG else None
+        raise TaskError(f"{path}: truncated or changed: {size} bytes, {MANIFEST} says {listed['bytes']}"
+                        if size is not None else f"{path}: cannot read ({exc.strerror})") from None
+    if len(raw) != listed["bytes"]:
+        raise TaskError(f"{path}: truncated or changed: {len(raw)} bytes, {MANIFEST} says {listed['bytes']}")
     if hashlib.sha256(raw).hexdigest() != listed.get("sha256"):
         raise TaskError(f"{path}: sha256 differs from {MANIFEST} (the file changed after the manifest was written)")
     try:
@@ -164,6 +211,10 @@ def _read_shard(path: Path, listed: dict, manifest: dict, instrument: str) -> di
             raise TaskError(f"{path}: {key} of frame {int(np.argmax(bad))} has non-finite values (NaN or inf)")
     if (tensors["gain"] <= 0).any():
         raise TaskError(f"{path}: gains must be > 0")
+    extreme = np.abs(tensors["frames"].reshape(T, -1)).max(axis=1, initial=0.0) > MAX_CODE
+    if extreme.any():
+        raise TaskError(f"{path}: frames of frame {int(np.argmax(extreme))} are coded beyond ±{MAX_CODE:g} "
+                        f"(radiance {physics.decode(MAX_CODE, math):.1e}); real frames code into about [0, 1]")
     if T > 1 and not (np.diff(tensors["hours"]) > 0).all():
         raise TaskError(f"{path}: frame times must increase")
     return tensors

@@ -36,9 +36,8 @@ Every problem raises ``engine.tasks.base.TaskError`` with ``file:line:column: wh
 
 from __future__ import annotations
 
+import errno
 import math
-import os
-import stat
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.core.safe_files import open_regular
 from engine.tasks.base import TaskError
 
 #: Longest line accepted, in bytes (a 64-channel row is ~1 KiB; anything near this is not our format).
@@ -93,23 +93,16 @@ class Window:
 def _lines(path: Path):
     """(line number, decoded text without the line end) for each line; TaskError on size or encoding."""
     try:
-        # Non-blocking open and fstat: a FIFO (or /dev/zero) as --data must be an error, not a hang or a
-        # read that never ends; the check is on the opened descriptor, so nothing is swapped in between.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            if stat.S_ISDIR(mode):
-                raise IsADirectoryError(path)
-            raise TaskError(f"{path}:1:1: not a regular file (a FIFO, device or socket); expected a CSV file")
-        os.set_blocking(fd, True)
-        handle = os.fdopen(fd, "rb")
+        # A FIFO (or /dev/zero) as --data must be an error, not a hang or a read that never ends
+        # (engine.core.safe_files); the size is bounded per line below, not per file.
+        handle = open_regular(path)
     except FileNotFoundError:
         raise TaskError(f"{path}:1:1: file not found") from None
     except IsADirectoryError:
         raise TaskError(f"{path}:1:1: is a directory, expected a CSV file") from None
     except OSError as exc:
-        raise TaskError(f"{path}:1:1: cannot read ({exc.strerror})") from None
+        raise TaskError(f"{path}:1:1: not a regular file ({exc.strerror}); expected a CSV file"
+                        if exc.errno == errno.EINVAL else f"{path}:1:1: cannot read ({exc.strerror})") from None
     with handle:
         number = 0
         while True:
