@@ -60,6 +60,7 @@ from dataclasses import dataclass
 
 from engine.tasks.attention_kernels import Call, Kernel, Target, choose, sdpa_dtype
 from engine.tasks.ledger import Stage, TaskLedger
+from engine.tasks.lm.model_dir import read_config, shape_fields
 from engine.tasks.lm.spec import LMConfig
 
 F32 = 4
@@ -91,9 +92,9 @@ class Shape:
         """From the [lm] section; ``hf`` is a model directory's config.json when lm.model.path is set."""
         m = lm.model
         if hf:
-            d, H = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-            dims = (d, int(hf["intermediate_size"]), H, int(hf.get("num_key_value_heads") or H),
-                    int(hf["num_hidden_layers"]), int(hf["vocab_size"]), bool(hf.get("tie_word_embeddings", False)))
+            n = shape_fields(m.path, hf)
+            dims = (n["hidden_size"], n["intermediate_size"], n["num_attention_heads"], n["num_key_value_heads"],
+                    n["num_hidden_layers"], n["vocab_size"], hf.get("tie_word_embeddings", False) is True)
         else:
             dims = (m.hidden_size, m.intermediate_size, m.heads, m.kv_heads, m.layers, m.vocab_size, m.tie_embeddings)
         lora = lm.finetune == "lora"
@@ -232,15 +233,8 @@ def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool, ma
 
 
 def _hf_config(lm: LMConfig) -> dict | None:
-    if not lm.model.path:
-        return None
-    import json
-    from pathlib import Path
-
-    try:
-        return json.loads((Path(lm.model.path) / "config.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return None  # planned from the lm.model shape; the run itself refuses the directory in one line
+    """A model directory's config.json (bounded and checked: engine.tasks.lm.model_dir), None without one."""
+    return read_config(lm.model.path) if lm.model.path else None
 
 
 def shape_of(config) -> Shape:

@@ -26,7 +26,6 @@ weights depend on whatever drew random numbers before it.)
 
 from __future__ import annotations
 
-import json
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 from torch import nn
 
 from engine.tasks.base import TaskError
+from engine.tasks.lm.model_dir import read_config
 from engine.tasks.lm.spec import LMConfig
 
 
@@ -43,19 +43,12 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:160]
 
 
-def check_model_dir(path: str) -> Path:
-    """The directory, or TaskError naming lm.model.path when it is missing or has no readable config.json."""
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise TaskError(f"lm.model.path={path}: no such directory")
-    config = root / "config.json"
-    if not config.is_file():
-        raise TaskError(f"lm.model.path={path}: no config.json (not a Hugging Face model directory)")
-    try:
-        json.loads(config.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TaskError(f"lm.model.path={path}: config.json is not valid JSON ({_first_line(exc)})") from None
-    return root
+def refusal(exc: BaseException) -> str:
+    """transformers' error in a few words; its refusal of custom code (a paragraph) as one short reason."""
+    if "custom code" in str(exc) and "trust_remote_code" in str(exc):
+        return ("it needs the directory's own Python code (auto_map), which this engine never runs: "
+                "trust_remote_code=False")
+    return _first_line(exc)
 
 
 def base_model(cfg: LMConfig, seq_len: int) -> nn.Module:
@@ -65,15 +58,19 @@ def base_model(cfg: LMConfig, seq_len: int) -> nn.Module:
 
     m = cfg.model
     if m.path:
-        root = check_model_dir(m.path)
+        read_config(m.path)  # every file bounded in type, size and depth before transformers opens one
+        root = Path(m.path).expanduser()
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # a missing-weights warning becomes our one-line error below
         try:
+            # trust_remote_code=False, said explicitly: left unset, transformers asks "Do you wish to run the
+            # custom code? [y/N]" on stdin for a directory with its own modeling code; a headless engine
+            # never prompts, and never runs a model directory's code.
             model, info = AutoModelForCausalLM.from_pretrained(
-                str(root), local_files_only=True, dtype=torch.float32,
+                str(root), local_files_only=True, dtype=torch.float32, trust_remote_code=False,
                 attn_implementation=m.attn_implementation, output_loading_info=True)
         except Exception as exc:  # corrupt weights, unknown architecture, …: transformers raises many types
-            raise TaskError(f"lm.model.path={m.path}: cannot load the model ({_first_line(exc)})") from None
+            raise TaskError(f"lm.model.path={m.path}: cannot load the model ({refusal(exc)})") from None
         finally:
             hf_logging.set_verbosity(verbosity)
         missing = [k for k in info.get("missing_keys", ()) if "rotary" not in k]

@@ -40,6 +40,7 @@ from engine.tasks.lm import data as lmdata
 from engine.tasks.lm import mfu
 from engine.tasks.lm import model as lmmodel
 from engine.tasks.lm.export import export as write_export
+from engine.tasks.lm.model_dir import read_config
 from engine.tasks.lm.spec import LMConfig
 
 STATE_VERSION = 1
@@ -68,8 +69,10 @@ class LMTask(Task):
         m = self.lm.model
         use_hf = self.lm.tokenizer == "auto" and m.path is not None
         if m.path:
-            root = lmmodel.check_model_dir(m.path)
-            vocab = int(json.loads((root / "config.json").read_text("utf-8")).get("vocab_size") or 0)
+            vocab = read_config(m.path).get("vocab_size")
+            if type(vocab) is not int or vocab < 1:
+                raise TaskError(f"lm.model.path={m.path}: config.json vocab_size={str(vocab)[:40]}: expected a "
+                                "positive integer")
         else:
             vocab = m.vocab_size
         if use_hf:
@@ -92,10 +95,10 @@ class LMTask(Task):
         from transformers import AutoTokenizer
 
         try:
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            # trust_remote_code=False: never a prompt on stdin, never a directory's own tokenizer code
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
         except Exception as exc:  # missing or corrupt tokenizer files raise many types
-            line = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-            raise TaskError(f"lm.model.path={path}: cannot load its tokenizer ({line}); "
+            raise TaskError(f"lm.model.path={path}: cannot load its tokenizer ({lmmodel.refusal(exc)}); "
                             "set lm.tokenizer='byte' to train on bytes") from None
         self.tokenizer = tok
         eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
