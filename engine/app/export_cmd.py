@@ -65,6 +65,9 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
     except ckpt.CheckpointError as exc:
         raise ExportError(f"export: {exc}") from None
     meta = loaded.meta
+    step = meta.get("step", 0)
+    target = Path(out) if out else run_dir / "exports" / (f"{kind}-step-{step}" if kind else f"step-{step}")
+    _check_target(target, "--out" if out else "export")
     try:
         config = validate(meta["config"], f"{loaded.path} (config)")
     except (KeyError, TypeError) as exc:
@@ -89,14 +92,25 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
         exports = get_spec(config.task.name).capabilities.exports
         if kind is not None and kind not in exports:
             raise TaskError(f"--kind {kind!r}; task {config.task.name!r} exports: {', '.join(exports) or 'nothing'}")
-        step = meta.get("step", 0)
-        target = Path(out) if out else run_dir / "exports" / (f"{kind}-step-{step}" if kind else f"step-{step}")
         written = task.export(model, target, kind)
     except TaskError as exc:
         raise ExportError(f"export: {exc}") from None
     if written is None:
         raise ExportError(f"export: task {config.task.name!r} has nothing to export besides checkpoints")
     return Path(written)
+
+
+def _check_target(target: Path, flag: str) -> None:
+    """ExportError unless ``target`` can become a directory: every existing part of its path a directory.
+
+    Checked before the model is built (seconds) and before anything is written, so an ``exports`` that is
+    a file, or an ``--out`` under one, is one line naming it instead of ``FileExistsError`` at the end.
+    """
+    for part in [target, *target.parents]:
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():
+            raise ExportError(f"export: {flag} {target}: {part} exists and is not a directory (nothing was written)")
 
 
 def _load_file_weights(loaded, model, source: str | None) -> None:
