@@ -116,13 +116,15 @@ class EngineRun:
     # -- before anything is written ---------------------------------------------------
     def guard(self) -> tuple[cfg.RunConfig, str]:
         """The memory guard's verdict on the config (per rank under torchrun), shared with the other ranks."""
+        from engine.core.registry import TaskLoadError, load_task_class
         from engine.tasks.base import TaskError
 
         self.startup.begin("predicting memory")
         many = self.parallel is not None and self.parallel.world > 1
         try:  # the guard's trace builds the task first, so a task's bad input (a damaged data file) surfaces here
+            load_task_class(self.prepared.config.task.name)  # a plugin's missing class: one line, not a trace error
             config, note = guarded_config(self.prepared.config, self.parallel)
-        except (TaskError, UsageError) as exc:
+        except (TaskError, UsageError, TaskLoadError) as exc:
             if many:  # the other ranks wait for the config: tell them there is none, so they exit quietly
                 self.parallel.broadcast({"refused": True})
             raise UsageError(str(exc) if isinstance(exc, UsageError) else str(exc).splitlines()[0]) from None

@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib
 from functools import lru_cache
 from importlib import metadata
+from typing import Mapping
 
-from engine.core.taskspec import TaskSpec
+from engine.core.taskspec import Capabilities, Metric, Setting, TaskSpec
 
 #: Entry-point group third-party tasks register under.
 GROUP = "sensorlm_tui.tasks"
@@ -51,6 +52,11 @@ def task_names() -> list[str]:
     return sorted(set(BUILTIN_SPECS) | set(_plugins()))
 
 
+def is_plugin(name: str) -> bool:
+    """True for a task that comes from an entry point, not from this package."""
+    return name not in BUILTIN_SPECS
+
+
 def _import(target: str):
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -75,10 +81,54 @@ def get_spec(name: str) -> TaskSpec:
     if spec.name != name or not name.isidentifier() or name in RESERVED:
         raise TaskLoadError(f"{where}: spec name {spec.name!r} must equal the entry point's name, be an "
                             f"identifier and not one of {', '.join(sorted(RESERVED))}")
-    unbounded = next(filter(None, (s.declaration_error() for s in spec.capabilities.settings)), None)
-    if unbounded:  # a live value nobody bounded reaches a running job: refuse the plugin, not the value later
-        raise TaskLoadError(f"{where}: {unbounded}")
+    problem = spec_problem(spec)
+    if problem:  # found here, in one line, not as an AttributeError wherever the field is first used
+        raise TaskLoadError(f"{where}: {problem}")
     return spec
+
+
+def _is_target(value) -> bool:
+    module, _, attr = value.partition(":") if isinstance(value, str) else ("", "", "")
+    return all(part.isidentifier() for part in module.split(".")) and attr.isidentifier()
+
+
+def spec_problem(spec: TaskSpec) -> str | None:
+    """The first field of a (plugin's) spec that is not what the engine reads from it; None when all are.
+
+    A spec is a plain dataclass, so a plugin can hand it anything; these are
+    the types every later use assumes (presets are dicts of sections, settings
+    are bounded Settings, the task class a "module:Class" string, …).
+    """
+    from engine.core.sections import Section
+
+    if not (isinstance(spec.config, type) and issubclass(spec.config, Section)):
+        return f"config={spec.config!r:.60}: must be a subclass of engine.sections.Section"
+    if not _is_target(spec.task):
+        return f"task={spec.task!r:.60}: must be a 'module:Class' string"
+    if spec.analytic_memory is not None and not _is_target(spec.analytic_memory):
+        return f"analytic_memory={spec.analytic_memory!r:.60}: must be None or a 'module:function' string"
+    if not isinstance(spec.presets, Mapping) or not all(isinstance(k, str) and isinstance(v, Mapping)
+                                                        for k, v in spec.presets.items()):
+        return f"presets={spec.presets!r:.60}: must map preset names to dicts of config sections"
+    if not isinstance(spec.default_preset, str) or not isinstance(spec.summary, str):
+        return "default_preset and summary must be strings"
+    return _capabilities_problem(spec.capabilities)
+
+
+def _capabilities_problem(caps) -> str | None:
+    if not isinstance(caps, Capabilities):
+        return f"capabilities={caps!r:.60}: must be an engine.core.taskspec.Capabilities"
+    metrics = [caps.primary, *caps.curves] if isinstance(caps.curves, (tuple, list)) else None
+    if metrics is None or not all(isinstance(m, Metric) and isinstance(m.name, str) and m.name for m in metrics):
+        return "capabilities.primary and .curves must be Metrics with a name"
+    if not isinstance(caps.settings, (tuple, list)) or not all(isinstance(s, Setting) for s in caps.settings):
+        return f"capabilities.settings={caps.settings!r:.60}: must be a tuple of engine.core.taskspec.Setting"
+    unbounded = next(filter(None, (s.declaration_error() for s in caps.settings)), None)
+    if unbounded:  # a live value nobody bounded reaches a running job: refuse the plugin, not the value later
+        return unbounded
+    if caps.memory not in ("analytic", "traced") or caps.eval_reduction not in ("per_batch", "pooled"):
+        return "capabilities.memory must be analytic or traced, eval_reduction per_batch or pooled"
+    return None
 
 
 def load_task_class(name: str):

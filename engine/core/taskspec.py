@@ -105,6 +105,9 @@ class Setting:
 
     def declaration_error(self) -> str | None:
         """Why this declaration cannot bound a live value (None when it can): a number needs finite bounds."""
+        if not isinstance(self.name, str) or not isinstance(self.path, str) or \
+                self.kind not in ("int", "float", "choice"):
+            return f"setting {self.name!r:.40}: name and path must be strings, kind one of int, float, choice"
         if self.kind == "choice":
             return None if self.choices else f"setting {self.name!r}: a choice needs its choices"
         bounds = (self.minimum, self.maximum)
