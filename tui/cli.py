@@ -150,7 +150,9 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     from engine.distributed import launch
 
     if launch.wanted(args):  # --nproc-per-node: headless under torchrun; watch it with `attach`
-        return launch.run(args, argv[1:] if argv[:1] == ["train"] else argv)
+        from engine.app.job_plan import refusal
+
+        return launch.run(args, argv[1:] if argv[:1] == ["train"] else argv, preflight=refusal)
 
     try:
         prepared = prepare(args)

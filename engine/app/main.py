@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int
     from engine.distributed import launch
 
     if launch.wanted(args):  # --nproc-per-node: torchrun in its own session, this process waits for it
-        return launch.run(args, sys.argv[1:] if argv is None else argv)
+        from engine.app.job_plan import refusal
+
+        return launch.run(args, sys.argv[1:] if argv is None else argv, preflight=refusal)
     try:
         prepared = prepare(args)
         return run_prepared(prepared)

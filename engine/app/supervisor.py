@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -126,12 +127,19 @@ def main(argv: list[str]) -> int:
     split = rest.index("--")
     torchrun, engine = rest[:split], rest[split + 1:]
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import parse_args, run
 
     reaper = Reaper(run_dir).start()
+    fresh = not run_dir.exists()
     try:
         run(parse_args([*torchrun, "-m", "engine.app.rank_worker", *engine]))
         return 0
+    except RendezvousError as exc:  # no rank started: the nodes never met (--rdzv-timeout bounds the wait)
+        if fresh:  # it holds only the empty log directories torchrun made for ranks that never ran
+            shutil.rmtree(run_dir, ignore_errors=True)
+        sys.stderr.write(f"sensorlm-tui: error: {rendezvous_failure(torchrun, exc)}\n")
+        return ExitCode.BAD_INPUT
     except ChildFailedError as failed:
         rank, failure = failed.get_first_failure()
         if rank == 0 and failure.exitcode in (1, 2, 3, 130):
@@ -148,6 +156,18 @@ def main(argv: list[str]) -> int:
         return ExitCode.HUNG if failure.exitcode == ExitCode.HUNG else 1
     finally:
         reaper.stop()
+
+
+def rendezvous_failure(torchrun: list[str], exc: BaseException) -> str:
+    """One line for a rendezvous that failed: the endpoint, the timeout it had, and torchrun's reason."""
+    flags = dict(a.split("=", 1) for a in torchrun if a.startswith("--") and "=" in a)
+    conf = dict(kv.split("=", 1) for kv in flags.get("--rdzv-conf", "").split(",") if "=" in kv)
+    cause = exc.__cause__ or exc.__context__
+    why = str(cause or exc).strip().splitlines()
+    reason = type(exc).__name__ + (f": {why[0][:160]}" if why else "")
+    return (f"--rdzv-endpoint={flags.get('--rdzv-endpoint', '?')}: no rendezvous within --rdzv-timeout "
+            f"{conf.get('join_timeout', '?')} s ({reason}); is node 0 started, and is its endpoint reachable "
+            "from here?")
 
 
 def _status(run_dir: Path) -> dict | None:

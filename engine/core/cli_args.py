@@ -217,6 +217,8 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--nnodes", type=int, metavar="N", help="machines in the job (default 1)")
     d.add_argument("--node-rank", type=int, metavar="R", help="this machine's rank among --nnodes")
     d.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous address (multi-node)")
+    d.add_argument("--rdzv-timeout", type=float, metavar="S", help="seconds to resolve the rendezvous host and for "
+                   "every node to join it before the job is refused in one line (default 30)")
     d.add_argument("--strategy", choices=STRATEGIES,
                    help="ddp replicates the model on every rank (default); fsdp2 shards it (fully_shard, DCP "
                    "checkpoints; without --nproc-per-node: one process, a world of 1)")

@@ -15,13 +15,17 @@ second).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 #: The distributed flags: dest → how they are passed on to torchrun.
-TORCHRUN_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "max_restarts")
+TORCHRUN_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout", "max_restarts")
+#: Seconds to resolve the rendezvous host and for the nodes to join (``--rdzv-timeout``). torchrun's own
+#: defaults (a 60 s store read, tried twice; a 600 s join) let an unresolvable host run 128 s into a traceback.
+RDZV_TIMEOUT_S = 30.0
 
 
 def wanted(args: argparse.Namespace) -> bool:
@@ -40,8 +44,59 @@ def check(args: argparse.Namespace) -> str | None:
         return f"--node-rank={args.node_rank}: must be < --nnodes ({nnodes})"
     if nnodes > 1 and not args.rdzv_endpoint:
         return f"--nnodes={nnodes}: needs --rdzv-endpoint HOST:PORT (where node 0's rendezvous listens)"
-    if args.rdzv_endpoint and ":" not in args.rdzv_endpoint:
-        return f"--rdzv-endpoint={args.rdzv_endpoint!r}: expected HOST:PORT"
+    timeout = rdzv_timeout(args)
+    if not 0 < timeout <= 86_400:
+        return f"--rdzv-timeout={timeout:g}: must be > 0 and <= 86400 seconds"
+    return check_endpoint(args.rdzv_endpoint, timeout) if args.rdzv_endpoint else None
+
+
+def rdzv_timeout(args: argparse.Namespace) -> float:
+    """The job's rendezvous timeout in seconds (``--rdzv-timeout``, default RDZV_TIMEOUT_S)."""
+    value = getattr(args, "rdzv_timeout", None)
+    return RDZV_TIMEOUT_S if value is None else value
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int] | str:
+    """(host, port) of ``HOST:PORT`` (``[v6]:PORT`` too), or the one-line reason it is not one."""
+    host, sep, port = endpoint.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit():
+        return f"--rdzv-endpoint={endpoint!r}: expected HOST:PORT"
+    if not 1 <= int(port) <= 65535:
+        return f"--rdzv-endpoint={endpoint!r}: port {int(port)} is out of range; allowed: 1..65535"
+    return host, int(port)
+
+
+def check_endpoint(endpoint: str, timeout: float) -> str | None:
+    """None when ``endpoint`` parses and its host resolves within ``timeout`` s; else the one-line reason.
+
+    Resolved here, before any process starts: torchrun met an unknown host only inside its store's
+    connect, and reported it as a traceback. ``getaddrinfo`` has no timeout of its own (a DNS server
+    that never answers), so it runs in a daemon thread that is abandoned after ``timeout``.
+    """
+    import socket
+    import threading
+
+    parsed = split_endpoint(endpoint)
+    if isinstance(parsed, str):
+        return parsed
+    host, port = parsed
+    answer: list = []
+
+    def resolve() -> None:
+        try:
+            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError) as exc:
+            answer.append(exc)
+
+    worker = threading.Thread(target=resolve, name="rdzv-resolve", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not answer:
+        return f"--rdzv-endpoint={endpoint!r}: host {host!r} did not resolve within --rdzv-timeout {timeout:g} s"
+    if isinstance(answer[0], BaseException):
+        why = getattr(answer[0], "strerror", None) or str(answer[0])
+        return f"--rdzv-endpoint={endpoint!r}: cannot resolve host {host!r} ({why})"
     return None
 
 
@@ -72,7 +127,9 @@ def torchrun_argv(args: argparse.Namespace, run_dir: str) -> list[str]:
     if nnodes == 1 and not args.rdzv_endpoint:
         out.append("--standalone")
     else:
-        out += [f"--rdzv-endpoint={args.rdzv_endpoint}", f"--node-rank={args.node_rank or 0}"]
+        timeout = max(1, math.ceil(rdzv_timeout(args)))  # torchrun reads whole seconds
+        out += [f"--rdzv-endpoint={args.rdzv_endpoint}", f"--node-rank={args.node_rank or 0}",
+                f"--rdzv-conf=join_timeout={timeout},read_timeout={timeout}"]
     return out
 
 
@@ -100,9 +157,13 @@ def environment() -> dict:
     return env
 
 
-def run(args: argparse.Namespace, argv: list[str]) -> int:
-    """Launch the job and wait for it; its exit code (2 with one line for bad distributed flags)."""
-    error = check(args)
+def run(args: argparse.Namespace, argv: list[str], preflight=None) -> int:
+    """Launch the job and wait for it; its exit code (2 with one line for bad distributed flags).
+
+    ``preflight(args)`` (engine.app.job_plan.refusal) judges the ranks against this machine before any
+    process starts: the one-line reason it cannot hold them, or None.
+    """
+    error = check(args) or (preflight(args) if preflight is not None else None)
     if error:
         sys.stderr.write(f"sensorlm-tui: error: {error}\n")
         return 2
