@@ -27,14 +27,18 @@ that checkpoints at step 0. A save without it (``meta["dcp_optimizer"]`` False) 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from engine.checkpoint import format as ckpt
+from engine.core.safe_files import check_regular
 
 #: The sidecar's file name inside a DCP directory.
 SIDECAR = "engine.safetensors"
 #: DCP's metadata file: written last, by rename; its presence is the commit marker.
 MARKER = ".metadata"
+#: Largest ``.metadata`` read: a few hundred bytes a tensor, so 256 MiB is a million-tensor model.
+MAX_METADATA_BYTES = 256 << 20
 
 
 #: What a DCP ``.metadata`` pickle may name: module → allowed names ("*": any name in that module).
@@ -85,16 +89,24 @@ def safe_reader(path: Path):
 
 
 def complete(path: Path) -> bool:
-    """True when ``path`` is a committed DCP checkpoint (its ``.metadata`` and sidecar both there)."""
-    return (Path(path) / MARKER).is_file() and (Path(path) / SIDECAR).is_file()
+    """True when ``path`` is a committed DCP checkpoint (its ``.metadata`` and sidecar both there, whatever
+    they are: one that is not a regular file is a damaged checkpoint, refused by ``read_sidecar``, not a save
+    cut off before its commit, which a resume would pass over and start the run again beside)."""
+    return os.path.lexists(Path(path) / MARKER) and os.path.lexists(Path(path) / SIDECAR)
 
 
 def read_sidecar(path: Path) -> ckpt.Loaded:
     """The sidecar of DCP directory ``path`` as a verified ``Loaded`` (its path the directory);
-    CheckpointError for a directory cut off before its commit marker, or a damaged sidecar."""
+    CheckpointError for a directory cut off before its commit marker, a damaged sidecar, or any entry that
+    is not a regular file (DCP's reader opens every shard with a blocking open: a FIFO hung the resume)."""
     path = Path(path)
-    if not (path / MARKER).is_file():
+    if not os.path.lexists(path / MARKER):
         raise ckpt.CheckpointError(f"{path}: incomplete DCP checkpoint (no {MARKER}: cut off mid-save)")
+    for entry in sorted(path.iterdir()):
+        try:
+            check_regular(entry, MAX_METADATA_BYTES if entry.name == MARKER else None)
+        except OSError as exc:
+            raise ckpt.CheckpointError(f"{entry}: not a readable DCP checkpoint file ({exc.strerror})") from None
     loaded = ckpt.read(path / SIDECAR)
     loaded.path = path
     return loaded

@@ -28,6 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from engine.core.safe_files import check_regular
 from engine.run.rundir import pid_alive
 
 #: Format version written into every checkpoint's metadata.
@@ -175,8 +176,12 @@ def read(path: Path) -> Loaded:
     """Load and verify one checkpoint file; CheckpointError if it is truncated, tampered or not ours.
     (engine.checkpoint.store reads any checkpoint, a DCP directory too.)"""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        check_regular(path)  # a FIFO or a device in a checkpoint's place is damage: never a hang
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc.strerror})") from None
     try:
         with safe_open(str(path), framework="pt") as handle:
             header = handle.metadata() or {}

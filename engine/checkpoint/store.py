@@ -9,6 +9,7 @@ engine.checkpoint.dcp a sharded directory's sidecar.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -34,7 +35,9 @@ def candidates(directory: Path) -> list[Path]:
     # candidates, newest first, so a save cut off before its pointer moved is still found.
     sharded = sorted((p for p in directory.glob("step-*") if not p.is_symlink() and p.is_dir() and dcp.complete(p)),
                      reverse=True)
-    return [p for p in ordered if p.is_file()] + sharded
+    # Present in any form: a FIFO or a link to a device under a checkpoint's name is a damaged candidate
+    # (format.read refuses it), not an absent one a resume would pass over and start the run again beside.
+    return [p for p in ordered if os.path.lexists(p) and not p.is_dir()] + sharded
 
 
 def load_latest(directory: Path, check: Callable[[Loaded], None] | None = None,
