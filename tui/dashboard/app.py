@@ -288,8 +288,8 @@ class DashboardApp(App[int]):
         self.say("read-only viewer: watching only" if message.read_only else "connected", "info")
 
     def on_session_failed(self, message: SessionFailed) -> None:
-        if message.fatal:
-            self.model.set_viewer(connection=f"failed: {message.error}")
+        if message.fatal:  # the whole error (a launch refusal's options too) is printed once the terminal is back
+            self.model.set_viewer(connection=f"failed: {message.error.splitlines()[0]}")
             self.lifecycle.leave(1, f"sensorlm-tui: error: {message.error}", error=True)
             return
         self.model.note("error", message.error)

@@ -114,7 +114,10 @@ class SessionPump:
                 if self.start_watch.cancel.is_set():
                     self.post(StartCancelled(str(exc).strip(), getattr(exc, "exit_code", None) or 130))
                 elif not self.start_watch.give_up.is_set():  # given up: the UI has gone and said why
-                    self.post(SessionFailed(_one_line(exc)))
+                    # A launch the engine refused says all of it (reason, every option, the log's path:
+                    # LaunchError.whole); anything else in one line.
+                    whole = getattr(exc, "whole", None)
+                    self.post(SessionFailed(whole() if callable(whole) else _one_line(exc)))
                 return
             self.session = session
             self.ready.set()

@@ -6,7 +6,8 @@ stdin from /dev/null, stdout and stderr appended to the run's engine.log, and
 no other inherited descriptors. It returns once the engine's status.json
 (written by this very process: same pid) has left "starting", or its control
 socket has appeared. If the process exits first, ``LaunchError`` carries the
-engine's own one-line error (the last non-empty line it wrote to engine.log)
+engine's own error as it wrote it to engine.log (its ``sensorlm-tui: error:``
+line and the lines that follow it: a memory refusal lists its options there)
 and its exit code — found by ``Popen.poll`` every ``POLL_S``, so a bad flag is
 reported in the time the engine takes to reject it, not after ``timeout``.
 
@@ -46,12 +47,22 @@ _UP = ("running", "paused", "checkpointing", "aborting", "finished", "aborted", 
 
 
 class LaunchError(Exception):
-    """The engine did not come up; ``str()`` is one line, ``exit_code`` the process's (None if still running)."""
+    """The engine did not come up; ``str()`` is one line, ``exit_code`` the process's (None if still running).
 
-    def __init__(self, message: str, exit_code: int | None = None, log: Path | None = None) -> None:
+    ``details`` are the lines the engine's error went on with (a memory refusal's options, one a line);
+    ``whole()`` is everything a person needs to act on it: the line, every option, and the log's path.
+    """
+
+    def __init__(self, message: str, exit_code: int | None = None, log: Path | None = None,
+                 details: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.exit_code = exit_code
         self.log = log
+        self.details = tuple(details)
+
+    def whole(self) -> str:
+        """The error line, its detail lines, and where the engine's log is."""
+        return "\n".join([str(self), *self.details, *([f"engine log: {self.log}"] if self.log else [])])
 
 
 class LaunchCancelled(LaunchError):
@@ -138,15 +149,26 @@ def _environment(startup: Path) -> dict:
     return env
 
 
-def _last_line(log: Path, start: int) -> str:
+#: Most detail lines a launch error carries (a refusal lists a handful of options).
+MAX_DETAIL_LINES = 40
+#: How the engine starts its one error (engine.app.main); lines after it belong to the same message.
+ERROR_PREFIX = "sensorlm-tui: error: "
+
+
+def _refusal(log: Path, start: int) -> list[str]:
+    """The engine's error as it wrote it to the log after ``start``: its ``sensorlm-tui: error:`` line (prefix
+    removed) and every line after it (a memory refusal's options); else the last non-empty line."""
     try:
         with open(log, "rb") as handle:
             handle.seek(start)
             text = handle.read()[-65536:].decode("utf-8", "replace")
     except OSError:
-        return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+        return []
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    first = max((i for i, line in enumerate(lines) if line.startswith(ERROR_PREFIX)), default=None)
+    if first is None:
+        return [lines[-1].strip()] if lines else []
+    return [lines[first][len(ERROR_PREFIX):], *lines[first + 1:first + 1 + MAX_DETAIL_LINES]]
 
 
 def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0,
@@ -198,8 +220,9 @@ def _wait_up(process: subprocess.Popen, rd: RunDir, watch: LaunchWatch, tail: _S
         if code is not None:
             if code == 0:  # a run short enough to finish before we looked: it came up
                 return LaunchedEngine(process, rd.root)
-            line = _last_line(rd.log, log_start) or "no output"
-            raise LaunchError(f"engine exited with code {code}: {line}", exit_code=code, log=rd.log)
+            said = _refusal(rd.log, log_start) or ["no output"]
+            raise LaunchError(f"engine exited with code {code}: {said[0]}", exit_code=code, log=rd.log,
+                              details=tuple(said[1:]))
         if watch.cancelled():
             raise _stop(process, rd, tail.current)
         if watch.abandoned():
