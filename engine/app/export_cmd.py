@@ -67,7 +67,7 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
     meta = loaded.meta
     step = meta.get("step", 0)
     target = Path(out) if out else run_dir / "exports" / (f"{kind}-step-{step}" if kind else f"step-{step}")
-    _check_target(target, "--out" if out else "export")
+    _check_target(target, "--out " if out else "")
     try:
         config = validate(meta["config"], f"{loaded.path} (config)")
     except (KeyError, TypeError) as exc:
@@ -110,7 +110,7 @@ def _check_target(target: Path, flag: str) -> None:
         if part.is_dir():
             return
         if part.exists() or part.is_symlink():
-            raise ExportError(f"export: {flag} {target}: {part} exists and is not a directory (nothing was written)")
+            raise ExportError(f"export: {flag}{target}: {part} exists and is not a directory (nothing was written)")
 
 
 def _load_file_weights(loaded, model, source: str | None) -> None:

@@ -127,9 +127,10 @@ def torchrun_argv(args: argparse.Namespace, run_dir: str) -> list[str]:
     if nnodes == 1 and not args.rdzv_endpoint:
         out.append("--standalone")
     else:
+        # c10d ranks the nodes as they join: torchrun ignores --node-rank for it (and warned on stderr that it
+        # did), so --node-rank is checked above and not passed on.
         timeout = max(1, math.ceil(rdzv_timeout(args)))  # torchrun reads whole seconds
-        out += [f"--rdzv-endpoint={args.rdzv_endpoint}", f"--node-rank={args.node_rank or 0}",
-                f"--rdzv-conf=join_timeout={timeout},read_timeout={timeout}"]
+        out += [f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-conf=join_timeout={timeout},read_timeout={timeout}"]
     return out
 
 

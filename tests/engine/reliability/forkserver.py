@@ -51,9 +51,15 @@ def _child(request: dict) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        from engine.app.main import main
+        sys.path[:0] = request.get("path") or []  # a plugin's site directory (its entry point is found there)
+        if request.get("entry") == "cli":  # `sensorlm-tui ARGV`: the console script's own entry point
+            from tui.cli import main as cli_main
 
-        code = main(request["argv"], prog="python -m engine")
+            code = cli_main(request["argv"])
+        else:
+            from engine.app.main import main
+
+            code = main(request["argv"], prog="python -m engine")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # what an uncaught exception would print in a fresh interpreter
@@ -77,6 +83,7 @@ def serve() -> None:
     import engine.checkpoint.format  # noqa: F401
     import engine.tasks.toy  # noqa: F401
     import engine.training.loop  # noqa: F401
+    import tui.cli  # noqa: F401  (the `sensorlm-tui` entry point, for cases that run a command)
 
     try:
         import engine.tasks.sensorlm  # noqa: F401  (CSV cases; optional while that task is being written)

@@ -46,13 +46,15 @@ class ForkServer:
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
-    def spawn(self, argv: list[str], workdir: Path, faults: str = "", tty: str | None = None) -> "Engine":
-        """Start ``python -m engine argv`` (forked); its stdout/stderr go to files in ``workdir``."""
+    def spawn(self, argv: list[str], workdir: Path, faults: str = "", tty: str | None = None, entry: str = "engine",
+              path: list[str] | None = None) -> "Engine":
+        """Start ``python -m engine argv`` (forked; ``entry="cli"``: ``sensorlm-tui argv``, with ``path`` put first
+        on its sys.path); its stdout/stderr go to files in ``workdir``."""
         workdir.mkdir(parents=True, exist_ok=True)
         n = len(list(workdir.glob("out-*.txt")))
         out, err = workdir / f"out-{n}.txt", workdir / f"err-{n}.txt"
         reply = self._ask({"op": "spawn", "argv": argv, "env": engine_env(faults), "cwd": str(workdir),
-                           "out": str(out), "err": str(err), "tty": tty})
+                           "out": str(out), "err": str(err), "tty": tty, "entry": entry, "path": path or []})
         return Engine(self, reply["pid"], out, err)
 
     def wait(self, pid: int, timeout: float) -> int | None:

@@ -1,51 +1,76 @@
-"""The hostile-input corpus (tests/hostile/, 58 files): every one a clean one-line error, exit 2, nothing changed.
+"""The hostile-input corpus (tests/hostile/), by surface: every case a clean one-line error, exit 2, nothing changed.
 
-One parametrised test runs each case in a real engine process (forked from
-the preloaded server; the same ``engine.app.main.main`` as ``python -m engine``)
-and checks: exit code 2, exactly one stderr line ``sensorlm-tui: error:
-<place>: <what>`` containing the case's expected text, no traceback, no
-stdout, and a byte-identical tree before and after (the case's work area, its
-run directory, the corpus file). A few config cases also go through the real
-``sensorlm-tui train`` entry point, and one proves the
-checkpoint corpus is not stale (its valid control file resumes).
+One parametrised test runs each case in a real process forked from the
+preloaded server: ``engine.app.main.main`` (what ``python -m engine`` runs)
+or, for a command (``plot``, ``export``, ``presets``, ``data gapfill``),
+``tui.cli.main`` (the ``sensorlm-tui`` console script). It checks: exit code 2,
+exactly one stderr line ``sensorlm-tui: error: <place>: <what>`` containing
+the case's expected text, no traceback, no stdout, within the case's time
+(10 s unless it says otherwise: a FIFO must never be a hang), and an
+identical tree before and after (the case's work area, the corpus file).
+
+A case is a file (config, CSV, checkpoint: the file is the input) or, for
+what git cannot hold (a FIFO, a link to /dev/zero, a sparse 3 GB file, a
+model directory or a plugin with one thing wrong), a builder in
+tests/hostile/builders.py that makes it in the work area. The history index
+is a cache: its cases expect ``plot`` to draw the run (exit 0) as if it were
+absent. A few config cases also go through the real ``sensorlm-tui train``
+command, and one proves the checkpoint corpus is not stale (its valid
+control file resumes). Control-channel cases are requests sent to one live
+engine: each is refused with its reason and the run goes on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
+import stat
+import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.hostile.builders import BUILDERS, Bases
 
 CORPUS = ROOT / "tests" / "hostile"
 CASES = tomllib.loads((CORPUS / "cases.toml").read_text())
-IDS = [f"{kind}/{name}" for kind, cases in CASES.items() for name in cases]
+IDS = [f"{kind}/{name}" for kind, cases in CASES.items() if kind != "control" for name in cases]
 CSV_FLAGS = ["--task", "sensorlm", "--set", "sensorlm.data.channels=2", "--set", "sensorlm.model.patch_channels=2"]
+#: Files larger than this are compared by size and modification time (a sparse 3 GB case is not read).
+_HASHED_BYTES = 64 << 20
 
 
 def _tree_digest(*roots: Path) -> dict[str, str]:
-    """path → sha256 of every file (and '<dir>' for every directory) under ``roots``."""
+    """path → what it is (sha256 of a file, '<dir>', '<fifo>', a link's target) for everything under ``roots``."""
     out = {}
     for root in roots:
         for path in sorted([root, *root.rglob("*")]):
-            out[str(path)] = "<dir>" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                out[str(path)] = f"-> {os.readlink(path)}"
+            elif stat.S_ISDIR(info.st_mode):
+                out[str(path)] = "<dir>"
+            elif not stat.S_ISREG(info.st_mode):
+                out[str(path)] = f"<special {stat.S_IFMT(info.st_mode):o}>"
+            elif info.st_size > _HASHED_BYTES:
+                out[str(path)] = f"{info.st_size} bytes, mtime {info.st_mtime_ns}"
+            else:
+                out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 
-def _case(kind: str, name: str) -> tuple[str, list[str]]:
+def _case(kind: str, name: str) -> dict:
     spec = CASES[kind][name]
-    if isinstance(spec, str):
-        return spec, []
-    return spec["expect"], list(spec.get("flags", []))
+    return {"expect": spec} if isinstance(spec, str) else spec
 
 
 def _argv(kind: str, name: str, area: Path) -> list[str]:
-    """The engine arguments for a case; checkpoint cases get their run directory built in ``area``."""
-    expect, flags = _case(kind, name)
+    """The engine arguments for a file case; checkpoint cases get their run directory built in ``area``."""
+    flags = list(_case(kind, name).get("flags", []))
     source = CORPUS / kind / name
     if kind == "config":
         return ["--config", str(source), "--threads", "1", "--run-dir", str(area / "run"), *flags]
@@ -68,17 +93,38 @@ def _check(code: int, stdout: str, stderr: str, expect: str) -> None:
     assert stdout == ""
 
 
+@pytest.fixture(scope="module")
+def bases(engines, tmp_path_factory) -> Bases:
+    """The valid inputs built cases damage (built on first use, shared by the module)."""
+    return Bases(tmp_path_factory.mktemp("bases"), engines.spawn)
+
+
 @pytest.mark.parametrize("case", IDS)
-def test_hostile_input_is_a_one_line_error_and_changes_nothing(engines, tmp_path: Path, case: str) -> None:
+def test_hostile_input_is_a_one_line_error_and_changes_nothing(engines, bases, tmp_path: Path, case: str) -> None:
     kind, name = case.split("/", 1)
+    spec = _case(kind, name)
     area = tmp_path / "area"
     area.mkdir()
-    argv = _argv(kind, name, area)
-    before = _tree_digest(area, CORPUS / kind)
-    engine = engines.spawn(argv, tmp_path / "io")
-    code = engine.wait(120)
-    _check(code, "\n".join(engine.lines()), engine.stderr(), _case(kind, name)[0])
-    assert _tree_digest(area, CORPUS / kind) == before, "bad input changed files on disk"
+    if "build" in spec:
+        how = BUILDERS[spec["build"]](area, bases)
+        watched = (area,)
+    else:
+        how = None
+        watched = (area, CORPUS / kind)
+    argv = how.argv if how else _argv(kind, name, area)
+    before = _tree_digest(*watched)
+    started = time.monotonic()
+    engine = engines.spawn(argv, tmp_path / "io", entry=how.entry if how else "engine", path=how.path if how else [])
+    within = spec.get("within", 10)
+    code = engine.wait(max(within, 60))  # a hang is killed (and fails) at 60 s; the bound is checked below
+    seconds = time.monotonic() - started
+    stdout, stderr = "\n".join(engine.lines()), engine.stderr()
+    if spec.get("code", 2) == 0:  # a cache that is damaged costs nothing: the command works as without it
+        assert code == 0 and stderr == "" and spec["stdout"] in stdout, f"exit {code}: {stderr[-1500:]}"
+    else:
+        _check(code, stdout, stderr, spec["expect"])
+    assert seconds < within, f"{seconds:.1f} s, more than the case's {within} s"
+    assert _tree_digest(*watched) == before, "bad input changed files on disk"
 
 
 # Config errors come before torch is imported, so these cost ~0.5 s each; a checkpoint case goes through the real
@@ -89,7 +135,7 @@ def test_hostile_input_through_the_real_cli(tmp_path: Path, case: str) -> None:
     argv = _argv(kind, name, tmp_path)
     before = _tree_digest(tmp_path, CORPUS / kind)
     result = run_cli("train", *argv, cwd=tmp_path)
-    _check(result.returncode, result.stdout, result.stderr, _case(kind, name)[0])
+    _check(result.returncode, result.stdout, result.stderr, _case(kind, name)["expect"])
     assert _tree_digest(tmp_path, CORPUS / kind) == before
 
 
@@ -102,3 +148,36 @@ def test_corpus_control_checkpoint_still_resumes(engines, tmp_path: Path) -> Non
     engine = engines.spawn(["--resume", str(run), "--max-steps", "5"], tmp_path)
     assert engine.wait(60) == 0, engine.stderr() + "\n(stale corpus? run tests/hostile/make_checkpoints.py)"
     assert engine.wait_for(r"^start .* at step (\d+)").group(1) == "3"
+
+
+def test_hostile_control_requests_are_refused_with_a_reason_and_the_run_goes_on(engines, tmp_path: Path) -> None:
+    """Every [control] case: one request line to a live toy engine's socket; its answer names the reason."""
+    from engine.run.control import channel
+
+    run = tmp_path / "run"
+    engine = engines.spawn(["--task", "toy", "--threads", "1", "--set", "toy.dim=32", "--eval-every", "0",
+                            "--max-steps", "1000000", "--run-dir", str(run)], tmp_path / "io")
+    try:
+        engine.wait_for(r"^step\s", timeout=60)
+        for name, spec in CASES["control"].items():
+            line = ("[" * 30_000 if spec["request"] == "DEEP" else spec["request"]).encode() + b"\n"
+            sock = channel.connect(run, timeout=10)
+            try:
+                sock.sendall(line)
+                reply = json.loads(channel.read_line(sock, time.monotonic() + 10))
+            finally:
+                sock.close()
+            why = reply.get("why") or reply.get("error") or ""
+            assert reply["type"] in ("refused", "error") and spec["expect"] in why and "\n" not in why, (name, reply)
+        assert engine.server.wait(engine.pid, 0) is None, "the run stopped"
+        deadline, wanted = time.monotonic() + 10, {"c1", "c3", "c4", "c5", "c6"}  # the log is flushed each second
+        while time.monotonic() < deadline:
+            refused = {json.loads(x)["request_id"] for x in (run / "events.jsonl").read_text().splitlines()
+                       if x.startswith('{"type":"refused"')}
+            if refused >= wanted:
+                break
+            time.sleep(0.2)
+        assert refused >= wanted, f"the engine's refusals are events too: {refused}"
+    finally:
+        engine.signal(9)
+        engine.wait(30)
