@@ -5,7 +5,7 @@ preloaded server: ``engine.app.main.main`` (what ``python -m engine`` runs)
 or, for a command (``plot``, ``export``, ``presets``, ``data gapfill``),
 ``tui.cli.main`` (the ``sensorlm-tui`` console script). It checks: exit code 2,
 exactly one stderr line ``sensorlm-tui: error: <place>: <what>`` containing
-the case's expected text, no traceback, no stdout, within the case's time
+the case's expected text, no traceback, nothing on stdout but start-up phases, within the case's time
 (10 s unless it says otherwise: a FIFO must never be a hang), and an
 identical tree before and after (the case's work area, the corpus file).
 
@@ -90,7 +90,8 @@ def _check(code: int, stdout: str, stderr: str, expect: str) -> None:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("sensorlm-tui: error: ") and expect in lines[0], lines[0]
     assert len(lines[0]) < 700, f"a {len(lines[0])}-character error line"
-    assert stdout == ""
+    # stdout holds at most the headless engine's start-up progress (engine.app.startup: `phase …` lines)
+    assert all(line.startswith("phase ") for line in stdout.splitlines()), stdout
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +153,7 @@ def test_corpus_control_checkpoint_still_resumes(engines, tmp_path: Path) -> Non
 
 def test_hostile_control_requests_are_refused_with_a_reason_and_the_run_goes_on(engines, tmp_path: Path) -> None:
     """Every [control] case: one request line to a live toy engine's socket; its answer names the reason."""
-    from engine.run.control import channel
+    from engine.run.control import wire as channel
 
     run = tmp_path / "run"
     engine = engines.spawn(["--task", "toy", "--threads", "1", "--set", "toy.dim=32", "--eval-every", "0",
