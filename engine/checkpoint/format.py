@@ -222,6 +222,24 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: An abort policy's state as checkpoints hold it (engine.training.policies.AbortPolicy.state), and the keys an
+#: older checkpoint held instead (its settings, which now come from the run's config).
+_ABORT_KEYS = {"best", "reference", "strikes", "streak_step", "streak_s"}
+_ABORT_KEYS_BEFORE = {"drop", "patience", "higher_is_better", "best", "strikes"}
+
+
+def _abort_state_ok(abort: dict) -> bool:
+    def optional(key: str, check) -> bool:
+        return abort.get(key) is None or check(abort[key])
+
+    return set(abort) in (_ABORT_KEYS, _ABORT_KEYS_BEFORE) and _is_int(abort["strikes"]) and abort["strikes"] >= 0 \
+        and optional("best", _is_number) and optional("reference", _is_number) \
+        and optional("streak_step", lambda v: _is_int(v) and v >= 0) \
+        and optional("streak_s", lambda v: _is_number(v) and 0 <= v < float("inf")) \
+        and optional("drop", _is_number) and optional("patience", _is_int) \
+        and optional("higher_is_better", lambda v: isinstance(v, bool))
+
+
 def validate_meta(loaded: Loaded) -> None:
     """CheckpointError naming the first metadata field whose type or range no run could have written.
 
@@ -258,10 +276,7 @@ def validate_meta(loaded: Loaded) -> None:
                 and isinstance(python_state[1], list) and all(_is_int(v) for v in python_state[1])):
             raise _bad(loaded, "rng.python: must be [version, [ints], gauss]")
         abort, nan = meta["abort"], meta["nan"]
-        if set(abort) != {"drop", "patience", "higher_is_better", "best", "strikes"} or not _is_number(abort["drop"]) \
-                or not _is_int(abort["patience"]) or not _is_int(abort["strikes"]) or abort["strikes"] < 0 \
-                or not isinstance(abort["higher_is_better"], bool) \
-                or not (abort["best"] is None or _is_number(abort["best"])):
+        if not _abort_state_ok(abort):
             raise _bad(loaded, f"abort={abort!r}: not an abort policy's state")
         if set(nan) != {"patience", "consecutive", "total"} or not all(_is_int(v) and v >= 0 for v in nan.values()):
             raise _bad(loaded, f"nan={nan!r}: not a NaN guard's state")

@@ -67,8 +67,11 @@ class TrainConfig(_Section):
                               "learn this many frozen samples (engine.training.overfit_gate) or the run stops, exit 1.")
     overfit_gate_steps: int = Field(300, ge=1, le=100_000, description="Steps the overfit gate trains its copy.")
     abort_drop: float = Field(1.5, ge=0, description="Abort when the primary metric sits this much worse than its "
-                              "best, in its own unit...")
-    abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort).")
+                              "best since the LR warm-up ended, in its own unit...")
+    abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort)...")
+    abort_patience_steps: int = Field(0, ge=0, le=10**12, description="...spanning at least this many steps...")
+    abort_patience_s: float = Field(60.0, ge=0, le=10**7, description="...and at least this many seconds, so "
+                                    "patience holds at any step rate (two evals 50 steps apart were 0.5 s).")
     nan_policy: Literal["skip", "rollback", "stop"] = Field(
         "rollback", description="After nan_patience consecutive non-finite steps: roll back to last good or stop.")
     nan_patience: int = Field(5, ge=1, description="Consecutive non-finite steps tolerated (each is skipped).")

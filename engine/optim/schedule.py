@@ -16,11 +16,16 @@ from __future__ import annotations
 import math
 
 
+def warmup_steps(total: int, warmup_frac: float) -> int:
+    """Steps of the linear warm-up of a ``total``-step run (the abort policy is not armed before they are done)."""
+    return int(round(warmup_frac * max(1, total)))
+
+
 def lr_at(step: int, total: int, peak: float, kind: str, warmup_frac: float,
           cooldown_frac: float = 0.0, min_lr_frac: float = 0.0) -> float:
     """The learning rate for optimizer step ``step`` (0-based) of ``total``."""
     total = max(1, total)
-    warmup = int(round(warmup_frac * total))
+    warmup = warmup_steps(total, warmup_frac)
     if warmup and step < warmup:
         return peak * (step + 1) / warmup
     floor = peak * min_lr_frac

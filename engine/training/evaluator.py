@@ -8,8 +8,8 @@ derives what depends on the reduced means (e.g. perplexity). The pass checks
 ``interrupted()`` between batches, so a stop during a long evaluation does not
 wait for its end (the pass is dropped, the loop checkpoints and stops).
 
-State for a checkpoint: the abort policy's (best, strikes) and the first
-validation loss (the overfit gate's reference).
+State for a checkpoint: what the abort policy has seen (best, its reference,
+the streak) and the first validation loss (the overfit gate's reference).
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ class Evaluator:
     """Runs validation passes for one task and judges them (best, abort, overfit gate)."""
 
     def __init__(self, train: TrainConfig, task, emit: Callable[[ev.Event], None] = lambda event: None,
-                 agree: Callable[[bool], bool] = bool) -> None:
+                 agree: Callable[[bool], bool] = bool, warmup_steps: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``emit`` takes the overfit gate's events; ``agree`` makes its verdict every rank's
-        (engine.training.policies)."""
+        (engine.training.policies); the abort rule is armed once ``warmup_steps`` are done, and counts its
+        patience's seconds on ``clock``."""
         self.train = train
         self.task = task
         self.emit, self.agree = emit, agree
@@ -43,8 +45,10 @@ class Evaluator:
 
         #: The task's declared primary metric (engine.core.taskspec.Metric): decides best and the abort rule.
         self.primary = get_spec(task.config.task.name).capabilities.primary
-        self.abort = AbortPolicy(train.abort_drop, train.abort_patience,
-                                 higher_is_better=self.primary.higher_is_better)
+        self.abort = AbortPolicy(train.abort_drop, train.abort_patience, self.primary.higher_is_better,
+                                 armed_from=warmup_steps, patience_steps=train.abort_patience_steps,
+                                 patience_s=train.abort_patience_s)
+        self.clock = clock
         #: Validation loss of the first (untrained) and the latest evaluation.
         self.first_val_loss: float | None = None
         self.last_val_loss: float | None = None
@@ -92,10 +96,8 @@ class Evaluator:
     def _judge(self, step: int, means: dict[str, float], seconds: float) -> ev.EvalDone:
         metric = self.primary.name
         value = means.get(metric, means.get("val_loss"))
-        is_best, abort = self.abort.update(value)
-        worse = "below" if self.primary.higher_is_better else "above"
-        self.abort_reason = (f"val {metric} {value:.4g} sat more than {self.abort.drop:g} {worse} its best "
-                             f"{self.abort.best:.4g} on {self.abort.strikes} consecutive evals" if abort else "")
+        is_best, abort = self.abort.update(value, step, self.clock())
+        self.abort_reason = self.abort.reason(metric, value, step) if abort else ""
         val_loss = means.pop("val_loss", float("nan"))
         if self.first_val_loss is None:
             self.first_val_loss = val_loss
@@ -115,6 +117,7 @@ class Evaluator:
         return {"abort": self.abort.state(), "first_val_loss": self.first_val_loss}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue judging from a checkpoint's state."""
-        self.abort = AbortPolicy(**state["abort"])
+        """Continue judging from a checkpoint's state (the rule's settings stay this run's config: a resume with
+        ``--set train.abort_patience=0`` turns it off)."""
+        self.abort.load_state(state["abort"])
         self.first_val_loss = state.get("first_val_loss")

@@ -36,6 +36,7 @@ from engine.core.registry import get_spec, make_task
 from engine.distributed.parallel import Single
 from engine.optim import device as dev
 from engine.optim.optimization import Optimization, accumulate
+from engine.optim.schedule import warmup_steps
 from engine.run import events as ev
 from engine.run.control.requests import Controls
 from engine.run.sinks import EventBus
@@ -46,7 +47,7 @@ from engine.training.control_handler import ControlHandler, GracefulStop, Stop
 from engine.training.evaluator import Evaluator
 from engine.training.exporter import Exporter
 from engine.training.live_settings import LiveSettings
-from engine.training.policies import Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
+from engine.training.policies import CONTINUE_FLAGS, Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
 from engine.training.prefetch import step_keys, upcoming_keys
 from engine.training.sample_order import SampleOrder
 from engine.training.throughput import Throughput
@@ -97,7 +98,9 @@ class Trainer:
         self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
         self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
         self.oom = OomPolicy(t.oom_recovery, self.agree)
-        self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree)  # also the overfit gate preflight
+        # also the overfit gate preflight; the abort rule is armed once the LR warm-up is done
+        self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree, warmup_steps(self.total_steps,
+                                                                                          t.warmup_frac))
         self.budget = BudgetHook(self.config, self.task, self.device, self.parallel)
         self.compiler = Compiler(t.compile, t.compile_backend, self.bus.emit)  # applied before the first step
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
@@ -131,8 +134,9 @@ class Trainer:
                 self.log_step()
                 if eval_due(self.step, self.config.train.eval_every, self.total_steps):
                     self.evaluate()
-                    if self.evaluator.abort_reason:
-                        return self._finish("aborted", ExitCode.POLICY, self.evaluator.abort_reason, True)
+                    if self.evaluator.abort_reason:  # its resume command turns the rule off (the reason says)
+                        return self._finish("aborted", ExitCode.POLICY, self.evaluator.abort_reason, True,
+                                            resume_tail=CONTINUE_FLAGS)
                     self.checkpoint()
                 elif self.checkpoints.due(self.step):
                     self.checkpoint()
@@ -305,7 +309,7 @@ class Trainer:
             capabilities=get_spec(self.config.task.name).capabilities.to_dict()))
         self.checkpoints.announce(self.resume, self.step)  # the files it skipped, the optimizer digest it checked
 
-    def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool) -> Outcome:
+    def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool, resume_tail: str = "") -> Outcome:
         self.prefetch.close()
         self.compiler.close()
         self.log_step()
@@ -318,7 +322,8 @@ class Trainer:
         self.control.set_state({"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}
                                .get(status, "failed"), reason)
         outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)
-        resume = f"sensorlm-tui train --resume {self.run_dir}" if status != "finished" and self.run_dir else None
+        resume = f"sensorlm-tui train --resume {self.run_dir}{resume_tail}" if status != "finished" and self.run_dir \
+            else None
         self.bus.emit(ev.RunFinished(status=status, best=self.evaluator.abort.best, steps=self.step, reason=reason,
                                      checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code),
                                      export=self.exporter.final(self.model, self.step, status)))

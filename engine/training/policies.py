@@ -22,6 +22,9 @@ from engine.run import events as ev
 #: How ranks agree on a decision: ``agree(flag)`` is True on every rank if it is True on any.
 Agree = Callable[[bool], bool]
 
+#: What a resume of a run the abort policy stopped adds to continue (the rule off; its state is kept).
+CONTINUE_FLAGS = " --set train.abort_patience=0"
+
 #: NaN rollbacks to the same checkpoint in a row before the run stops: data that is NaN at a fixed
 #: position replays identically after every rollback, and without a cap the run would loop forever.
 MAX_ROLLBACKS_TO_ONE_STEP = 3
@@ -34,34 +37,97 @@ def agree(flag: bool) -> bool:
 
 @dataclass
 class AbortPolicy:
-    """Stop when the primary metric sits more than ``drop`` below its best on ``patience`` consecutive evals.
+    """Stop when the primary metric sits more than ``drop`` worse than its best on a long enough streak.
 
-    The config defaults to a drop of 1.5 on 2 evals (train.abort_drop, abort_patience). For a
-    lower-is-better metric the drop is measured upwards. ``patience == 0`` disables it.
+    What a long run must survive, each a rule here:
+
+    - **warm-up**: the LR rises over the first ``armed_from`` steps and the
+      metric may get worse as designed (a 3M-step run was stopped at step
+      137,750 of a 150,000-step warm-up). Before ``armed_from`` no eval is a
+      strike, and the reference the drop is measured from is the best since
+      the policy armed, not a warm-up value the peak LR was never meant to keep;
+    - **patience at any step rate**: a streak of strikes stops the run only
+      once it spans ``patience`` evals *and* ``patience_steps`` steps *and*
+      ``patience_s`` seconds (two evals 50 steps apart were 0.5 s of training
+      at 100 steps/s). Seconds are counted between evals of this process, so a
+      resume neither skips nor double-counts them;
+    - ``patience == 0`` disables it.
+
+    ``best`` is the run's best (the ``best`` checkpoint, EvalDone.best), kept
+    through warm-up. For a lower-is-better metric the drop is measured upwards.
     """
 
     drop: float
     patience: int
     higher_is_better: bool = True
+    armed_from: int = 0
+    patience_steps: int = 0
+    patience_s: float = 0.0
     best: float | None = None
+    #: The best since the policy armed: what a drop is measured from.
+    reference: float | None = None
     strikes: int = 0
+    #: Step of the streak's first strike (None: no streak).
+    streak_step: int | None = None
+    #: Seconds the streak has lasted so far.
+    streak_s: float = 0.0
+    _last_eval: float | None = field(default=None, repr=False, compare=False)
 
-    def update(self, value: float | None) -> tuple[bool, bool]:
-        """Record an eval; returns (is_new_best, should_abort)."""
+    def update(self, value: float | None, step: int = 0, now: float = 0.0) -> tuple[bool, bool]:
+        """Record the eval at ``step`` (``now``: a monotonic clock in seconds); returns (is_new_best, should_abort)."""
+        since, self._last_eval = (None if self._last_eval is None else now - self._last_eval), now
         if value is None or not math.isfinite(value):
             return False, False
-        better = self.best is None or (value > self.best if self.higher_is_better else value < self.best)
-        if better:
+        is_best = self.best is None or self._better(value, self.best)
+        if is_best:
             self.best = value
-            self.strikes = 0
-            return True, False
-        gap = (self.best - value) if self.higher_is_better else (value - self.best)
-        self.strikes = self.strikes + 1 if gap > self.drop else 0
-        return False, self.patience > 0 and self.strikes >= self.patience
+        if step < self.armed_from:  # warming up: nothing is judged yet
+            return is_best, False
+        if self.reference is None or self._better(value, self.reference):
+            self.reference, self.strikes, self.streak_step, self.streak_s = value, 0, None, 0.0
+            return is_best, False
+        gap = (self.reference - value) if self.higher_is_better else (value - self.reference)
+        if gap <= self.drop:
+            self.strikes, self.streak_step, self.streak_s = 0, None, 0.0
+            return is_best, False
+        if self.streak_step is None:
+            self.streak_step = step
+        elif since is not None:
+            self.streak_s += since
+        self.strikes += 1
+        return is_best, self.patience > 0 and self.strikes >= self.patience and \
+            step - self.streak_step >= self.patience_steps and self.streak_s >= self.patience_s
+
+    def _better(self, value: float, than: float) -> bool:
+        return value > than if self.higher_is_better else value < than
+
+    def reason(self, metric: str, value: float, step: int) -> str:
+        """The line that says why the run stopped (after ``update`` said it should) and what lets it go on."""
+        worse = "below" if self.higher_is_better else "above"
+        gap = abs(self.reference - value)
+        return (f"val {metric} {value:.4g} sat more than {self.drop:g} {worse} its best {self.reference:.4g} since "
+                f"warm-up on {self.strikes} consecutive evals ({step - self.streak_step} steps, "
+                f"{self.streak_s:.0f} s); to go on, resume with{CONTINUE_FLAGS} (the rule off) or "
+                f"--set train.abort_drop={_above(gap)} (allows this gap)")
 
     def state(self) -> dict:
-        """JSON form for checkpoints."""
-        return asdict(self)
+        """JSON form for checkpoints: what the policy has seen (its settings come from the run's config)."""
+        return {"best": self.best, "reference": self.reference, "strikes": self.strikes,
+                "streak_step": self.streak_step, "streak_s": self.streak_s}
+
+    def load_state(self, state: dict) -> None:
+        """Continue from ``state`` (``state()``'s, or an older checkpoint's {drop, patience, best, strikes})."""
+        self.best, self.strikes = state.get("best"), int(state.get("strikes") or 0)
+        self.reference, self.streak_step = state.get("reference", self.best), state.get("streak_step")
+        self.streak_s = float(state.get("streak_s") or 0.0)
+
+
+def _above(gap: float) -> str:
+    """A round drop a little above ``gap`` (two significant figures, rounded up)."""
+    if gap <= 0 or not math.isfinite(gap):
+        return "0"
+    scale = 10 ** (math.floor(math.log10(gap)) - 1)
+    return f"{math.ceil(gap * 1.01 / scale) * scale:.6g}"
 
 
 @dataclass

@@ -1,0 +1,70 @@
+"""The abort policy a long run survives: not armed in the LR warm-up, patience in steps and seconds as well as
+evals, and a resume hint after a policy stop that lets the run go on.
+
+The real run: a toy run whose LR is multiplied 300× (the fault hook's ``lr@A-B=F``) inside its warm-up, so
+its metric dips there as a rising LR may make it, and again after it. The dip in the warm-up is not judged;
+the one after it stops the run (exit 1); the command the engine prints resumes it to the end (exit 0).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from engine.training.policies import AbortPolicy
+from tests.conftest import read_events
+from tests.engine.reliability.harness import TOY
+
+#: 120 steps, the first 60 warm-up, an eval every 5; the LR is 300× on steps 10-25 (in the warm-up) and 70-120.
+FLAGS = [*TOY, "--max-steps", "120", "--eval-every", "5", "--schedule", "constant", "--set", "train.warmup_frac=0.5",
+         "--set", "train.abort_drop=0.3", "--set", "train.abort_patience_s=0"]
+FAULTS = "lr@10-25=300,lr@70-120=300"
+
+
+def test_a_warm_up_dip_is_not_judged_and_a_policy_stop_resumes_with_the_printed_command(engines, tmp_path) -> None:
+    run = tmp_path / "run"
+    first = engines.spawn([*FLAGS, "--run-dir", str(run)], tmp_path / "first", faults=FAULTS)
+    assert first.wait(120) == 1, first.stderr()
+    evals = {e["step"]: e["metrics"]["psnr_db"] for e in read_events(run) if e["type"] == "eval"}
+    best_before_dip = max(v for s, v in evals.items() if s < 10)
+    dipped = [s for s, v in evals.items() if 10 <= s < 60 and v < best_before_dip - 0.3]
+    assert len(dipped) >= 2, f"the warm-up dip the old rule stopped at: {evals}"
+    finished = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
+    assert finished["status"] == "aborted" and finished["steps"] >= 70, finished
+    assert "since warm-up" in finished["reason"] and "--set train.abort_patience=0" in finished["reason"]
+
+    printed = next(m for m in map(re.compile(r"^done\s+resume with: (.*)$").match, first.lines()) if m).group(1)
+    assert printed == finished["resume_command"] == f"sensorlm-tui train --resume {run} --set train.abort_patience=0"
+    argv = shlex.split(printed)
+    assert argv[:2] == ["sensorlm-tui", "train"]
+    resumed = engines.spawn([*argv[2:], "--threads", "1"], tmp_path / "resumed", faults=FAULTS)
+    assert resumed.wait(120) == 0, resumed.stderr()
+    last = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
+    assert last["status"] == "finished" and last["steps"] == 120
+
+
+def test_patience_holds_at_any_step_rate() -> None:
+    """Two evals 50 steps apart at 100 steps/s are half a second: not enough to stop on by default."""
+    policy = AbortPolicy(drop=1.5, patience=2, armed_from=0, patience_steps=1000, patience_s=60.0)
+    clock, stopped_at = 0.0, None
+    for step, value in enumerate([22.9] + [20.0] * 400):
+        clock += 0.5  # an eval every 50 steps at 100 steps/s
+        _, stop = policy.update(value, step * 50, clock)
+        if stop:
+            stopped_at = step * 50
+            break
+    assert stopped_at is not None and policy.strikes == 121 and stopped_at == 6050  # 60 s and 1000 steps later
+    assert policy.streak_s == 60.0
+
+
+def test_a_resume_keeps_the_streak_and_takes_the_rule_from_the_config() -> None:
+    policy = AbortPolicy(drop=1.0, patience=3, armed_from=100)
+    for step, value in [(0, 30.0), (50, 10.0), (100, 20.0), (150, 18.0), (200, 18.0)]:
+        assert policy.update(value, step, float(step)) == (step == 0, False)
+    assert (policy.best, policy.reference, policy.strikes, policy.streak_step) == (30.0, 20.0, 2, 150)
+    resumed = AbortPolicy(drop=1.0, patience=0, armed_from=100)  # resumed with --set train.abort_patience=0
+    resumed.load_state(policy.state())
+    assert resumed.update(17.0, 250, 0.0) == (False, False) and resumed.strikes == 3
+    older = AbortPolicy(drop=1.0, patience=2)
+    older.load_state({"drop": 1.5, "patience": 2, "higher_is_better": True, "best": 5.0, "strikes": 1})
+    assert (older.drop, older.reference, older.strikes) == (1.0, 5.0, 1), "an older checkpoint's state still loads"
