@@ -49,16 +49,17 @@ except ImportError:  # the package's older name; a Trainer takes callbacks of it
 class CockpitCallback(pl.Callback):
     """Writes ``run_dir`` (default runs/<timestamp>) as the engine would and obeys its controls (module docstring).
 
-    ``log_every``: a step event every this many steps (each reads the loss: a device sync on a GPU).
+    ``log_every``: a step event every this many steps (each reads the loss: a device sync on a GPU); None:
+    every step, at most one each ``core.STEP_EVENT_S`` (a fast run logs every few).
     ``predict_memory``: trace the training step for a predicted peak (seconds, once).
     ``config``: extra sections for config.toml (e.g. your hyperparameters).
     """
 
-    def __init__(self, run_dir: str | Path | None = None, *, log_every: int = 1, predict_memory: bool = True,
-                 config: dict | None = None) -> None:
+    def __init__(self, run_dir: str | Path | None = None, *, log_every: int | None = None,
+                 predict_memory: bool = True, config: dict | None = None) -> None:
         super().__init__()
         self.run_dir = run_dir
-        self.log_every = max(1, int(log_every))
+        self.log_every = max(1, int(log_every)) if log_every else None
         self.predict_memory = predict_memory
         self.config = config
         self.cockpit: Cockpit | None = None
@@ -69,6 +70,7 @@ class CockpitCallback(pl.Callback):
         self._val_started = 0.0
         self._stopped: tuple[str, str] | None = None  # (status, reason) once a control stopped the fit
         self._last_step = -1
+        self._checkpointers: list | None = None
 
     # ------------------------------------------------------------------ start
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -84,6 +86,7 @@ class CockpitCallback(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         """The step meter (rank 0 measures; the others only agree on controls)."""
         if self.cockpit is not None and self.cockpit.owner:
+            self._checkpointers = list(trainer.checkpoint_callbacks)  # looked at every batch: found once
             self.memory = StepMemory(pl_module, lambda: trainer.optimizers[0] if trainer.optimizers else None,
                                      pl_module.device)
 
@@ -129,7 +132,7 @@ class CockpitCallback(pl.Callback):
         sample = self.memory.end(step)
         if sample is not None:
             self.cockpit.emit(sample)
-        if step % self.log_every:
+        if not self.cockpit.due(step, self.log_every):
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         components = {k: v for k, v in _scalars(trainer.callback_metrics).items()
@@ -182,7 +185,7 @@ class CockpitCallback(pl.Callback):
 
     def _checkpoints_written(self, trainer) -> None:
         """CheckpointSaved for each file a ModelCheckpoint wrote (or rewrote: ``last.ckpt``) since the last look."""
-        for callback in trainer.checkpoint_callbacks:
+        for callback in self._checkpointers if self._checkpointers is not None else trainer.checkpoint_callbacks:
             best, last = getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")
             for path in [*getattr(callback, "best_k_models", {}), last]:
                 written = _mtime(Path(path)) if path else 0
@@ -262,10 +265,16 @@ def _mtime(path: Path) -> int:
 
 
 def _batch_size(batch) -> int:
-    """Samples in a batch: the first dimension of its first tensor (0 when there is none)."""
-    from torch.utils._pytree import tree_leaves
-
-    for leaf in tree_leaves(batch):
-        if hasattr(leaf, "shape") and len(leaf.shape):
-            return int(leaf.shape[0])
+    """Samples in a batch: the first dimension of its first tensor, looked for in the usual shapes (a tensor,
+    a tuple or list, a dict: each step, so no tree walk); 0 when there is none."""
+    for _ in range(4):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else 0
+        if isinstance(batch, dict):
+            batch = next(iter(batch.values()), None)
+        elif isinstance(batch, (list, tuple)):
+            batch = batch[0] if batch else None
+        else:
+            return 0
     return 0

@@ -51,12 +51,14 @@ class StopRun(Exception):
 def cockpit(run_dir: str | Path | None = None, *, model=None, optimizer=None, save: Callable[[], Any] | None = None,
             save_every: int = 0, total_steps: int = 0, start_step: int | None = None, resume: bool = True,
             config: dict | None = None, loss_fn: Callable | None = None, example_batch: Any = None,
-            primary: str = "val_loss", higher_is_better: bool = False) -> "Run":
+            primary: str = "val_loss", higher_is_better: bool = False, log_every: int | None = None) -> "Run":
     """A ``Run`` to use as a context manager (module docstring). ``primary`` names the metric ``runs`` and the
-    dashboard rank evaluations by; ``save_every`` saves every this many steps (0: only when asked)."""
+    dashboard rank evaluations by; ``save_every`` saves every this many steps (0: only when asked);
+    ``log_every`` logs every this many steps (None: every step, at most one each ``core.STEP_EVENT_S``)."""
     return Run(run_dir, model=model, optimizer=optimizer, save=save, save_every=save_every, total_steps=total_steps,
                start_step=start_step, resume=resume, config=config, loss_fn=loss_fn, example_batch=example_batch,
-               primary=Metric(primary, primary.replace("_", " "), higher_is_better=higher_is_better))
+               primary=Metric(primary, primary.replace("_", " "), higher_is_better=higher_is_better),
+               log_every=log_every)
 
 
 class Run:
@@ -64,11 +66,12 @@ class Run:
 
     def __init__(self, run_dir, *, model, optimizer, save, save_every: int, total_steps: int,
                  start_step: int | None, resume: bool, config: dict | None, loss_fn, example_batch,
-                 primary: Metric) -> None:
+                 primary: Metric, log_every: int | None = None) -> None:
         self.cockpit = Cockpit(run_dir, "loop", group=torch_group(), primary=primary,
                                label="your training loop")
         self.model, self.optimizer, self.user_save = model, optimizer, save
         self.save_every, self.total_steps = max(0, int(save_every)), int(total_steps)
+        self.log_every = log_every
         self.config, self.resume = config, resume
         self.trace = (loss_fn, example_batch) if loss_fn is not None and example_batch is not None else None
         #: The step this run continues from (0 for a fresh run; the saved step when resumed).
@@ -155,8 +158,10 @@ class Run:
                 sample = self.memory.end(step)
                 if sample is not None:
                     cockpit.emit(sample)
-            lr = self.optimizer.param_groups[0].get("lr", 0.0) if self.optimizer is not None else 0.0
-            cockpit.logged(step, _number(loss), lr=float(lr), components={k: _number(v) for k, v in metrics.items()})
+            if cockpit.due(step, self.log_every):  # the numbers are read (a device sync) only when logged
+                lr = self.optimizer.param_groups[0].get("lr", 0.0) if self.optimizer is not None else 0.0
+                cockpit.logged(step, _number(loss), lr=float(lr),
+                               components={k: _number(v) for k, v in metrics.items()})
         if self.save_every and step % self.save_every == 0:
             self._save([], "last")
         decision = cockpit.boundary(step, lambda ids: self._save(ids, "manual"))

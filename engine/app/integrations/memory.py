@@ -49,6 +49,7 @@ class StepMemory:
         self._last_peak: tuple[int, int] | None = None  # (step, bytes) of the last counted CPU step
         self._last_read = float("-inf")
         self._emitted_at = -1
+        self._capacity: int | None = None  # the machine's RAM (CPU), read once
 
     # -- prediction ---------------------------------------------------------------------------
     def predict(self, loss_of, batch, zero_grad_after_forward: bool = False) -> None:
@@ -119,12 +120,14 @@ class StepMemory:
     def _cpu_sample(self, step: int) -> ev.MemorySampled:
         from engine.budget.cpu_meter import available_ram, rss
 
+        if self._capacity is None:
+            self._capacity = available_ram()[1]
         self._emitted_at = step
         peak = self._last_peak[1] if self._last_peak else None
         predicted = self.predicted
         source = (f"cpu: tensor storages of step {self._last_peak[0]} counted through the dispatcher; rss is the "
                   "process's, not training memory") if self._last_peak else "cpu: no step counted yet"
-        return ev.MemorySampled(step=step, device="cpu", peak=peak, rss=rss(), capacity=available_ram()[1],
+        return ev.MemorySampled(step=step, device="cpu", peak=peak, rss=rss(), capacity=self._capacity,
                                 predicted=predicted, ratio=peak / predicted if peak and predicted else None,
                                 source=source)
 

@@ -217,6 +217,10 @@ class Controls:
         """True once any stop was asked for, graceful or immediate."""
         return self.stop_event.is_set() or self.graceful_event.is_set()
 
+    def waiting(self) -> bool:
+        """True when a request (or a stop) arrived since the last drain: the next boundary has work."""
+        return self._wake.is_set()
+
     def submit(self, request: Request) -> str:
         """Queue a request for the next step boundary; returns its id."""
         if request.action == "abort":
