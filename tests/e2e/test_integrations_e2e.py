@@ -44,7 +44,7 @@ def test_lightning_script_steered_from_another_terminal(tmp_path: Path, tmux: Tm
     tmux.keys("attach", "Space")
     text = tmux.wait_for("attach", lambda s: "PAUSED" in s.splitlines()[0], 30, "PAUSED in the header")
     held, exact = _shown_step(text), RunDir(run).read_status()["step"]
-    time.sleep(2)
+    time.sleep(1)
     assert _shown_step(tmux.screen("attach")) == held and RunDir(run).read_status()["step"] == exact >= held
     tmux.keys("attach", "Space")
     tmux.wait_for("attach", lambda s: _shown_step(s) > held + 3, 30, "the run advancing after resume")

@@ -30,7 +30,7 @@ def test_a_pause_lands_on_both_ranks_at_one_step(tmp_path: Path, started_scripts
     assert {r["step"] for r in landed["ranks"]} == {ack.step}  # both ranks at the step the pause landed on
     assert len({r["pid"] for r in landed["ranks"]}) == 2
     held = status_step(run)
-    time.sleep(2)
+    time.sleep(1)
     assert status_step(run) == held == ack.step
 
     assert isinstance(send(run, rq.resume()), ev.SettingChanged)
