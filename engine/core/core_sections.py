@@ -91,6 +91,10 @@ class TrainConfig(_Section):
     strategy: Literal["ddp", "fsdp2"] = Field(
         "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
         "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")
+    step_readback: Literal["auto", "sync", "deferred"] = Field(
+        "auto", description="How a step's loss and finiteness reach the host: sync (read before the optimizer "
+        "step: one host sync a step), deferred (checked and skipped on the device, read one step later: no sync; "
+        "needs fused AdamW), auto (deferred on CUDA where it can, sync elsewhere).")
     compile: Literal["off", "blocks", "model"] = Field(
         "off", description="torch.compile: off (eager), blocks (each block the task declares, compiled on its "
         "own: fast to compile) or model (the whole forward). Checkpoints and exports do not depend on it.")

@@ -86,14 +86,14 @@ class Optimization:
                                                   t.cooldown_frac, t.min_lr_frac)
         return lr if self.lr_fault is None else lr * self.lr_fault(step)
 
-    def step(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor], skip: Callable[[bool], bool]
-             ) -> tuple[tuple[float, float, dict[str, float]], float, bool]:
-        """Set the LR, unscale, clip, and step unless ``skip(finite)`` says so.
+    @property
+    def skips_on_device(self) -> bool:
+        """True when a non-finite step can be skipped without the host looking: the fused AdamW kernel takes a
+        ``found_inf`` flag (the foreach and loop kernels do not), and no grad scaler owns that flag (fp16)."""
+        return bool(self.optimizer.defaults.get("fused")) and not self.scaler.is_enabled()
 
-        Returns ((loss, grad norm, parts) as floats, lr, skipped). The step's one device sync: the
-        finiteness decision must be made before ``optimizer.step()``, and the values the step event
-        logs come back in the same transfer (not 2 + n more ``.item()`` syncs later).
-        """
+    def _prepare(self, step: int) -> tuple[float, torch.Tensor]:
+        """Set the step's LR on every group, unscale, clip; (lr, the pre-clip grad norm on the device)."""
         lr = self.lr(step)
         for group in self.optimizer.param_groups:
             # A group's ``lr_mult`` (Task.param_groups) scales the schedule for it, e.g. LoRA+'s lora_B groups
@@ -104,6 +104,37 @@ class Optimization:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (a norm over shards); its value on every rank
             grad_norm = grad_norm.full_tensor()
+        return lr, grad_norm
+
+    def step_on_device(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor]
+                       ) -> tuple[torch.Tensor, float]:
+        """The step with no host sync (``skips_on_device`` runs only): the finiteness check and the skip stay on
+        the device, fused AdamW's ``found_inf`` (the protocol torch's GradScaler uses: set on the optimizer for
+        one ``step()``; the kernel leaves parameters, moments and step counts as they were when it is 1).
+
+        Returns ([loss, grad norm, finite (1/0), *parts in ``parts``' order] as one float32 device tensor, lr).
+        Under DDP and FSDP2 every rank gets the same flag without a collective: the loss is all-reduced and the
+        gradients, hence their norm, are the same on every rank.
+        """
+        lr, grad_norm = self._prepare(step)
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+        self.optimizer.found_inf = (~finite).float()
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        values = torch.stack([loss.float(), grad_norm.float(), finite.float(), *(v.float() for v in parts.values())])
+        return values, lr
+
+    def step(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor], skip: Callable[[bool], bool]
+             ) -> tuple[tuple[float, float, dict[str, float]], float, bool]:
+        """Set the LR, unscale, clip, and step unless ``skip(finite)`` says so.
+
+        Returns ((loss, grad norm, parts) as floats, lr, skipped). The step's one device sync: the
+        finiteness decision must be made before ``optimizer.step()``, and the values the step event
+        logs come back in the same transfer (not 2 + n more ``.item()`` syncs later).
+        """
+        lr, grad_norm = self._prepare(step)
         names = list(parts)
         host = torch.stack([loss, grad_norm.float(), *(parts[k] for k in names)]).tolist()
         values = (host[0], host[1], dict(zip(names, host[2:])))

@@ -59,6 +59,9 @@ class Steerable(Protocol):
     def checkpoint(self, kind: str, request_id: str | None = None) -> str | None:
         """Write ``last`` now; its path, None if the write failed."""
 
+    def settle(self) -> None:
+        """Read back, count and log every step dispatched so far (the deferred readback's last one)."""
+
 
 class ControlHandler:
     """Drains ``controls`` at each boundary, answers every request on ``emit``, and raises the run's stops."""
@@ -82,7 +85,10 @@ class ControlHandler:
 
     def boundary(self) -> None:
         """Apply queued requests; wait here while paused. Raises Stop / GracefulStop to end the run."""
-        self.apply(self.controls.drain())
+        requests = self.controls.drain()
+        if requests or self.state == "paused" or self.controls.stopping():
+            self.run.settle()  # a deferred step's values first: what a request acts on is every step so far
+        self.apply(requests)
         while self.state == "paused" and not self.controls.stopping():
             self.controls.wait(PAUSE_POLL_S)
             self.apply(self.controls.drain())

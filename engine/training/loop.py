@@ -36,6 +36,7 @@ from engine.core.registry import get_spec, make_task
 from engine.distributed.parallel import Single
 from engine.optim import device as dev
 from engine.optim.optimization import Optimization, accumulate
+from engine.optim.readback import StepReadback, deferred_readback, read_values
 from engine.optim.schedule import warmup_steps
 from engine.run import events as ev
 from engine.run.control.requests import Controls
@@ -103,6 +104,7 @@ class Trainer:
                                                                                           t.warmup_frac))
         self.budget = BudgetHook(self.config, self.task, self.device, self.parallel)
         self.compiler = Compiler(t.compile, t.compile_backend, self.bus.emit)  # applied before the first step
+        self.readback = StepReadback(self.device) if deferred_readback(t, self.optim, self.device) else None
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         self.autotune = Autotuner(self)
         if self.resume:
@@ -199,26 +201,68 @@ class Trainer:
             for name, value in components.items():
                 parts[name] = accumulate(parts.get(name), value.detach().float(), weight)
         total, parts = self.parallel.mean_losses(total, parts)  # the job's loss, not this rank's share
+        samples = len(indices) * self.parallel.world
+        if self.readback is not None:  # no host sync: this step's values are read after the next one is queued
+            values, lr = self.optim.step_on_device(self.step, total, parts)
+            self.step += 1
+            elapsed = self._observe(started)
+            previous = self.readback.put(values, (self.step, list(parts), lr, elapsed, samples))
+            if previous is not None:
+                self._conclude(read_values(*previous))
+            return
         (total, grad_norm, parts), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
         self.step += 1
+        elapsed = self._observe(started)
+        self._conclude((self.step, total, parts, grad_norm, lr, elapsed, samples, skipped))
+
+    def _observe(self, started: float) -> float:
+        """The step's wall seconds; the strategy's per-rank telemetry sees them (rank 0 gets an event)."""
         elapsed = max(time.perf_counter() - started, 1e-9)
-        self._pending = (self.step, total, parts, grad_norm, lr, elapsed, len(indices) * self.parallel.world, skipped)
-        self._ranks = self.parallel.observe(self.step, started, elapsed)  # on every rank; rank 0 gets an event
-        decision = self.nan.record(skipped)
+        self._ranks = self.parallel.observe(self.step, started, elapsed)
+        return elapsed
+
+    def _conclude(self, record: tuple) -> None:
+        """A step's values are on the host: queue its event, count it for the NaN policy, act on the policy.
+
+        Deferred (``self.readback``), this runs one step late, after the next step was queued. What that
+        changes: when this step is the one that reaches ``nan_patience``, the next step has already run (from
+        the last good weights: this one was skipped on the device). A rollback undoes it with everything
+        else (model, optimizer, data position, RNG come from the checkpoint), so the run continues exactly
+        as a synchronous one; a stop ends the run one step later (a stop saves nothing, so the files are the
+        same). That step's event is logged before the rollback's, as it happened. Checkpoints, evaluations,
+        controls and the run's end ``settle()`` first, so none of them acts before an earlier step's verdict.
+        """
+        self.log_step()  # an earlier step's event, if still queued, comes first
+        self._pending = record
+        decision = self.nan.record(record[-1])
         if decision in ("stop", "rollback"):
             self.log_step()  # the failing step's event comes before the rollback's, in step order
-        event, stop = self.nan.respond(decision, self.step, self._rollback, self.optim)
+            late = self.readback.flush() if self.readback is not None else None
+            if late is not None:  # the step queued after it: logged as it happened, not counted (undone or final)
+                self._pending = read_values(*late)
+                self.log_step()
+        event, stop = self.nan.respond(decision, record[0], self._rollback, self.optim)
         if stop:
             raise GracefulStop(stop, ExitCode.POLICY, checkpoint=False, status="failed")
         if event is not None:
             self.bus.emit(event)
+
+    def settle(self) -> None:
+        """Bring the host up to date: the deferred readback's last step read (a wait on its copy), counted and
+        logged. A no-op on the synchronous path."""
+        if self.readback is not None:
+            late = self.readback.flush()
+            if late is not None:
+                self._conclude(read_values(*late))
+        self.log_step()
 
     def _rollback(self) -> int | None:
         """Reload the newest good checkpoint (NanPolicy's rollback); the step it holds, None without one."""
         return None if self.checkpoints.rollback(self.load, self.parallel) is None else self.step
 
     def log_step(self) -> None:
-        """Emit the last step's event (its values came back in the step's one device sync)."""
+        """Emit the last concluded step's event (its values came back in the step's one device sync, or deferred:
+        one step later, without one)."""
         if self._pending is None:
             return
         step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending
@@ -243,6 +287,7 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation and checkpoints
     def evaluate(self) -> ev.EvalDone:
         """A validation pass (a stop asked for meanwhile cuts it short and raises); saves ``best`` on a new best."""
+        self.settle()
         with self.compiler.eager():
             event = self.evaluator.run(self.model, self.step, self.settings.micro_batch, self.optim.autocast,
                                        self.device, self.control.stopping)
@@ -255,6 +300,7 @@ class Trainer:
 
     def checkpoint(self, kind: str = "", request_id: str | None = None, which: str = "last") -> str | None:
         """Save ``which`` (last / best / step) now; its path, or None when it failed or there is no directory."""
+        self.settle()
         before = self.control.state
         if before in ("running", "paused"):
             self.control.set_state("checkpointing", "writing checkpoint")
@@ -312,7 +358,10 @@ class Trainer:
     def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool, resume_tail: str = "") -> Outcome:
         self.prefetch.close()
         self.compiler.close()
-        self.log_step()
+        try:
+            self.settle()
+        except GracefulStop as stop:  # the last step's verdict: a NaN stop wins over how the run was ending
+            status, exit_code, reason, checkpoint = stop.status, stop.exit_code, stop.reason, stop.checkpoint
         self.autotune.close()
         path = None
         if (checkpoint or status == "finished") and self.checkpoints.saved_last_at != self.step:
