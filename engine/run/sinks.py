@@ -30,25 +30,23 @@ class EventBus:
     """Fan events out to every sink; a failing sink is dropped with a message, never kills the run."""
 
     def __init__(self, sinks: Iterable[Callable[[ev.Event], None]] = ()) -> None:
-        self._sinks = list(sinks)
+        #: A tuple replaced whole on every change (copy on write): ``emit``, once a step, reads it without a lock.
+        self._sinks: tuple = tuple(sinks)
         self._lock = threading.Lock()
 
     def add(self, sink: Callable[[ev.Event], None]) -> None:
         """Attach another sink (e.g. the control server's ack matcher)."""
         with self._lock:
-            self._sinks.append(sink)
+            self._sinks = (*self._sinks, sink)
 
     def emit(self, event: ev.Event) -> None:
         """Deliver one event to every sink, in order."""
-        with self._lock:
-            sinks = list(self._sinks)
-        for sink in sinks:
+        for sink in self._sinks:
             try:
                 sink(event)
             except Exception as exc:  # a broken viewer must not stop training
                 with self._lock:
-                    if sink in self._sinks:
-                        self._sinks.remove(sink)
+                    self._sinks = tuple(s for s in self._sinks if s is not sink)
                 print(f"sensorlm-tui: event sink {sink!r} failed and was detached: {exc}", file=sys.stderr)
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ from engine.core.exit_codes import ExitCode, Outcome
 from engine.core.registry import get_spec, make_task
 from engine.distributed.parallel import Single
 from engine.optim import device as dev
-from engine.optim.optimization import Optimization, accumulate
+from engine.optim.optimization import Optimization, accumulate, as_float
 from engine.optim.readback import StepReadback, deferred_readback, read_values
 from engine.optim.schedule import warmup_steps
 from engine.run import events as ev
@@ -197,9 +197,9 @@ class Trainer:
                 with self.optim.autocast():
                     loss, components = self.task.loss(self.train_model, batch, self.step)
                 self.optim.backward(loss if weight == 1.0 else loss * weight)
-            total = accumulate(total, loss.detach().float(), weight)
+            total = accumulate(total, as_float(loss.detach()), weight)
             for name, value in components.items():
-                parts[name] = accumulate(parts.get(name), value.detach().float(), weight)
+                parts[name] = accumulate(parts.get(name), as_float(value.detach()), weight)
         total, parts = self.parallel.mean_losses(total, parts)  # the job's loss, not this rank's share
         samples = len(indices) * self.parallel.world
         if self.readback is not None:  # no host sync: this step's values are read after the next one is queued
