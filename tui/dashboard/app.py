@@ -338,6 +338,10 @@ class DashboardApp(App[int]):
         """t: the tune modal. A read-only viewer gets it too: it may ask for predictions, not apply."""
         self.controls.tune()
 
+    def action_autotune(self) -> None:
+        """f: search the fastest settings that fit (the engine measures its own steps) and show the table."""
+        self.controls.autotune()
+
     def action_request_quit(self) -> None:
         """q: quit; while training, ask: abort gracefully / now, detach (process mode), or stay."""
         self.lifecycle.request_quit()

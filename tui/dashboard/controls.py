@@ -1,4 +1,4 @@
-"""The dashboard's controls: pause / resume, checkpoint, abort, tune, each sent without blocking the UI.
+"""The dashboard's controls: pause / resume, checkpoint, abort, tune, autotune, each sent without blocking the UI.
 
 A control is sent from a short-lived thread worker, so the UI never waits on
 an ack; the answer comes back as a ControlDone message and is shown in the
@@ -13,8 +13,9 @@ from functools import partial
 from typing import Any
 
 from engine.run.control import requests as control
-from engine.run.events import Refused, SettingChanged
+from engine.run.events import AutotuneChose, AutotuneStarted, Refused, SettingChanged
 from tui.dashboard.messages import ControlDone
+from tui.screens.autotune import AutotuneScreen
 from tui.screens.confirm import AbortScreen
 from tui.screens.tune import TuneScreen, tune_settings
 
@@ -28,6 +29,8 @@ def describe_request(request: control.Request) -> str:
         return f"set {request.name}={request.value}" + (" (forced)" if request.force else "")
     if request.action == "abort":
         return f"abort ({request.mode})"
+    if request.action == "autotune":
+        return "autotune" if request.mode == "start" else f"autotune ({request.mode})"
     return request.action.replace("_", " ")
 
 
@@ -98,6 +101,8 @@ class Controls:
             app.say(f"{label}: done ({ack.name}: {ack.old} → {ack.new})", "ok")
         elif isinstance(ack, Refused):
             app.say(f"{label}: refused — {ack.why}", "refused")
+        elif isinstance(ack, (AutotuneStarted, AutotuneChose)):
+            app.say(f"{label}: {app.model.autotune.headline()}", "ok")
         else:
             app.say(f"{label}: failed — {message.error or 'no answer'}", "error")
             app.model.note("error", f"{label}: failed — {message.error or 'no answer'}")
@@ -155,6 +160,25 @@ class Controls:
                                    None if app.read_only or model.ended else self.send,
                                    unavailable=unavailable))
 
+    def autotune(self) -> None:
+        """The autotune key: start a search (none running, and this viewer may steer) and show its table; a
+        viewer that may not steer sees the table of the search running or the last one."""
+        app, model = self.app, self.app.model
+        if app.session is None:
+            app.say("autotune: not connected to the engine yet", "warning")
+            return
+        if model.capabilities.settings_locked:
+            app.say(f"autotune: {model.capabilities.settings_locked}", "warning")
+            return
+        if not model.autotune.active and self.controllable:
+            self.send([control.autotune()], "autotune")
+        app.push_screen(AutotuneScreen(model, self.cancel_autotune if self.controllable else None))
+
+    def cancel_autotune(self) -> None:
+        """Stop the search; the engine restores the settings in force before it."""
+        if self.allowed("autotune (cancel)"):
+            self.send([control.autotune("cancel")], "autotune (cancel)")
+
     def explain(self, what: str) -> None:
         """A control key while no control may be sent (hidden from the footer): say why it does nothing.
 
@@ -162,5 +186,8 @@ class Controls:
         """
         if what == "tune" and self.app.session is not None:
             self.tune()
+            return
+        if what == "autotune" and self.app.session is not None:
+            self.autotune()  # the table of the last search, without starting one
             return
         self.allowed(what)

@@ -25,6 +25,7 @@ import numpy as np
 from engine.run import events as ev
 from tui.model import metrics as mx
 from tui.model import settings
+from tui.model.autotune import AutotuneState
 from tui.model.catalogue import Catalogue
 from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, MEM_COLUMNS, EventFold
 from tui.model.format import short_float
@@ -76,6 +77,8 @@ class RunModel:
         self.system: ev.SystemSampled | None = None
         #: The latest per-rank telemetry of a distributed run (None for one process).
         self.ranks: ev.RanksSampled | None = None
+        #: The run's autotune: the search running or the last one, its table.
+        self.autotune = AutotuneState()
         self.markers: list[Marker] = []
         self.checkpoints: list[ev.CheckpointSaved] = []
         self.pending_log: list[LogEntry] = []

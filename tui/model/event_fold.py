@@ -55,14 +55,15 @@ class EventFold:
             ev.CheckpointFailed: self._checkpoint_failed, ev.ExportWritten: self._export,
             ev.StateChanged: self._state, ev.SettingChanged: self._setting, ev.Refused: self._refused,
             ev.Warning: self._warning, ev.LogLine: self._logline, ev.PhaseStarted: self._phase,
-            ev.RunFinished: self._finished,
+            ev.RunFinished: self._finished, ev.AutotuneStarted: self._autotune, ev.AutotuneCandidate: self._autotune,
+            ev.AutotuneChose: self._autotune,
         }
 
     def fold(self, event: ev.Event) -> None:
         """One event (a step event is ignored: steps go to the step series)."""
         self.model.last_t = event.t
         rid = getattr(event, "request_id", None)
-        if isinstance(event, (ev.SettingChanged, ev.Refused)) and rid is not None:
+        if isinstance(event, (ev.SettingChanged, ev.Refused, ev.AutotuneStarted, ev.AutotuneChose)) and rid is not None:
             if rid in self._acked:
                 return  # the same ack, once from send() and once from the stream
             self._acked.add(rid)
@@ -193,6 +194,10 @@ class EventFold:
         if what == "set":
             what = f"set {req.get('name')}={req.get('value')}"
         self.model.log("refused", f"refused {what}: {e.why}", e.step)
+
+    def _autotune(self, e: ev.Event) -> None:
+        self.model.log("setting", self.model.autotune.fold(e), getattr(e, "step", None))
+        self._redraw("autotune", "header")
 
     def _warning(self, e: ev.Warning) -> None:
         self.model.log("warning", e.text, e.step)

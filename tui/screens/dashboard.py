@@ -34,20 +34,22 @@ KEYS = [
     Binding("c", "app.checkpoint", "ckpt"),
     Binding("a", "app.abort", "abort"),
     Binding("t", "app.tune", "tune"),
+    Binding("f", "app.autotune", "auto"),
     Binding("c", "app.explain('checkpoint')", "ckpt", show=False),
     Binding("a", "app.explain('abort')", "abort", show=False),
     Binding("t", "app.explain('tune')", "tune", show=False),
+    Binding("f", "app.explain('autotune')", "auto", show=False),
     Binding("m", "app.choose_metric", "metric"),
     Binding("v", "app.next_chart", "chart", show=False),
     Binding("o", "app.pick_compare", "compare", show=False),
     Binding("l", "app.toggle_log_y", "log-y"),
     Binding("s", "app.cycle_smoothing", "smooth"),
-    Binding("h", "app.toggle_window", "hist"),
+    Binding("h", "app.toggle_window", "hist", show=False),  # in the help: 80 columns fit the footer's keys
     Binding("question_mark", "app.help", "help", key_display="?"),
     Binding("q", "app.request_quit", "quit"),
 ]
 #: Actions that steer the run: hidden from the footer when no control may be sent.
-CONTROL_ACTIONS = ("pause", "resume", "checkpoint", "abort", "tune")
+CONTROL_ACTIONS = ("pause", "resume", "checkpoint", "abort", "tune", "autotune")
 #: Default metric per chart (None: the task's primary metric).
 CHART_METRICS = ("loss", None, "grad_norm", "lr")
 

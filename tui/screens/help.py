@@ -13,6 +13,8 @@ HELP = [
     ("c", "checkpoint now (atomic; shown in the log with path, size and seconds)"),
     ("a", "abort: g graceful (checkpoint, then stop) · n now · esc cancel"),
     ("t", "tune the run's live settings (batch size, LR, the task's own) with the engine's memory prediction"),
+    ("f", "autotune: the engine measures candidate settings that fit on its own steps and keeps the fastest (x in "
+          "its table cancels and restores)"),
     ("m", "metric chooser: any logged scalar in any chart (the task's primary metric is the default)"),
     ("v", "below 100 columns: switch between the two charts"),
     ("o", "compare: overlay another run's curves, aligned by step (x in the picker clears it)"),
@@ -37,7 +39,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self):
         rows = "\n".join(f"[b][$accent]{key:>7}[/][/b]  {text}" for key, text in HELP)
-        note = ("\n\n[$warning]read-only viewer: control keys (space, c, a, t) are disabled[/]"
+        note = ("\n\n[$warning]read-only viewer: control keys (space, c, a, t, f) are disabled[/]"
                 if self.read_only else "")
         with Vertical(classes="dialog wide", id="help-dialog"):
             yield Static("[b]sensorlm-tui keys[/b]", classes="dialog-title")

@@ -1,0 +1,75 @@
+"""Autotune end to end in a real terminal: the key, the table, the choice applied and the rate rising; cancel.
+
+The toy task from a deliberately poor micro-batching (batch 16 in 16 micro-batches of one sample, where each
+micro-batch's fixed cost dominates): f starts the search and opens its table, the engine measures the
+candidates on its own steps and applies the fastest, and the steps/s the progress panel shows rises. Then f
+again starts another search from there, x cancels it once it has moved the micro-batching, and the setting
+goes back to what it was before that search.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import read_events
+from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+
+pytestmark = [needs_tmux, pytest.mark.e2e]
+
+
+def _rate(text: str) -> float:
+    """The steps/s the progress panel shows (-1 when not on screen)."""
+    found = re.search(r"([\d.]+) steps/s", text)
+    return float(found.group(1)) if found else -1.0
+
+
+def _step(text: str) -> int:
+    found = re.search(r"step (\d+)/", text)
+    return int(found.group(1)) if found else -1
+
+
+def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: Tmux) -> None:
+    run = tmp_path / "r"
+    tmux.start("tune", sensorlm("train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum",
+                                "16", "--max-steps", "1000000", "--eval-every", "0", "--checkpoint-every", "0",
+                                "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=2",
+                                "--set", "autotune.window_steps=20", "--run-dir", str(run)))
+    text = tmux.wait_for("tune", lambda s: _step(s) >= 60 and _rate(s) > 0, 120, "the toy training at its start")
+    before = _rate(text)
+
+    tmux.keys("tune", "f")
+    table = tmux.wait_for("tune", lambda s: "candidate" in s and "predicted" in s and "grad_accum 16" in s, 60,
+                          "the autotune table")
+    assert "searching from step" in table
+    chosen = tmux.wait_for("tune", lambda s: "chosen:" in s or "kept the start" in s, 120, "the search to end")
+    events = read_events(run)
+    chose = [e for e in events if e["type"] == "autotune_chose"][-1]
+    assert chose["status"] == "chosen" and chose["settings"]["grad_accum"] < 16, chose
+    assert f"grad_accum {chose['settings']['grad_accum']}" in chosen and "chosen" in chosen
+    tmux.keys("tune", "Escape")
+    time.sleep(0.5)
+    tmux.wait_for("tune", lambda s: _rate(s) > 1.3 * before, 60, f"steps/s rising above {before}")
+
+    tmux.keys("tune", "f")  # a second search, from the tuned setting
+    tmux.wait_for("tune", lambda s: "(autotune: candidate 2)" in s, 60, "the second search moving the setting")
+    tmux.keys("tune", "x")
+    tmux.wait_for("tune", lambda s: "cancelled: the settings before it restored" in s and "x cancel" not in s, 30,
+                  "the cancel in the table, no cancel key left")
+    deadline = time.monotonic() + 10  # the event log is flushed every second
+    while (last := [e for e in read_events(run) if e["type"] == "autotune_chose"][-1])["status"] != "cancelled":
+        assert time.monotonic() < deadline, last
+        time.sleep(0.2)
+    assert last["settings"] == chose["settings"]
+    events = read_events(run)
+    restored = [e for e in events if e["type"] == "setting" and e["name"] == "grad_accum"][-1]
+    assert restored["new"] == chose["settings"]["grad_accum"] and "restored" in restored["reason"]
+    tmux.keys("tune", "Escape")
+    time.sleep(0.5)  # an Escape followed at once by a key reads as Alt+key
+    tmux.keys("tune", "a")
+    tmux.wait_for("tune", lambda s: "graceful" in s, 20, "the abort modal")
+    tmux.keys("tune", "g")
+    assert "EXIT=0" in tmux.wait_for("tune", lambda s: "EXIT=" in s, 60, "the app to exit")

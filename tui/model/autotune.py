@@ -1,0 +1,80 @@
+"""What a viewer knows of the run's autotune: the search running (or the last one) and its table.
+
+Folded from AutotuneStarted / AutotuneCandidate / AutotuneChose (engine.run.autotune_events);
+the autotune modal draws ``rows()`` and ``headline()``. Textual-free.
+"""
+
+from __future__ import annotations
+
+from engine.run import events as ev
+from engine.run.autotune_events import settings_text
+from tui.model.format import human_bytes
+
+#: The table's columns, in order.
+COLUMNS = ("#", "candidate", "predicted", "measured", "rate", "steps/s", "noise", "")
+
+
+class AutotuneState:
+    """The newest search: its start, each measured candidate, its end (None while it runs)."""
+
+    def __init__(self) -> None:
+        self.started: ev.AutotuneStarted | None = None
+        self.candidates: list[ev.AutotuneCandidate] = []
+        self.chose: ev.AutotuneChose | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while a search runs (started, not yet ended)."""
+        return self.started is not None and self.chose is None
+
+    @property
+    def unit(self) -> str:
+        """What the rates count (samples/s or tokens/s)."""
+        return self.started.unit if self.started else "samples/s"
+
+    def fold(self, event: ev.Event) -> str:
+        """Take one autotune event in; the line the log shows for it."""
+        if isinstance(event, ev.AutotuneStarted):
+            self.started, self.candidates, self.chose = event, [], None
+            return (f"autotune started ({event.reason}): {event.candidates} combinations fit, {event.refused} "
+                    f"predicted not to fit (never tried)")
+        if isinstance(event, ev.AutotuneCandidate):
+            self.candidates.append(event)
+            return (f"autotune: {settings_text(event.settings)} {event.rate:.4g} {self.unit} ±{event.noise:.0%}"
+                    f"{' (best so far)' if event.best else ''}")
+        if isinstance(event, ev.AutotuneChose):
+            self.chose = event
+            return f"autotune {event.status}: {settings_text(event.settings)}" + self._gain(event)
+        return ""
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """One row a candidate: COLUMNS' cells, the chosen one marked once the search ended."""
+        chosen = self.chose.settings if self.chose is not None and self.chose.status != "stopped" else None
+        out = []
+        for i, c in enumerate(self.candidates, 1):
+            mark = "chosen" if chosen is not None and c.settings == chosen else ("best" if c.best else "")
+            rate = f"{c.rate:.4g}" if c.steps else "not measured"
+            out.append((str(i), settings_text(c.settings), human_bytes(c.predicted), human_bytes(c.measured), rate,
+                        f"{c.steps_per_s:.3g}", f"±{c.noise:.0%}", mark))
+        return out
+
+    def headline(self) -> str:
+        """One line: what the search varies and what the budget ruled out, or how it ended."""
+        if self.started is None:
+            return "no autotune yet"
+        s = self.started
+        if self.chose is not None:
+            c = self.chose
+            ended = {"chosen": "chosen", "kept": "kept the start (nothing beat it beyond the noise)",
+                     "cancelled": "cancelled: the settings before it restored", "stopped": "stopped"}.get(c.status)
+            why = f" ({c.reason})" if c.reason else ""
+            return f"{ended}: {settings_text(c.settings)}{self._gain(c)}{why} · {c.seconds:.1f} s"
+        space = " · ".join(f"{name} {'|'.join(map(str, values))}" for name, values in s.space.items())
+        return (f"searching from step {s.step}: {s.candidates} combinations fit, {s.refused} predicted not to fit "
+                f"(never tried) · {space}")
+
+    def _gain(self, chose: ev.AutotuneChose) -> str:
+        if chose.rate and chose.start_rate:
+            return f", {chose.rate:.4g} {self.unit} (x{chose.rate / chose.start_rate:.2f} the start)"
+        return ""
+
