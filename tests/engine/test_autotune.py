@@ -261,3 +261,30 @@ def test_lm_activation_checkpointing_switches_live_and_keeps_the_loss() -> None:
     task.apply_setting(model, "activation_checkpointing", False)
     assert not any(layer.gradient_checkpointing for layer in layers)
     assert recomputed[0] == plain[0] and all(torch.equal(a, b) for a, b in zip(plain[1], recomputed[1]))
+
+
+def test_viewers_runs_and_plot_read_the_search(runs) -> None:
+    from engine.run.history import read_history
+    from tui.commands.plot import render
+    from tui.commands.runs import table
+    from tui.model.dashboard import RunModel
+    from tui.model.run_index import list_runs
+
+    events = read_events(runs / "tuned")
+    chose = next(e for e in events if e["type"] == "autotune_chose")
+    model = RunModel()
+    model.ingest(read_history(runs / "tuned" / "events.jsonl"))
+    state = model.autotune
+    assert not state.active and state.chose.status == chose["status"]
+    rows = state.rows()
+    assert len(rows) == len(chose["table"]) and sum(r[-1] == "chosen" for r in rows) == 1
+    assert rows[0][1] == "grad_accum 4" and "MiB" in rows[0][2] and "MiB" in rows[0][3]
+    assert f"grad_accum {chose['settings']['grad_accum']}" in state.headline()
+    listed = {r.name: r for r in list_runs(runs)}
+    assert listed["tuned"].autotune["settings"] == chose["settings"] and listed["plain"].autotune is None
+    lines = table(list(listed.values())).splitlines()
+    assert "TUNED" in lines[0].split()
+    tuned_line = next(line for line in lines if line.startswith("tuned"))
+    assert f"@ {chose['step']}" in tuned_line
+    chart = render([runs / "tuned"], "autotune_rate", 100, 12)
+    assert "autotune_rate" in chart and "candidate" in chart

@@ -78,10 +78,11 @@ def render(runs: list[Path], metric: str | None = None, width: int = 100, height
         x, y = minmax_columns(found.steps, found.values, width)
         label = metric if len(runs) == 1 else run.name if names.count(run.name) == 1 else str(run)
         marker = MARKERS[0] if colour else MARKERS[k % len(MARKERS)]
-        draw = plt.scatter if len(x) == 1 else plt.plot
+        draw = plt.scatter if len(x) == 1 or found.kind == "autotune" else plt.plot  # candidates are points
         draw(x.tolist(), y.tolist(), label=label, marker=marker)
         unit = found.kind
-    plt.title(f"{metric} ({'validation' if unit == 'val' else 'training'}) by step")
+    kind = {"val": "validation", "autotune": "each autotune candidate's measured rate"}.get(unit, "training")
+    plt.title(f"{metric} ({kind}) by step")
     plt.xlabel("step")
     plt.ylabel(metric)
     text = plt.build()
@@ -130,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `plot` subcommand's flags."""
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories or names under ./runs (overlaid)")
     parser.add_argument("--metric", default=None,
-                        help="what to plot: loss, lr, grad_norm, a loss component, val_loss, a validation metric "
-                             "(default: the run's primary metric)")
+                        help="what to plot: loss, lr, grad_norm, a loss component, val_loss, a validation metric, "
+                             "autotune_rate (default: the run's primary metric)")
     parser.add_argument("--width", type=int, default=None, help="characters (default: the terminal's, ≤ 160)")
     parser.add_argument("--height", type=int, default=None, help="lines (default: the terminal's, ≤ 30)")

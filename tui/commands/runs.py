@@ -3,7 +3,8 @@
 Columns: name, state (live / finished / aborted / failed / crashed / stale /
 unknown; a live run's engine state in brackets when it is not simply
 running), step / total, best value of the run's primary metric, a sparkline of the primary metric
-(tui/model/trend.py: sampled from the log, constant cost), last checkpoint (file
+(tui/model/trend.py: sampled from the log, constant cost), the last autotune (its gain over the
+settings it started from, when it is in the log's tail), last checkpoint (file
 and step), age (since the run started). Each run costs one status.json read and a 1 MiB
 tail of its event log (tui/model/run_index.py), so a run with a million logged
 steps lists as fast as a new one. Torch-free, textual-free.
@@ -22,7 +23,7 @@ from tui.model.format import human_duration
 from tui.model.run_index import RunSummary, list_runs
 from tui.model.trend import trend
 
-_HEADERS = ("NAME", "STATE", "STEP", "BEST", "TREND", "LAST CHECKPOINT", "AGE")
+_HEADERS = ("NAME", "STATE", "STEP", "BEST", "TREND", "TUNED", "LAST CHECKPOINT", "AGE")
 
 
 def _state(run: RunSummary) -> str:
@@ -55,10 +56,21 @@ def _trend_json(run: RunSummary) -> dict | None:
                                        "values": [v if v == v else None for v in found.values]}
 
 
+def _tuned(run: RunSummary) -> str:
+    """The last autotune: its gain over the start ("x2.8 @ 120"), or how it ended ("cancelled @ 120")."""
+    tune = run.autotune
+    if not tune:
+        return "–"
+    if tune["status"] == "chosen" and tune.get("rate") and tune.get("start_rate"):
+        return f"x{tune['rate'] / tune['start_rate']:.2g} @ {tune['step']}"
+    return f"{tune['status']} @ {tune['step']}"
+
+
 def row(run: RunSummary, now: float) -> tuple[str, ...]:
     """The table cells of one run."""
     best = "–" if run.best is None else f"{run.best:.4g} {run.best_metric or ''}".rstrip()
-    return (run.name, _state(run), _step(run), best, _trend(run), _checkpoint(run), human_duration(run.age_s(now)))
+    return (run.name, _state(run), _step(run), best, _trend(run), _tuned(run), _checkpoint(run),
+            human_duration(run.age_s(now)))
 
 
 def table(runs: list[RunSummary], now: float | None = None) -> str:

@@ -4,7 +4,7 @@ A summary comes from status.json (rewritten every second by the engine: pid,
 heartbeat, state, step, best primary metric, last checkpoint) plus the tail of
 events.jsonl (tui/model/log_tail.py) for what status.json may lag on or lack: the
 exact last step of a SIGKILLed engine (status.json is up to a second behind),
-the last checkpoint's step, the best metric of an older run. Constant cost per
+the last checkpoint's step, the best metric of an older run, the last autotune. Constant cost per
 run whatever the log's length. Torch-free, textual-free.
 """
 
@@ -23,7 +23,7 @@ RUN_MARKERS = ("events.jsonl", "status.json", "config.toml")
 #: What `runs` and `attach` look in when given nothing.
 DEFAULT_ROOT = Path("runs")
 
-_TAIL_TYPES = {"step", "eval", "checkpoint", "run_started", "run_finished", "state"}
+_TAIL_TYPES = {"step", "eval", "checkpoint", "run_started", "run_finished", "state", "autotune_chose"}
 
 
 class RunLookupError(Exception):
@@ -50,6 +50,8 @@ class RunSummary:
     host: str | None
     exit_code: int | None
     resume_command: str
+    #: The last autotune in the log's tail: status, settings, rate, start_rate, step (None: none seen).
+    autotune: dict | None = None
 
     def to_json(self) -> dict:
         """Plain JSON-ready dict (field names as above)."""
@@ -105,7 +107,15 @@ def summarize(root: Path) -> RunSummary:
         step=step, total_steps=total, best=best, best_metric=metric, last_checkpoint=ckpt_path,
         last_checkpoint_step=ckpt_step, started=started, updated=updated,
         pid=pid if isinstance(pid, int) else None, host=status.get("host"), exit_code=status.get("exit_code"),
-        resume_command=status.get("resume_command") or resume_command(run))
+        resume_command=status.get("resume_command") or resume_command(run), autotune=_autotune(tail))
+
+
+def _autotune(tail: dict) -> dict | None:
+    chose = tail.get("autotune_chose")
+    if chose is None:
+        return None
+    return {"status": chose.status, "settings": chose.settings, "rate": chose.rate, "start_rate": chose.start_rate,
+            "step": chose.step}
 
 
 def _mtime(path: Path) -> float | None:

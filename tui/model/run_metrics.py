@@ -2,7 +2,8 @@
 
 A run's numbers live in two kinds of events: step events (the training loss,
 lr, grad norm, throughput, and the task's loss components) and eval events
-(every validation metric by name, val_loss included). Here each becomes a
+(every validation metric by name, val_loss included); an autotune search adds one
+more, ``autotune_rate``: the rate each candidate measured. Here each becomes a
 ``Series(name, kind, steps, values)``: step series come straight from the
 history's columns (no event objects, so a 1M-step run costs a few array
 copies); eval series from the few eval events. Names are what users type
@@ -25,11 +26,13 @@ from engine.run import events as ev
 
 #: Step fields worth plotting, in the order they are listed.
 STEP_SERIES = ("loss", "lr", "grad_norm", "samples_per_s", "steps_per_s")
+#: The series of autotune candidates' measured rates (samples/s, or tokens/s for a task that counts tokens).
+AUTOTUNE_RATE = "autotune_rate"
 
 
 @dataclass(frozen=True)
 class Series:
-    """One metric over a run: ``kind`` "train" (per step) or "val" (per eval), x = step."""
+    """One metric over a run: ``kind`` "train" (per step), "val" (per eval) or "autotune" (per candidate), x = step."""
 
     name: str
     kind: str
@@ -79,6 +82,10 @@ def series(history) -> dict[str, Series]:
         x, y = np.array(points, np.float64).reshape(-1, 2).T
         if np.isfinite(y).any():
             out[name if name not in out else f"val_{name}"] = Series(name, "val", x, y)
+    tried = [(e.step, e.rate) for e in others if isinstance(e, ev.AutotuneCandidate) and e.steps]
+    if tried:  # each candidate an autotune search measured: its rate at the step its window ended
+        x, y = np.array(tried, np.float64).T
+        out[AUTOTUNE_RATE] = Series(AUTOTUNE_RATE, "autotune", x, y)
     return out
 
 
