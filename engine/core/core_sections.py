@@ -7,9 +7,10 @@ spec (engine.tasks.<name>.spec) on the same strict base. Torch-free.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from engine.core import registry
 from engine.core.sections import MAX_SEED, Section
@@ -123,14 +124,28 @@ class BudgetConfig(_Section):
     check: bool = Field(True, description="Refuse to start a run predicted not to fit (--no-vram-check disables).")
 
 
+#: One ``autotune.settings`` entry: a setting's name, or name=value|value (the values to try).
+_TUNE_ENTRY = re.compile(r"[a-z][a-z0-9_]{0,63}(=[^=|]{1,64}(\|[^=|]{1,64})*)?")
+
+
 class AutotuneConfig(_Section):
     """The live search for the fastest settings that fit (engine.training.autotune)."""
 
     on_start: bool = Field(False, description="Autotune once the run is past its first steps (train --autotune); "
                            "the dashboard key and the `autotune` control start it at any time.")
-    settings: list[str] = Field([], description="Settings to vary (empty: every one that keeps "
-                                "the run's math: the micro-batch where accumulation is exact, the task's declared "
-                                "kernel and memory settings, torch threads, data workers).")
+    settings: list[str] = Field([], max_length=64, description="Settings to vary, each a name or name=value|value "
+                                "to try only those (empty: every one that keeps the run's math: the micro-batch where "
+                                "accumulation is exact, the task's declared kernel and memory settings, torch "
+                                "threads, data workers).")
+    @field_validator("settings")
+    @classmethod
+    def _entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if not _TUNE_ENTRY.fullmatch(entry):
+                raise ValueError(f"autotune.settings: {entry[:80]!r} is not a setting name (lower-case letters, "
+                                 "digits, _) or name=value|value")
+        return entries
+
     warmup_steps: int = Field(2, ge=0, le=1000, description="Steps after each change that are not timed (new "
                               "shapes, allocator, workers starting; longer while the step time still settles).")
     window_steps: int = Field(6, ge=2, le=10_000, description="Steps timed per candidate (their spread is the "

@@ -18,7 +18,8 @@ The space is the run's live settings, not a list kept here:
   ``train.data_workers``): powers of two up to the usable cores, and the engine's own plan
   (-1), one builder thread (0), or 1 … min(cores, 4) worker processes.
 
-``autotune.settings`` narrows the space to the names it lists. Every value is
+``autotune.settings`` narrows the space to the names it lists, and a
+``name=a|b`` entry that dimension to those values. Every value is
 checked against the setting's declared bounds (``Setting.check``) before it
 enters the space. Torch-free.
 """
@@ -64,7 +65,8 @@ def dimensions(caps, named: list[str], per_rank: int, grad_accum: int, cores: in
     ``caps`` is the task's Capabilities; ``named`` the names ``autotune.settings`` lists (empty: the default
     space); ``current`` the settings in force (a value in force is always among a dimension's values).
     """
-    wanted = set(named)
+    only = {entry.partition("=")[0]: entry.partition("=")[2].split("|") for entry in named if "=" in entry}
+    wanted = {entry.partition("=")[0] for entry in named}
     dims: list[Dimension] = []
     left_out: list[str] = []
 
@@ -90,6 +92,8 @@ def dimensions(caps, named: list[str], per_rank: int, grad_accum: int, cores: in
         dims.append(Dimension("threads", tuple(sorted(counts)), ordered=True))
     if take("data_workers", True):
         dims.append(Dimension("data_workers", (-1, 0, *range(1, min(cores, MAX_WORKERS) + 1))))
+    dims = [narrowed(d, only[d.name], current.get(d.name)) if d.name in only else d for d in dims]
+    dims = [d for d in dims if d.values]
     note = ""
     if left_out:
         note = (f"not searched (they change the run's math; name them in autotune.settings to search them): "
@@ -98,6 +102,16 @@ def dimensions(caps, named: list[str], per_rank: int, grad_accum: int, cores: in
     if unknown:
         note = "; ".join(x for x in (note, f"nothing to try for {', '.join(unknown)}") if x)
     return dims, note
+
+
+def narrowed(dim: Dimension, shown: list[str], current: Any) -> Dimension:
+    """``dim`` with only the values written as ``shown`` (``autotune.settings`` entries ``name=a|b``; booleans as
+    true/false), and the value in force, which the search starts from."""
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    keep = tuple(v for v in dim.values if text(v) in shown or v == current)
+    return Dimension(dim.name, keep, dim.requires, dim.ordered)
 
 
 def grid(dims: list[Dimension], start: dict) -> list[dict]:

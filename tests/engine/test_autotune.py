@@ -79,6 +79,13 @@ def test_the_space_keeps_the_math_unless_asked() -> None:
     assert chunk.requires == (("attn_backend", "chunked"),) and chunk.ordered
     dims, _ = dimensions(sensor, ["grad_accum", "attn_backend"], 16, 1, 2, current)
     assert [d.name for d in dims] == ["grad_accum", "attn_backend"]
+    dims, _ = dimensions(sensor, ["grad_accum=4|16", "activation_checkpointing=true"], 16, 1, 2, current)
+    assert [(d.name, d.values) for d in dims] == [("grad_accum", (1, 4, 16)),  # the value in force stays
+                                                  ("activation_checkpointing", (False, True))]
+    from engine.core import config as cfg
+
+    with pytest.raises(cfg.ConfigError, match="autotune.settings: 'Grad=' is not a setting name"):
+        cfg.validate({"autotune": {"settings": ["Grad="]}}, "flags")
     lm = get_spec("lm").capabilities
     dims, note = dimensions(lm, [], 8, 1, 2, {**current, "seq_len": 128})
     assert "seq_len" in note and "seq_len" not in [d.name for d in dims]
