@@ -38,6 +38,7 @@ MODULES = [
     "bench.startup",
     "bench.open_run",
     "bench.attach_open",
+    "bench.autotune",
 ]
 
 

@@ -35,6 +35,8 @@ import sys
 import threading
 import time
 
+from bench import autotune_gpu
+
 MIB = 1 << 20
 
 
@@ -282,7 +284,7 @@ def slices(pairs: int = 5) -> dict:
 
 
 KINDS = {"memory": memory, "oom": oom, "precision": precision, "gauges": gauges, "speed": speed,
-         "baselines": baselines, "tests": tests, "slices": slices}
+         "autotune": autotune_gpu.autotune, "baselines": baselines, "tests": tests, "slices": slices}
 
 
 def _exit_on_sigterm(signum, frame) -> None:

@@ -34,6 +34,11 @@ def row(kind: str, args: dict) -> dict:
     if kind == "speed":
         return {"steps_per_s": 9.5, "gpu_idle_pct": 4.0, "mfu": 0.3, "tokens": 2512, "params": 134175254,
                 "batch": 8, "device": "Fake GPU", "peak_tflops": 989.0}
+    if kind == "autotune":
+        return {"status": "chosen", "chosen": {"grad_accum": 1, "attn_backend": "sdpa"},
+                "start": {"grad_accum": 4, "attn_backend": "math"}, "rate": 30.0,
+                "start_rate": 10.0, "gain": 3.0, "seconds": 20.0, "measured": 7, "refused": 6, "fit": 18,
+                "budget": 40 << 30, "ooms": 0, "table": [], "grid": 24}
     if kind == "precision":
         return {"precision": args["precision"], "first": 5.0, "last": 4.0, "skipped": 0, "steps": 60}
     if kind == "tests":

@@ -280,3 +280,46 @@ def test_allocator_bench_runs_the_default_variant_with_the_engine_deferring_and_
     assert seen == [None, "16", "16", None]  # interleaved A B, B A
     assert "MALLOC_ARENA_MAX" not in os.environ
     assert [r["steps_per_s"] for r in results[allocator.TUNED]] == [12.0, 12.0]
+
+
+def test_autotune_bench_budget_excludes_the_top_and_scores_the_choice_by_the_grids_own_rate():
+    from bench import autotune as bench_autotune
+
+    w = bench_autotune.Workload("w", ("--grad-accum", "4"), {"grad_accum": (1, 4, 16)}, 16, 1, "samples/s")
+    key = {g: bench_autotune._key({"grad_accum": g}) for g in (1, 4, 16)}
+    peaks = {key[1]: 300 << 20, key[4]: 200 << 20, key[16]: 100 << 20}
+    budget = bench_autotune.budget_gb(peaks, key[4]) * 0.9 * (1 << 30)
+    assert 200 << 20 < budget < 300 << 20  # the largest micro-batch excluded, the start inside
+    run = {"refused": False, "seconds": 20.0}
+    results = {"peaks": peaks, "vram": 0.3, "grid_walls": [40.0], "start": key[4],
+               "grid": {key[1]: [{"rate": None, "seconds": 5.0, "refused": True}],
+                        key[4]: [{**run, "rate": 150.0}], key[16]: [{**run, "rate": 100.0}]},
+               "tunes": [{"chose": {"status": "kept", "settings": {"grad_accum": 4}, "seconds": 2.0,
+                                    "table": [{}, {}]}, "started": {"refused": 1}, "ooms": 0}]}
+    lines, verdicts = bench_autotune.summarize(w, results)
+    text = "\n".join(lines)
+    assert "refused (predicted not to fit)" in text and "grad_accum 4 **best**" in text
+    assert "| 1 | kept: grad_accum 4 | 1.000 | 2.0 | 40 | 0.050 | 2 measured, 1 refused | 0 |" in text
+    assert all("met" in v for v in verdicts), verdicts
+    assert w.tune_settings() == ["grad_accum=1|4|16"]
+
+
+def test_gpu_autotune_row_reads_the_search_and_counts_out_of_memory_events():
+    from bench import autotune_gpu
+    from engine.run import events as ev
+
+    table = [{"settings": {"grad_accum": 4}, "predicted": 10 << 30, "measured": 9 << 30, "rate": 10.0, "noise": 0.02,
+              "chosen": False},
+             {"settings": {"grad_accum": 1}, "predicted": 30 << 30, "measured": 41 << 30, "rate": 30.0, "noise": 0.03,
+              "chosen": True}]
+    events = [ev.AutotuneStarted(start={"grad_accum": 4}, candidates=3, refused=1, budget=40 << 30),
+              ev.Warning(text="step 9: out of memory: micro-batch 8 -> 4"),
+              ev.AutotuneChose(status="chosen", settings={"grad_accum": 1}, rate=30.0, start_rate=10.0, table=table,
+                               seconds=12.0)]
+    row = autotune_gpu.row(events, {("grad_accum", "1"): 1, ("grad_accum", "4"): 1})
+    assert (row["gain"], row["ooms"], row["measured"], row["refused"]) == (3.0, 2, 2, 1)  # the OOM, the peak over
+    verdicts: list[str] = []
+    line = autotune_gpu.section_line(row, verdicts)
+    assert "chosen grad_accum 1, x3.00 the start's rate" in line and "1 of 4 combinations" in line
+    assert verdicts[0].startswith("GPU autotune: out-of-memory events: 2") and "MISSED" in verdicts[0]
+    assert "error" in autotune_gpu.row(events[:1], {})
