@@ -80,6 +80,9 @@ class Setting:
     #: True when a change leaves the loss trajectory as it was (a kernel, a memory-for-compute trade); False when
     #: it changes what is trained on (a sequence length): autotune varies it only when asked to by name.
     keeps_math: bool = True
+    #: False when the batches do not depend on it (a kernel or a memory trade inside the model): data worker
+    #: processes keep running through a change. True (the safe default): they restart from the changed task.
+    affects_data: bool = True
 
     def check(self, value: Any) -> str | None:
         """None when ``value`` is allowed, else the one-line reason (which names the allowed range)."""

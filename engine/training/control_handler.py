@@ -173,6 +173,6 @@ class ControlHandler:
         old, note = self.run.settings.change(name, value)
         if name in ("threads", "data_workers"):
             self.run.prefetch.override(**{name: value})
-        elif name not in ENGINE_SETTINGS:  # data workers hold a copy of the task: they restart from the new one
-            self.run.prefetch.task_changed()
+        elif name not in ENGINE_SETTINGS and self.run.settings.affects_data(name):
+            self.run.prefetch.task_changed()  # data workers hold a copy of the task: they restart from the new one
         return old, note

@@ -42,6 +42,11 @@ class LiveSettings:
         return name not in NO_MEMORY and (name in ENGINE or any(s.name == name and s.affects_memory
                                                               for s in declared(self.config)))
 
+    def affects_data(self, name: str) -> bool:
+        """True when the task's batches depend on ``name`` (its declaration says; undeclared: assumed so)."""
+        setting = next((s for s in declared(self.config) if s.name == name), None)
+        return setting is None or setting.affects_data
+
     def error(self, name: str, value: Any) -> str | None:
         """Why ``value`` is not allowed for ``name``, before the budget's check; None when it is.
 

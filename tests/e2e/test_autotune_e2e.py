@@ -32,6 +32,18 @@ def _step(text: str) -> int:
     return int(found.group(1)) if found else -1
 
 
+def _last_choice(run: Path, wanted) -> dict:
+    """The newest AutotuneChose in the run's log once ``wanted(it)`` holds (the log is flushed every second, so
+    the screen may show an event before the file has it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = [e for e in read_events(run) if e["type"] == "autotune_chose"]
+        if found and wanted(found[-1]):
+            return found[-1]
+        assert time.monotonic() < deadline, found[-1:] or "no autotune_chose in the log"
+        time.sleep(0.2)
+
+
 def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: Tmux) -> None:
     run = tmp_path / "r"
     tmux.start("tune", sensorlm("train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum",
@@ -46,8 +58,7 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
                           "the autotune table")
     assert "searching from step" in table
     chosen = tmux.wait_for("tune", lambda s: "chosen:" in s or "kept the start" in s, 120, "the search to end")
-    events = read_events(run)
-    chose = [e for e in events if e["type"] == "autotune_chose"][-1]
+    chose = _last_choice(run, lambda c: True)
     assert chose["status"] == "chosen" and chose["settings"]["grad_accum"] < 16, chose
     assert f"grad_accum {chose['settings']['grad_accum']}" in chosen and "chosen" in chosen
     tmux.keys("tune", "Escape")
@@ -59,10 +70,7 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     tmux.keys("tune", "x")
     tmux.wait_for("tune", lambda s: "cancelled: the settings before it restored" in s and "x cancel" not in s, 30,
                   "the cancel in the table, no cancel key left")
-    deadline = time.monotonic() + 10  # the event log is flushed every second
-    while (last := [e for e in read_events(run) if e["type"] == "autotune_chose"][-1])["status"] != "cancelled":
-        assert time.monotonic() < deadline, last
-        time.sleep(0.2)
+    last = _last_choice(run, lambda c: c["status"] == "cancelled")
     assert last["settings"] == chose["settings"]
     events = read_events(run)
     restored = [e for e in events if e["type"] == "setting" and e["name"] == "grad_accum"][-1]

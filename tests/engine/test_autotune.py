@@ -86,6 +86,13 @@ def test_the_space_keeps_the_math_unless_asked() -> None:
 
     with pytest.raises(cfg.ConfigError, match="autotune.settings: 'Grad=' is not a setting name"):
         cfg.validate({"autotune": {"settings": ["Grad="]}}, "flags")
+    # A kernel switch leaves the data workers running (a search would restart them at every candidate)
+    from engine.training.live_settings import LiveSettings
+
+    sensor_run = LiveSettings(cfg.load(overrides={"task": {"name": "sensorlm"}}), None, None, None)
+    lm_run = LiveSettings(cfg.load(overrides={"task": {"name": "lm"}}), None, None, None)
+    assert not sensor_run.affects_data("attn_backend") and not lm_run.affects_data("activation_checkpointing")
+    assert lm_run.affects_data("seq_len")
     lm = get_spec("lm").capabilities
     dims, note = dimensions(lm, [], 8, 1, 2, {**current, "seq_len": 128})
     assert "seq_len" in note and "seq_len" not in [d.name for d in dims]

@@ -137,7 +137,7 @@ CAPABILITIES = Capabilities(
                 help="tokens per sample; memory grows with it (logits B×T×V, attention)", keeps_math=False),
         Setting("activation_checkpointing", "lm.model.activation_checkpointing", kind="choice", choices=(False, True),
                 label="act. checkpointing", help="recompute each decoder layer in backward (less memory, ~4/3 the "
-                "compute; transformers' own API)"),
+                "compute; transformers' own API)", affects_data=False),
     ),
     memory="analytic",
     exports=("peft_adapter", "pretrained"),
