@@ -23,6 +23,7 @@ MODULES = [
     "bench.allocator",
     "bench.engine_overhead",
     "bench.engine_overhead_fast",
+    "bench.compile_bench",
     "bench.sensorlm_throughput",
     "bench.lm_throughput",
     "bench.demo_learning",

@@ -39,6 +39,16 @@ from bench.cpu_share import tree_cpu_s
 
 #: Set by ``--engine-settings``: fused AdamW and the engine's allocator settings in this loop too.
 ENGINE_SETTINGS = False
+#: Set by ``--compile model``: the loss runs through ``torch.compile(model)``, as a user compiles a model (the
+#: optimizer keeps the model's own parameters; the engine's ``--compile model`` does the same).
+COMPILE = "off"
+
+
+def compiled(model):
+    """``model`` as the loop's forward runs it: ``torch.compile(model)`` under ``--compile model``."""
+    import torch
+
+    return torch.compile(model) if COMPILE == "model" else model
 
 
 def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
@@ -126,9 +136,10 @@ def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inlin
     source = (Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else \
         _loader(task, order, batch, steps, workers, pin=device != "cpu")
     marks, loss_value = Marks(window), float("nan")
+    net = compiled(model)
     for step, data in enumerate(source):
         data = {k: v.to(device, non_blocking=True) for k, v in data.items()}
-        loss, _ = task.loss(model, data, step)
+        loss, _ = task.loss(net, data, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:
@@ -153,7 +164,7 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window
     class Module(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.model = model
+            self.model = compiled(model)
 
         def training_step(self, data, index):
             loss, _ = task.loss(self.model, data, index)
@@ -189,9 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto: cuda when available (as the engine picks)")
     parser.add_argument("--engine-settings", action="store_true",
                         help="fused AdamW and the engine's allocator settings (module docstring)")
+    parser.add_argument("--compile", choices=["off", "model"], default="off", help="torch.compile the model")
     args = parser.parse_args(argv)
-    global ENGINE_SETTINGS
-    ENGINE_SETTINGS = args.engine_settings
+    global ENGINE_SETTINGS, COMPILE
+    ENGINE_SETTINGS, COMPILE = args.engine_settings, args.compile
     import logging
 
     import torch

@@ -40,12 +40,21 @@ FAST = {"model": {"dim": 16, "depth": 1}, "data": {"channels": 2, "minutes": 60,
         "train": {"batch_size": 2, "eval_every": 0}, "checkpoint": {"every_steps": 0}}
 
 
-def _config(steps: int):
+#: The tiny LoRA LM shrunk to its fastest steps: a 1-layer Llama of width 16, 16 tokens, batch 1, rank 2.
+FAST_LM = {"lm": {"finetune": "lora", "seq_len": 16, "corpus_bytes": 50_000, "val_samples": 2, "lora": {"r": 2},
+                  "model": {"hidden_size": 16, "layers": 1, "heads": 2, "kv_heads": 1, "intermediate_size": 32}},
+           "train": {"batch_size": 1, "eval_every": 0}, "checkpoint": {"every_steps": 0}}
+#: The variants by task: (task, preset, overrides).
+TASKS = {"toy": ("toy", "demo", FAST), "lm": ("lm", "tiny", FAST_LM)}
+
+
+def _config(steps: int, task: str = "toy", **train):
     from engine.core import config as cfg
 
-    overrides = {k: dict(v) for k, v in FAST.items()}
-    overrides["train"]["max_steps"] = steps
-    return cfg.load(task="toy", preset="demo", overrides=overrides)
+    name, preset, fast = TASKS[task]
+    overrides = {k: dict(v) for k, v in fast.items()}
+    overrides["train"].update(max_steps=steps, **train)
+    return cfg.load(task=name, preset=preset, overrides=overrides)
 
 
 def _planned_threads() -> int:
@@ -54,17 +63,17 @@ def _planned_threads() -> int:
     return threads.plan(threads.usable_cores(), viewer=False, costs=None, steps_left=0).threads
 
 
-def bare_loop(steps: int) -> float:
-    """Steps/s of the hand-written loop over the toy model (window 10-90 %)."""
+def bare_loop(steps: int, task_name: str = "toy") -> float:
+    """Steps/s of the hand-written loop over the task's fast model (window 10-90 %)."""
     import torch
 
     from engine.budget.step import make_optimizer
     from engine.core.registry import load_task_class
 
-    config = _config(steps)
+    config = _config(steps, task_name)
     torch.set_num_threads(_planned_threads())
     torch.manual_seed(0)
-    task = load_task_class("toy")(config)
+    task = load_task_class(config.task.name)(config)
     task.setup(None)
     model = task.build_model()
     optimizer = make_optimizer(model, config)
@@ -90,13 +99,14 @@ def _rates(marks: list[tuple[int, float, float]], steps: int) -> dict:
     return {"steps_per_s": (hi - lo) / (w1 - w0), "cpu_us": (c1 - c0) / (hi - lo) * 1e6}
 
 
-def engine_run(steps: int, root: Path, keep: list | None = None) -> float:
-    """Steps/s of the engine as `train --headless` runs it, in this process (window 10-90 %)."""
+def engine_run(steps: int, root: Path, keep: list | None = None, task: str = "toy", **train) -> float:
+    """Steps/s of the engine as `train --headless` runs it, in this process (window 10-90 %); ``train``:
+    overrides of the [train] section (e.g. the step readback)."""
     from engine.app.main import run_prepared
     from engine.app.prepare import Prepared
     from engine.run.rundir import RunDir
 
-    config = _config(steps)
+    config = _config(steps, task, **train)
     run_dir = RunDir(root / f"engine-{time.monotonic_ns()}")
     config = config.model_copy(update={"name": run_dir.root.name})
     marks: list[tuple[int, float, float]] = []
@@ -141,25 +151,35 @@ def measure_slices(pairs: int, slice_s: float, warm_s: float) -> dict:
         return viewer_slices.measure(Path(tmp), pairs, slice_s, warm_s, presses=0, argv=engine_argv)
 
 
-def measure(steps: int, rounds: int) -> dict:
-    """The bare and engine loops interleaved, and the viewer's read rate of the last engine run."""
+def measure(steps: int, rounds: int, lm_steps: int | None = None) -> dict:
+    """The bare and engine loops interleaved (toy: also the deferred readback; the tiny LoRA LM), the viewer's
+    read rate of the last engine run, and host reads a step counted on both readback paths."""
+    from bench import host_syncs
+
     with tempfile.TemporaryDirectory(prefix="bench-fast-") as tmp:
         kept: list[Path] = []
-        results = interleave({"bare": lambda: bare_loop(steps),
-                              "engine": lambda: engine_run(steps, Path(tmp), kept)}, rounds)
+        variants = {"bare": lambda: bare_loop(steps), "engine": lambda: engine_run(steps, Path(tmp), kept),
+                    "engine_deferred": lambda: engine_run(steps, Path(tmp), step_readback="deferred")}
+        if lm_steps:  # (not in the smoke run: importing transformers is most of its cost)
+            variants.update(bare_lm=lambda: bare_loop(lm_steps, "lm"),
+                            engine_lm=lambda: engine_run(lm_steps, Path(tmp), task="lm"))
+        results = interleave(variants, rounds)
         results["read_rate"], results["events"] = viewer_read_rate(kept[-1])
+    n = min(steps, 200)
+    results["syncs"] = {mode: host_syncs.count(_config(n, step_readback=mode, prefetch=False), n)
+                        for mode in ("sync", "deferred")}
     return results
 
 
 def run(quick: bool = False) -> Section:
     """Suite entry: full 4000 steps × 5 rounds and 5 slice pairs of 10 s; quick 1500 × 3 and 5 × 5 s."""
     if smoke():
-        steps, rounds, slices_cfg = 40, 1, None
+        steps, rounds, slices_cfg, lm_steps = 40, 1, None, 0
     elif quick:
-        steps, rounds, slices_cfg = 1500, 3, (5, 5.0, 3.0)
+        steps, rounds, slices_cfg, lm_steps = 1500, 3, (5, 5.0, 3.0), 600
     else:
-        steps, rounds, slices_cfg = 4000, 5, (5, 10.0, 4.0)
-    results = measure(steps, rounds)
+        steps, rounds, slices_cfg, lm_steps = 4000, 5, (5, 10.0, 4.0), 1500
+    results = measure(steps, rounds, lm_steps)
     slices = measure_slices(*slices_cfg) if slices_cfg else None
     return section(results, slices, steps, rounds, quick)
 
@@ -186,6 +206,7 @@ def section(results: dict, slices: dict | None, steps: int, rounds: int, quick: 
                 verdict("fast steps: bare ÷ engine CPU a step (toy, default logging)", stats(cpu_ratio)[1], 0.95),
                 verdict("fast steps: bare loop steps/s (the regime where per-step costs dominate)",
                         stats(wall["bare"])[1], 1000.0)]
+    lines += _more_rows(results, verdicts, ratio)
     if slices is not None:
         pair = ratios(slices["viewer"], slices["bare"])
         lines.append(f"| engine process + dashboard attached ({len(pair)} slice pairs) | "
@@ -200,6 +221,38 @@ def section(results: dict, slices: dict | None, steps: int, rounds: int, quick: 
     verdicts.append(verdict("fast steps: viewer read rate ÷ engine write rate", headroom, 1.0))
     return Section("Fast steps: the engine's per-step cost", "python -m bench --only engine_overhead_fast"
                    + (" --quick" if quick else ""), "\n".join(lines), verdicts)
+
+
+def _more_rows(results: dict, verdicts: list[str], ratio: list[float]) -> list[str]:
+    """The deferred readback's row (toy), the tiny LoRA LM's rows, and host reads a step on both paths."""
+    lines = []
+    if results.get("engine_deferred"):
+        deferred = [r["steps_per_s"] for r in results["engine_deferred"]]
+        bare = [r["steps_per_s"] for r in results["bare"]]
+        vs_sync = ratios(deferred, [r["steps_per_s"] for r in results["engine"]])
+        lines.append(f"| engine, `train.step_readback=deferred` (the CUDA path, on CPU) | {fmt_stats(deferred, '.0f')} "
+                     f"| **{fmt_stats(ratios(deferred, bare))}** | | ÷ sync (the CPU default): "
+                     f"**{fmt_stats(vs_sync)}** |")
+        verdicts.append(f"fast steps: deferred ÷ sync readback steps/s on CPU: {stats(vs_sync)[1]:.3f} "
+                        "(CPU keeps sync unless this is above 1)")
+    if results.get("bare_lm"):
+        bare = [r["steps_per_s"] for r in results["bare_lm"]]
+        engine = [r["steps_per_s"] for r in results["engine_lm"]]
+        lm_ratio = ratios(engine, bare)
+        lines += [f"| tiny LoRA LM (1 layer, width 16, 16 tokens, batch 1, r 2): bare loop | {fmt_stats(bare, '.0f')} "
+                  "| 1 | | |",
+                  f"| tiny LoRA LM: engine, defaults | {fmt_stats(engine, '.0f')} | **{fmt_stats(lm_ratio)}** | | |"]
+        verdicts += [verdict("fast steps: engine ÷ bare loop steps/s (tiny LoRA LM)", stats(lm_ratio)[1], 0.95),
+                     verdict("fast steps: bare loop steps/s (tiny LoRA LM)", stats(bare)[1], 1000.0)]
+    if results.get("syncs"):
+        counted = results["syncs"]
+        lines += ["", f"Host syncs a step, counted on CPU on the code path CUDA takes (bench.host_syncs: device "
+                  f"tensors read to the host, outside evaluations and checkpoints): synchronous readback "
+                  f"{counted['sync']:.2f}, deferred {counted['deferred']:.2f}. The GPU script counts the real ones "
+                  "(torch.cuda.set_sync_debug_mode)."]
+        verdicts.append(verdict("host syncs a step, deferred readback (counted on CPU)", counted["deferred"], 0.0,
+                                higher_is_better=False))
+    return lines
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from bench import gpu_compile
 from bench.common import ROOT
 
 #: The whole script's budget and each probe's default limit (seconds).
@@ -55,7 +56,7 @@ PROBE = (sys.executable, "-m", "bench.gpu_probe")
 LOG = ROOT / "docs" / "BENCHMARKS-gpu.jsonl"
 PAGE = ROOT / "docs" / "BENCHMARKS.md"
 #: The groups of rows, in the order they run and appear on the page.
-GROUPS = ("memory", "oom", "gauges", "baselines", "speed", "autotune", "precision", "tests", "slices")
+GROUPS = ("memory", "oom", "gauges", "baselines", "speed", "autotune", "compile", "precision", "tests", "slices")
 
 #: (label, task, preset, overrides) for the memory rows; other installed tasks are added at their defaults.
 MEMORY_ROWS = [
@@ -112,6 +113,7 @@ def rows() -> list[Row]:
             Row("speed", "base b8 bf16", "speed", {"task": "sensorlm", "preset": "base",
                                                    "overrides": {"train": {"batch_size": 8}}, "steps": 120}),
             Row("autotune", "base b8 bf16 autotune", "autotune", {"steps": 400, "window": 8}, limit=150, least=60),
+            *gpu_compile.rows(Row),
             Row("precision", "bf16", "precision", {**demo, "precision": "bf16"}),
             Row("precision", "fp16", "precision", {**demo, "precision": "fp16"}),
             Row("tests", "pytest -m gpu", "tests", {}, limit=180),
@@ -267,6 +269,8 @@ def fold(records: list[dict]) -> dict:
             results.setdefault("memory", []).append({"config": record["label"], **_body(record)})
         elif group == "precision":
             results.setdefault("precision", []).append({"precision": record["label"], **_body(record)})
+        elif group == "compile":
+            results.setdefault("compile", []).append(dict(record))
         elif group in GROUPS:
             results[group] = _body(record)
     return results

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from bench import autotune_gpu
+from bench import autotune_gpu, gpu_compile
 
 MIB = 1 << 20
 
@@ -284,7 +284,8 @@ def slices(pairs: int = 5) -> dict:
 
 
 KINDS = {"memory": memory, "oom": oom, "precision": precision, "gauges": gauges, "speed": speed,
-         "autotune": autotune_gpu.autotune, "baselines": baselines, "tests": tests, "slices": slices}
+         "autotune": autotune_gpu.autotune, "baselines": baselines, "tests": tests, "slices": slices,
+         **gpu_compile.KINDS}
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind, kwargs = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    print(json.dumps(KINDS[kind](**kwargs)), flush=True)
+    print(json.dumps(_plain(KINDS[kind](**kwargs))), flush=True)
     return 0
 
 

@@ -36,6 +36,7 @@ def section(device: str, results: dict, seconds: float, cut: str | None = None) 
               _gauge_line(results.get("gauges", NOT_REACHED), verdicts), "",
               _speed_lines(results, verdicts), "",
               autotune_gpu.section_line(results.get("autotune", NOT_REACHED), verdicts), "",
+              *_compile_lines(results.get("compile"), verdicts), "",
               _precision_lines(results.get("precision") or [NOT_REACHED], verdicts), "",
               _tests_line(results.get("tests", NOT_REACHED), verdicts)]
     return Section(f"GPU: {device}", "python -m bench --gpu", "\n".join(lines), verdicts,
@@ -172,3 +173,13 @@ def _tests_line(r: dict, verdicts: list[str]) -> str:
                     + ("met" if ok else "MISSED"))
     failures = f" Failed: {', '.join(r['failures'])}." if r["failures"] else ""
     return f"**`gpu` tests**: {r['passed']} passed, {r['failed']} failed, {r['skipped']} skipped.{failures}"
+
+
+def _compile_lines(rows: list[dict] | None, verdicts: list[str]) -> list[str]:
+    """torch.compile and the sync-free step (bench.gpu_compile renders its own rows)."""
+    if not rows:
+        return ["torch.compile and the sync-free step: not measured (the run ended before these rows)."]
+    from bench import gpu_compile
+
+    return ["torch.compile (eager, then compiled, the guard off) and the step readback (sync vs deferred):", "",
+            *gpu_compile.lines(rows, verdicts)]

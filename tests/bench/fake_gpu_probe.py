@@ -41,6 +41,14 @@ def row(kind: str, args: dict) -> dict:
                 "budget": 40 << 30, "ooms": 0, "table": [], "grid": 24}
     if kind == "precision":
         return {"precision": args["precision"], "first": 5.0, "last": 4.0, "skipped": 0, "steps": 60}
+    if kind == "compiled":
+        return {"mode": args["mode"], "eager_steps_per_s": 10.0, "compiled_steps_per_s": 13.0, "ratio": 1.3,
+                "compile_s": 20.0, "recompiles": 0, "eager_peak": 110 * MIB, "compiled_peak": 100 * MIB,
+                "predicted": 108 * MIB}
+    if kind == "readback":
+        one = {"steps_per_s": 900.0, "syncs_per_step": 0.0, "gpu_idle_pct": 20.0}
+        return {"sync": [{**one, "steps_per_s": 700.0, "syncs_per_step": 1.0, "gpu_idle_pct": 45.0}] * 2,
+                "deferred": [one] * 2}
     if kind == "tests":
         return {"passed": 3, "failed": 0, "skipped": 0, "errors": 0, "deselected": 900, "failures": []}
     if kind == "slices":

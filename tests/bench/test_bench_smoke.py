@@ -161,6 +161,38 @@ def test_fast_overhead_table_with_slices():
     assert "viewer read rate ÷ engine write rate: 150 — goal ≥ 1 met" in text
 
 
+def test_fast_overhead_rows_of_the_lora_lm_the_deferred_readback_and_the_host_syncs():
+    from bench import engine_overhead_fast
+
+    row = lambda rate: {"steps_per_s": rate, "cpu_us": 1e6 / rate}  # noqa: E731
+    results = {"bare": [row(1000.0)] * 2, "engine": [row(960.0)] * 2, "engine_deferred": [row(940.0)] * 2,
+               "bare_lm": [row(500.0)] * 2, "engine_lm": [row(490.0)] * 2, "read_rate": 1e5, "events": 10,
+               "syncs": {"sync": 1.0, "deferred": 0.0}}
+    section = engine_overhead_fast.section(results, None, 4000, 2, quick=False)
+    text = "\n".join(section.verdicts)
+    assert "engine ÷ bare loop steps/s (tiny LoRA LM): 0.98 — goal ≥ 0.95 met" in text
+    assert "bare loop steps/s (tiny LoRA LM): 500 — goal ≥ 1000 MISSED" in text
+    assert "deferred ÷ sync readback steps/s on CPU: 0.979" in text
+    assert "host syncs a step, deferred readback (counted on CPU): 0 — goal ≤ 0 met" in text
+    assert "synchronous readback 1.00, deferred 0.00" in section.body
+
+
+def test_compile_bench_table():
+    from bench import compile_bench
+
+    run = lambda rate, compile_s=0.0: {"steps_per_s": rate, "compile_s": compile_s, "recompiles": 0,  # noqa: E731
+                                       "loss": 1.0}
+    tasks = {"toy (demo)": {"mode": "model", "eager": [run(100.0), run(110.0)],
+                            "compiled": [run(90.0, 20.0), run(99.0, 5.0)]}}
+    peers = {"engine": [10.0, 10.5], "dataloader": [9.0, 10.0], "lightning": [9.0, 9.5]}
+    section = compile_bench.section(tasks, peers, 120, 2, quick=False)
+    assert "| toy (demo) | model | 105.0 (100.0–110.0) | 94.5 (90.0–99.0) | **0.900 (0.900–0.900)** |" in section.body
+    text = "\n".join(section.verdicts)
+    assert "compile ÷ eager on CPU, toy (demo): 0.900 (reported, no goal on CPU)" in text
+    assert "compiled: engine ÷ compiled DataLoader loop steps/s: 1.08 — goal ≥ 1 met" in text
+    assert "compiled: engine ÷ compiled Lightning steps/s: 1.11 — goal ≥ 1.05 met" in text
+
+
 def test_baselines_table_reports_misses_with_their_reason():
     from bench import baselines as b
 

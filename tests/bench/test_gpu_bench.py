@@ -59,6 +59,10 @@ def test_measure_runs_every_row_end_to_end_keeps_each_and_writes_the_page(tmp_pa
     assert "| lm demo b8 seq512 full | 100 | 104 (+4.0 %)" in text
     assert "GPU engine ÷ DataLoader loop steps/s: 1.1 — goal ≥ 1 met" in text
     assert "GPU tests (pytest -m gpu): 3 passed, 0 failed — met" in text and "not measured" not in text
+    # the compile rows: each compiled row's ratio and its memory against the eager prediction, the readback's syncs
+    assert "| toy b32 model | 10.0 | 13.0 | **1.300** |" in text
+    assert "GPU compiled memory, toy b32 model: predicted ÷ measured peak (never under): 1.08" in text
+    assert "host syncs a step (torch.cuda.set_sync_debug_mode) sync 1.00, deferred 0.00" in text
 
 
 def test_a_cut_run_has_printed_and_kept_every_row_so_far_and_writes_the_page_from_them(tmp_path):

@@ -12,31 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
+from bench.host_syncs import SyncCounter
 from engine.checkpoint import format as ckpt
 from engine.core import config as cfg
 from engine.run.sinks import EventBus
 from engine.training.loop import Trainer
-
-#: Tensor methods that copy a device tensor's value to the host, waiting for the device to produce it.
-READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu"}
-
-
-class SyncCounter(TorchFunctionMode):
-    """Counts host reads of tensors, by the trainer's step at the time (the step being trained is step + 1)."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        super().__init__()
-        self.trainer = trainer
-        self.by_step: dict[int, int] = {}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in READS and args and isinstance(args[0], torch.Tensor):
-            readback = getattr(self.trainer, "readback", None)
-            if readback is None or not readback.is_host(args[0]):
-                self.by_step[self.trainer.step] = self.by_step.get(self.trainer.step, 0) + 1
-        return func(*args, **(kwargs or {}))
 
 
 def _config(readback: str, **train):
