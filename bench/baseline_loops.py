@@ -19,7 +19,9 @@ lr=…, betas=…, eps=…)`` with torch's default implementation (on CPU a loop
 the tensors). ``--engine-settings`` gives a loop the two process settings the
 engine makes for itself (engine.optim.fused: fused AdamW;
 engine.training.allocator: freed memory kept for the next step), so the page can show
-how much of the engine's lead they are.
+how much of the engine's lead they are. ``--compile model`` runs the loss through ``torch.compile(model)`` in
+the loop and inside the LightningModule (bench.compile_bench compares them with the engine's
+``--compile model``).
 
 Prints one JSON line: steps/s between steps ``lo`` and ``hi``, the final loss,
 and the cores the loop's process tree (the loop and its DataLoader worker) used

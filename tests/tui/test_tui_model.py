@@ -78,6 +78,19 @@ def test_phases_are_listed_until_the_first_step():
     assert not m.starting_up
 
 
+def test_compiling_is_a_start_up_phase_with_its_seconds_and_a_recompile_is_logged_with_its_reason():
+    m = RunModel()
+    m.ingest([ev.PhaseStarted(phase="compiling", detail="torch.compile (inductor) of the model", t=100.0)])
+    assert m.phase_lines(now=112.0) == ["… compiling (torch.compile (inductor) of the model) 12.0s"]
+    m.ingest([ev.CompileDone(step=1, seconds=11.5, frames=1, first=True, mode="model", backend="inductor", t=112.0),
+              ev.CompileDone(step=40, seconds=2.0, frames=1, recompiles=1, total_recompiles=1, mode="model",
+                             reasons=["0/0: tensor 'x' size mismatch at index 0. expected 16, actual 24"], t=130.0)])
+    lines = [(e.kind, e.text) for e in m.take_log()]
+    assert ("state", "compiled 1 function(s) in 11.5 s (model, inductor)") in lines
+    assert ("warning", "recompiled 1 in 2.0 s (1 so far): 0/0: tensor 'x' size mismatch at index 0. expected 16, "
+            "actual 24") in lines
+
+
 def test_an_ack_seen_twice_is_logged_once_and_marks_the_plot():
     m = RunModel()
     m.ingest(demo_run(20))

@@ -55,8 +55,8 @@ class EventFold:
             ev.CheckpointFailed: self._checkpoint_failed, ev.ExportWritten: self._export,
             ev.StateChanged: self._state, ev.SettingChanged: self._setting, ev.Refused: self._refused,
             ev.Warning: self._warning, ev.LogLine: self._logline, ev.PhaseStarted: self._phase,
-            ev.RunFinished: self._finished, ev.AutotuneStarted: self._autotune, ev.AutotuneCandidate: self._autotune,
-            ev.AutotuneChose: self._autotune,
+            ev.CompileDone: self._compiled, ev.RunFinished: self._finished, ev.AutotuneStarted: self._autotune,
+            ev.AutotuneCandidate: self._autotune, ev.AutotuneChose: self._autotune,
         }
 
     def fold(self, event: ev.Event) -> None:
@@ -201,6 +201,15 @@ class EventFold:
 
     def _warning(self, e: ev.Warning) -> None:
         self.model.log("warning", e.text, e.step)
+
+    def _compiled(self, e: ev.CompileDone) -> None:
+        """The start-up compile (the 'compiling' phase's seconds), or a recompile with dynamo's reason."""
+        if e.first:
+            self.model.log("state", f"compiled {e.frames} function(s) in {e.seconds:.1f} s ({e.mode}, {e.backend})",
+                           e.step)
+        else:
+            self.model.log("warning", f"recompiled {e.recompiles} in {e.seconds:.1f} s "
+                           f"({e.total_recompiles} so far): {'; '.join(e.reasons) or 'no reason given'}", e.step)
 
     def _logline(self, e: ev.LogLine) -> None:
         self.model.log("stderr" if e.stream == "stderr" else "output", e.text)
