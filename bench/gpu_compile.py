@@ -32,6 +32,14 @@ COMPILED = [
 READBACK = ("toy b32", "toy", "demo", {"train": {"batch_size": 32}})
 
 
+def _config(task: str, preset: str, overrides: dict, **train):
+    """The row's config on CUDA, no evaluation or checkpoint in the way (as bench.gpu_probe's rows)."""
+    from engine.core import config as cfg
+
+    base = {"train": {"device": "cuda", "eval_every": 0, **train}, "checkpoint": {"every_steps": 0}}
+    return cfg.load(task=task, preset=preset, overrides=cfg.deep_merge(base, overrides))
+
+
 def _run(config, on_step=None) -> tuple[object, list]:
     from engine.run.control.requests import Controls
     from engine.run.sinks import EventBus
@@ -62,8 +70,6 @@ def compiled(task: str, preset: str, overrides: dict, mode: str, steps: int = 60
     """Eager then compiled (module docstring): rates, compile seconds, peaks against the eager prediction."""
     import torch
 
-    from bench.gpu_probe import _config
-
     out: dict = {"mode": mode}
     for name, compile_mode in (("eager", "off"), ("compiled", mode)):
         config = _config(task, preset, {**overrides, "budget": {"check": False}}, max_steps=steps,
@@ -86,8 +92,6 @@ def compiled(task: str, preset: str, overrides: dict, mode: str, steps: int = 60
 
 def readback(task: str, preset: str, overrides: dict, steps: int = 300, rounds: int = 2) -> dict:
     """Sync against deferred readback, interleaved ``rounds`` times (module docstring)."""
-    from bench.gpu_probe import _config
-
     out: dict = {"sync": [], "deferred": []}
     for index in range(rounds):
         for mode in (("sync", "deferred") if index % 2 == 0 else ("deferred", "sync")):
