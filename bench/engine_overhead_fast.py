@@ -20,7 +20,12 @@ batch 2) puts the CPU in that regime.
 (d) **the viewer keeps up**: the viewer's reader (engine.run.history.store) opens the
     engine run's events.jsonl; events read per CPU-second ÷ steps written per
     second, and the same per million steps. Above 1 the viewer never falls behind.
-Goal (GPU issue): engine ÷ bare ≥ 0.95 at the default logging settings.
+(e) **the deferred readback on CPU**: the engine with ``train.step_readback=deferred`` (the CUDA path),
+    interleaved with the rest: ÷ the synchronous default, which CPU keeps unless this is above 1;
+(f) **the tiny LoRA LM** (a 1-layer Llama of width 16, 16 tokens, batch 1, rank 2): bare loop and engine,
+    interleaved with the toy's; transformers' Python per layer keeps it under 1,000 steps/s on a CPU;
+(g) **host syncs a step**, counted on both readback paths (bench.host_syncs).
+Goal (GPU issue): engine ÷ bare ≥ 0.95 at the default logging settings, on the toy and the LoRA LM.
 """
 
 from __future__ import annotations
