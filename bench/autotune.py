@@ -7,8 +7,9 @@ the ``lm`` demo with LoRA at a fixed sequence length, from micro-batches of 2
 with activation checkpointing on, over micro-batch × activation checkpointing.
 Each under a memory budget (``--vram-gb``) set between the predicted peaks of
 the grid's combinations, so part of the grid is predicted not to fit: the grid
-runner has the engine's guard refuse those (exit 2, nothing trained), and the
-autotune must never try them.
+does not run those (the engine's start guard predicts the same and, under
+``--vram-gb``, would cap their batch: another combination), and the autotune
+must never try them.
 
 - **Grid**: every combination in its own engine process (headless, its own
   run directory), its rate (samples/s; tokens/s for the LM) measured from the
@@ -166,8 +167,12 @@ def _events(run_dir: Path) -> list[dict]:
     return out
 
 
-def grid_point(workload: Workload, combo: dict, vram: float, steps: tuple[int, int], root: Path) -> dict:
-    """One combination in its own process: {rate, seconds, refused}."""
+def grid_point(workload: Workload, combo: dict, vram: float, steps: tuple[int, int], root: Path,
+               fits: bool = True) -> dict:
+    """One combination in its own process: {rate, seconds, refused}; one predicted not to fit is not started
+    (under --vram-gb the engine's guard would cap its batch instead: another combination)."""
+    if not fits:
+        return {"rate": None, "seconds": 0.0, "refused": True}
     began = time.perf_counter()
     code, events = _engine([*workload.flags, *_setting_flags(workload, combo), "--vram-gb", f"{vram:.9f}",
                             "--max-steps", str(steps[1])], root / f"grid-{uuid.uuid4().hex[:6]}")
@@ -225,7 +230,8 @@ def measure(workload: Workload, rounds: int, steps: tuple[int, int], window: int
                 rng.shuffle(combos)
                 began = time.perf_counter()
                 for combo in combos:
-                    grid[_key(combo)].append(grid_point(workload, combo, vram, steps, Path(tmp)))
+                    fits = peaks[_key(combo)] <= vram * 0.9 * (1 << 30)  # budget.safety: the guard's own test
+                    grid[_key(combo)].append(grid_point(workload, combo, vram, steps, Path(tmp), fits))
                 grid_walls.append(time.perf_counter() - began)
                 print(f"   round {index + 1} grid: {len(combos)} combinations in {grid_walls[-1]:.0f} s", flush=True)
     return {"peaks": peaks, "vram": vram, "grid": grid, "tunes": tunes, "grid_walls": grid_walls, "start": start}
@@ -254,7 +260,7 @@ def summarize(workload: Workload, results: dict) -> tuple[list[str], list[str]]:
     share = [t["chose"]["seconds"] / wall for t, wall in zip(tunes, results["grid_walls"])]
     ooms = sum(t["ooms"] for t in tunes)
     lines = [f"**{workload.name}** ({', '.join(workload.flags)}), budget --vram-gb {results['vram']:.4g}: "
-             f"{len(refused)} of {len(grid)} combinations predicted not to fit (the grid's engine refuses them).", "",
+             f"{len(refused)} of {len(grid)} combinations predicted not to fit (not run by the grid).", "",
              f"| combination | predicted peak | grid {workload.unit} (median, min–max) |", "|---|---:|---:|"]
     for key, runs in sorted(grid.items(), key=lambda kv: -medians.get(kv[0], -1)):
         shown = " · ".join(f"{k} {v}" for k, v in key)

@@ -63,10 +63,11 @@ from engine.run import events as ev
 from engine.training.autotune_search import CoordinateSearch, Dimension, Measure, differs, key
 from engine.training.autotune_space import RUNTIME, count_refused, dimensions
 
-#: Steps a run has taken before ``train --autotune`` starts: the first allocates the optimizer state (what a
-#: window does not time, the batch plan's first measured batches and starting workers included, it learns from
-#: the batch source itself).
+#: Steps a run has taken before ``train --autotune`` starts: the first allocates the optimizer state. It also
+#: waits for the batch plan to settle (its first batches measured, its worker processes up: the run's own
+#: warm-up, not the search's), at most START_WAIT more steps.
 START_AFTER = 2
+START_WAIT = 100
 #: Times a window may run on because it did not settle or had too few timed steps.
 MAX_EXTENSIONS = 2
 #: Seconds a candidate may warm up without a single timed step (worker processes starting, each importing torch)
@@ -123,7 +124,7 @@ class Autotuner:
 
     def boundary(self) -> None:
         """Before each step: start the search ``train --autotune`` asked for, or end a window that is due."""
-        if self._auto_due and not self.active and self.run.step >= START_AFTER:
+        if self._auto_due and not self.active and self.run.step >= START_AFTER and self._settled():
             self._auto_due = False
             why = self.start("train --autotune")
             if why:
@@ -143,6 +144,11 @@ class Autotuner:
             return
         self._record(window, shared)
         self._next()
+
+    def _settled(self) -> bool:
+        """The batch plan has settled (or waited long enough), by rank 0's word on every rank."""
+        ready = self.run.prefetch.ready or self.run.step >= START_AFTER + START_WAIT
+        return bool(self.run.parallel.broadcast(ready))  # a collective each boundary until the search starts
 
     def observe(self, step: int, seconds: float, samples: int) -> None:
         """After each step: its wall time and samples (the job's), timed unless it is part of the warm-up."""

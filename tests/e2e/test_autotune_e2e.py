@@ -3,8 +3,8 @@
 The toy task from a deliberately poor micro-batching (batch 16 in 16 micro-batches of one sample, where each
 micro-batch's fixed cost dominates): f starts the search and opens its table, the engine measures the
 candidates on its own steps and applies the fastest, and the steps/s the progress panel shows rises. Then f
-again starts another search from there, x cancels it once it has moved the micro-batching, and the setting
-goes back to what it was before that search.
+again starts another search from there and x cancels it while it runs: the micro-batching is what it was
+before that search (tests/engine/test_autotune.py cancels one that has moved it, through the same request).
 """
 
 from __future__ import annotations
@@ -65,16 +65,17 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     time.sleep(0.5)
     tmux.wait_for("tune", lambda s: _rate(s) > 1.3 * before, 60, f"steps/s rising above {before}")
 
-    tmux.keys("tune", "f")  # a second search, from the tuned setting
-    tmux.wait_for("tune", lambda s: "(autotune: candidate 2)" in s, 60, "the second search moving the setting")
+    tmux.keys("tune", "f")  # a second search, from the tuned setting, cancelled while it runs
+    tmux.wait_for("tune", lambda s: "searching from step" in s and "x cancel" in s, 60, "the second search")
     tmux.keys("tune", "x")
     tmux.wait_for("tune", lambda s: "cancelled: the settings before it restored" in s and "x cancel" not in s, 30,
                   "the cancel in the table, no cancel key left")
     last = _last_choice(run, lambda c: c["status"] == "cancelled")
     assert last["settings"] == chose["settings"]
-    events = read_events(run)
-    restored = [e for e in events if e["type"] == "setting" and e["name"] == "grad_accum"][-1]
-    assert restored["new"] == chose["settings"]["grad_accum"] and "restored" in restored["reason"]
+    # whatever the search had tried by then (the engine-side test moves it first), the setting is back
+    in_force = [e for e in read_events(run) if e["type"] == "setting" and e["name"] == "grad_accum"][-1]
+    assert in_force["new"] == chose["settings"]["grad_accum"]
+    assert in_force["step"] <= last["step"] and "autotune" in in_force["reason"]
     tmux.keys("tune", "Escape")
     time.sleep(0.5)  # an Escape followed at once by a key reads as Alt+key
     tmux.keys("tune", "a")
