@@ -119,12 +119,13 @@ def predicted_peaks(workload: Workload, device: str = "cpu") -> dict[tuple, int]
     return out
 
 
-def budget_gb(peaks: dict[tuple, int], start: tuple, safety: float = 0.9) -> float:
-    """A --vram-gb whose budget excludes about the top third of the predicted peaks, the start kept inside."""
+def budget_gb(peaks: dict[tuple, int], start: tuple, safety: float = 0.9, reserve: int = 0) -> float:
+    """A --vram-gb whose budget excludes about the top third of the predicted peaks, the start kept inside
+    (``reserve``: what the engine takes off a CUDA budget for the context, engine.budget.plan.resolve_budget)."""
     levels = sorted(set(peaks.values()))
     keep = max(-(-2 * len(levels) // 3) - 1, levels.index(peaks[start]))  # the last level inside the budget
     above = levels[keep + 1] if keep + 1 < len(levels) else levels[keep] * 1.02
-    return (levels[keep] + above) / 2 / safety / (1 << 30)
+    return ((levels[keep] + above) / 2 + reserve) / safety / (1 << 30)
 
 
 def _key(combo: dict) -> tuple:

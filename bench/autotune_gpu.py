@@ -33,7 +33,13 @@ def autotune(steps: int = 400, window: int = 8) -> dict:
     workload = Workload("SensorLM base bf16", START, SPACE, 8, 1, "samples/s")
     peaks = predicted_peaks(workload, device="cuda")
     start = tuple(sorted({"grad_accum": "4", "attn_backend": "math", "activation_checkpointing": "true"}.items()))
-    vram = budget_gb(peaks, start)
+    import torch
+
+    from engine.budget.measure import device_info
+    from engine.budget.plan import context_reserve
+
+    reserve, _ = context_reserve(device_info(torch.device("cuda")), whole=True)  # what --vram-gb gives up first
+    vram = budget_gb(peaks, start, reserve=reserve)
     parser = OneLineParser(prog="bench")
     add_train_arguments(parser)
     args = parser.parse_args([*START, "--vram-gb", f"{vram:.9f}", "--max-steps", str(steps), "--eval-every", "0",
