@@ -108,7 +108,7 @@ def test_a_launched_engine_tells_its_phases_and_a_cancel_stops_it(tmp_path: Path
         def __init__(self) -> None:
             self.pid, self.phases = None, []
 
-        def spawned(self, pid: int) -> None:
+        def spawned(self, pid: int, run_dir: Path) -> None:
             self.pid = pid
 
         def phase(self, event) -> None:

@@ -76,21 +76,43 @@ async def test_abort_escape_cancels_and_sends_nothing():
 
 
 @pilot_test
-async def test_quit_while_running_offers_detach_in_process_mode():
+async def test_q_detaches_at_once_saying_what_the_engine_does_and_how_to_attach_or_stop_it():
     session = ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run")
     app, _ = make(session)
     async with opened(app) as pilot:
         await pilot.press("q")
-        await on_screen(pilot, "QuitScreen")
-        body = str(app.screen.query_one("#quit-body").render())
-        assert "detach" in body and "sensorlm-tui attach runs/demo-run" in body
-        await pilot.press("d")
         await wait_for(pilot, lambda: app.return_code is not None, "app exit")
     assert session.sent == [], "detaching sends nothing: the engine keeps running"
     assert app.return_code == 0
-    assert app.summary == ("detached from demo-run at step 300; the engine keeps running. "
-                           "Re-attach: sensorlm-tui attach runs/demo-run")
+    assert app.summary == ("detached from demo-run at step 300; the engine keeps running (training · 2 steps/s · "
+                           "pid 4242). Attach: sensorlm-tui attach runs/demo-run · stop: kill -INT 4242 (it "
+                           "checkpoints first)")
     assert app.wait_closed(5) and session.closed.is_set()
+
+
+@pilot_test
+async def test_ctrl_c_stops_gracefully_and_a_second_ctrl_c_stops_at_once():
+    app, session = make(ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run",
+                                        ack_delay=1.0))
+    async with opened(app) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: session.sent, "the graceful abort sent")
+        assert "Ctrl-C again stops at once" in app.status_text
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.return_code is not None, "app exit")
+    assert [(r.action, r.mode) for r in session.sent] == [("abort", "graceful"), ("abort", "now")]
+    assert app.return_code in (0, 130)  # whichever reached the scripted engine's end first
+
+
+@pilot_test
+async def test_ctrl_c_once_ends_with_the_checkpoint_and_one_line():
+    app, session = make()
+    async with opened(app) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.return_code is not None, "app exit")
+    assert [(r.action, r.mode) for r in session.sent] == [("abort", "graceful")]
+    assert app.return_code == 0 and "\n" not in app.summary
+    assert app.summary.startswith("demo-run: aborted at step 300 · ") and "checkpoint runs/scripted/" in app.summary
 
 
 @pilot_test

@@ -94,7 +94,7 @@ async def test_a_session_that_cannot_open_exits_1_with_the_reason():
 
 
 @pilot_test
-async def test_quit_while_connecting_asks_twice():
+async def test_q_while_connecting_leaves_at_once():
     release = threading.Event()
 
     def slow_factory():
@@ -104,8 +104,58 @@ async def test_quit_while_connecting_asks_twice():
     app = DashboardApp(slow_factory)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("q")
-        assert "still connecting" in app.status_text and app.return_code is None
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "exit on the second q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit on q")
         release.set()
+    assert app.return_code == 0 and app.summary == "", "nothing was started: nothing to say"
+
+
+class _Launching:
+    """A session factory that launches an engine: pid 4242, one phase, then it waits to be stopped or left."""
+
+    def __init__(self) -> None:
+        self.outcome = None
+
+    def open(self, watch):
+        from engine.run.control.launcher import LaunchCancelled, LaunchError
+
+        watch.spawned(4242, "runs/x")
+        watch.phase(ev.PhaseStarted(phase="importing torch"))
+        for _ in range(500):
+            if watch.cancelled():
+                self.outcome = "stopped"
+                raise LaunchCancelled("stopped the engine while importing torch (exit 130): nothing was trained; "
+                                      "runs/x", exit_code=130)
+            if watch.abandoned():
+                self.outcome = "left starting"
+                raise LaunchError("stopped waiting for the engine (pid 4242)")
+            threading.Event().wait(0.01)
+        raise AssertionError("never stopped nor left")
+
+
+@pilot_test
+async def test_q_while_the_engine_starts_detaches_naming_its_phase_pid_and_how_to_stop_it():
+    factory = _Launching()
+    app = DashboardApp(factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.model.starting_up, "the phase heard live")
+        app.redraw(force=True)
+        assert "importing torch" in str(app.dashboard.query_one("#chart-1").render())
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit on q")
     assert app.return_code == 0
+    assert app.summary == ("detached while the engine starts (importing torch · pid 4242); it keeps starting, then "
+                           "trains. Attach: sensorlm-tui attach runs/x · stop: kill -INT 4242 (it checkpoints first)")
+    assert app.wait_closed(5) and factory.outcome == "left starting"
+
+
+@pilot_test
+async def test_ctrl_c_while_the_engine_starts_stops_it_with_one_line_and_130():
+    factory = _Launching()
+    app = DashboardApp(factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.model.starting_up, "the phase heard live")
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit once the engine stopped")
+    assert factory.outcome == "stopped"
+    assert app.return_code == 130 and not app.summary_is_error
+    assert app.summary == "the run: stopped the engine while importing torch (exit 130): nothing was trained; runs/x"

@@ -58,6 +58,24 @@ async def test_typing_in_the_chooser_jumps_to_a_metric():
 
 
 @pilot_test
+async def test_the_chooser_filter_takes_every_typed_character_and_digits_pick_a_chart_only_when_empty():
+    app, _ = make()
+    async with opened(app) as pilot:
+        await pilot.press("m")
+        await on_screen(pilot, "MetricScreen")
+        await pilot.press("1")  # the filter is empty: a digit picks the chart
+        assert app.screen.target == 1 and app.screen.filter_text == ""
+        await pilot.press(*"recall 1")  # after a word, a digit is part of the filter
+        field = app.screen.query_one("#metric-filter")
+        assert app.screen.filter_text == "recall 1" and field.display, "the filter is on screen"
+        assert app.screen.target == 1
+        assert [c.name for c in app.screen.shown] == ["recall_at_1"]
+        await pilot.press("enter")
+        await on_screen(pilot, "DashboardScreen")
+        assert app.dashboard.query_one("#chart-1").shown(app.model) == "recall_at_1"
+
+
+@pilot_test
 async def test_val_loss_is_overlaid_on_the_training_loss():
     app, _ = make()
     async with opened(app) as pilot:

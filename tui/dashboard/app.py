@@ -36,11 +36,13 @@ from tui.dashboard.lifecycle import Lifecycle
 from tui.dashboard.messages import (
     CompareLoaded,
     ControlDone,
+    EngineSpawned,
     EventBatch,
     HistoryFolded,
     LivenessChanged,
     SessionFailed,
     SessionReady,
+    StartCancelled,
 )
 from tui.dashboard.palette import DashboardCommands
 from tui.dashboard.pump import BATCH_S, SessionPump
@@ -74,7 +76,7 @@ class DashboardApp(App[int]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall"), (50, "-xtall")]
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
-                Binding("ctrl+c", "request_quit", "quit", show=False, priority=True)]
+                Binding("ctrl+c", "interrupt", "stop", show=False, priority=True)]
 
     def __init__(self, session_factory: Callable[[], Session],
                  theme: str | None = None, refresh: float | None = None, read_only: bool = False,
@@ -269,7 +271,7 @@ class DashboardApp(App[int]):
                 self.model.ingest(message.events)
         except Exception as exc:  # noqa: BLE001 - a malformed event is reported, not fatal
             self.model.note("error", f"could not show an event batch ({type(exc).__name__}: {exc})")
-        if message.history:
+        if message.history or self.model.starting_up:  # a phase shows the moment it begins, not at the next tick
             self.redraw()
         if message.fold is not None:  # the worker folds the rest once this frame is on screen
             self.call_after_refresh(message.fold.shown.set)
@@ -294,6 +296,13 @@ class DashboardApp(App[int]):
             return
         self.model.note("error", message.error)
         self.say(message.error, "error")
+
+    def on_engine_spawned(self, message: EngineSpawned) -> None:
+        self.run_dir = message.run_dir
+        self.model.set_viewer(connection=f"starting the engine (pid {message.pid})")
+
+    def on_start_cancelled(self, message: StartCancelled) -> None:
+        self.lifecycle.start_cancelled(message.line, message.exit_code)
 
     def on_liveness_changed(self, message: LivenessChanged) -> None:
         self.model.set_liveness(message.liveness)
@@ -343,8 +352,12 @@ class DashboardApp(App[int]):
         self.controls.autotune()
 
     def action_request_quit(self) -> None:
-        """q: quit; while training, ask: abort gracefully / now, detach (process mode), or stay."""
+        """q: detach, the engine keeps running (in-process: ask, quitting stops the run)."""
         self.lifecycle.request_quit()
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: stop the run gracefully; again: at once (before connecting: stop the starting engine)."""
+        self.lifecycle.interrupt()
 
     def detach(self, reason: str = "") -> None:
         """Close the dashboard and leave the engine running (in-process: the run stops); the summary says how

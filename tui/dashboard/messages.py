@@ -50,11 +50,13 @@ class SessionFailed(Message):
 
 
 class EngineSpawned(Message):
-    """The engine the session factory is launching exists (its pid); its start-up phases follow as events."""
+    """The engine the session factory is launching exists (its pid, its run directory); its start-up phases follow
+    as events."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, run_dir: str) -> None:
         super().__init__()
         self.pid = pid
+        self.run_dir = run_dir
 
 
 class StartCancelled(Message):

@@ -71,9 +71,9 @@ class StartWatch(LaunchWatch):
         #: The starting engine's pid (None before it exists).
         self.pid: int | None = None
 
-    def spawned(self, pid: int) -> None:
+    def spawned(self, pid: int, run_dir) -> None:
         self.pid = pid
-        self.post(EngineSpawned(pid))
+        self.post(EngineSpawned(pid, str(run_dir)))
 
     def phase(self, event) -> None:
         self.post(EventBatch([event]))

@@ -31,7 +31,7 @@ from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, MEM_COLUMNS, Even
 from tui.model.format import short_float
 from tui.model.history import Ring
 from tui.model.history_fold import STEP_FIELDS, HistoryFold, StepRings
-from tui.model.phases import Phases, clock
+from tui.model.phases import Phases, clock, model_summary
 from tui.model.rates import Rates
 from tui.model.settings import Marker
 from tui.model.step_series import StepSeries, step_columns
@@ -348,6 +348,11 @@ class RunModel:
     def phase_lines(self, now: float) -> list[str]:
         """One line per start-up phase: finished ones with their duration, the current one with its elapsed time."""
         return self.startup.lines(now)
+
+    @property
+    def model_summary(self) -> str:
+        """Parameters (trainable), precision, device and data size once the engine has built them ("" before)."""
+        return model_summary(self.started)
 
     def budget_bytes(self) -> int | None:
         """The memory budget: the newest MemorySampled.budget, else RunStarted.budget.budget."""

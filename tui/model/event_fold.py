@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.run import events as ev
 from tui.model.format import human_bytes, short_float
+from tui.model.phases import model_summary
 from tui.model.settings import Marker, is_marked
 
 #: States in which the engine no longer runs.
@@ -119,6 +120,7 @@ class EventFold:
         where = f" (resumed from {e.resumed_from} at step {e.start_step})" if e.resumed_from else ""
         m.log("state", f"run {e.name or '?'} started: {e.task}/{e.preset}, {e.total_steps} steps on {e.device}"
               f"{where}", e.start_step)
+        m.log("state", f"model: {model_summary(e)}", e.start_step)
         self._redraw("header", "progress", "memory", "charts")
 
     def _eval(self, e: ev.EvalDone) -> None:
@@ -136,7 +138,8 @@ class EventFold:
         self._redraw("charts", "progress")
 
     def _phase(self, e: ev.PhaseStarted) -> None:
-        self.model.startup.start(e)
+        if not self.model.startup.start(e):
+            return  # heard live while the engine started, now read again from its log
         self.model.log("state", f"phase: {e.phase}" + (f" ({e.detail})" if e.detail else ""))
         self._redraw("charts", "progress")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from engine.run import events as ev
+from tui.model.format import human_count
 
 #: Seconds after its newest event a run's log counts as history (phase clocks stop at that event).
 STALE_CLOCK_S = 3600.0
@@ -32,11 +33,15 @@ class Phases:
         #: True once a step arrived after the newest phase (start-up is over).
         self.stepped = False
 
-    def start(self, e: ev.PhaseStarted) -> None:
-        """A phase began; the first one after steps (an engine starting again: a resume) replaces the old list."""
+    def start(self, e: ev.PhaseStarted) -> bool:
+        """A phase began; the first one after steps (an engine starting again: a resume) replaces the old list.
+        False for one already known: a launching dashboard hears each phase live, then again from the log."""
+        if any(p.t == e.t and p.phase == e.phase for p in self.phases):
+            return False
         if self.stepped:
             self.phases, self.stepped = [], False
         self.phases.append(e)
+        return True
 
     def lines(self, now: float) -> list[str]:
         """One line per phase: finished ones with their duration, the current one with its elapsed time."""
@@ -48,3 +53,19 @@ class Phases:
             mark = "✓" if done else "…"
             out.append(f"{mark} {phase.phase}{detail} {max(0.0, seconds):.1f}s")
         return out
+
+
+def model_summary(started: ev.RunStarted | None) -> str:
+    """"532k params (532k trainable) · fp32 · CPU (1 thread) · data 10k train / 64 val" for the start-up view and
+    the log: what Lightning's model summary tells ("" before RunStarted; less for a run of an older release)."""
+    if started is None:
+        return ""
+    trainable = f" ({human_count(started.trainable)} trainable)" if started.trainable else ""
+    parts = [f"{human_count(started.params)} params{trainable}"]
+    precision = (started.config.get("train") or {}).get("precision")
+    if precision:
+        parts.append(str(precision))
+    parts.append(started.device_name or started.device)
+    if started.train_samples:
+        parts.append(f"data {human_count(started.train_samples)} train / {human_count(started.val_samples)} val")
+    return " · ".join(parts)

@@ -193,7 +193,9 @@ class MetricChart(Chart):
             has = bool(np.isfinite(model.val_series(val)[1]).any())
         if not has:
             if model.starting_up:
-                return "starting up\n" + "\n".join(model.phase_lines(model.clock()))
+                summary = model.model_summary
+                return "starting up\n" + "\n".join(model.phase_lines(model.clock())) + (
+                    f"\n\n{summary}" if summary else "")
             if train == "loss" or not len(model.steps):
                 return "waiting for the first step…"
             return f"no {model.describe(name).label or name} yet"

@@ -72,8 +72,8 @@ class LaunchCancelled(LaunchError):
 class LaunchWatch:
     """What a launch tells its caller while the engine starts; every hook optional (this base does nothing)."""
 
-    def spawned(self, pid: int) -> None:
-        """The engine process exists, with this pid."""
+    def spawned(self, pid: int, run_dir: Path) -> None:
+        """The engine process exists, with this pid, on this run directory."""
 
     def phase(self, event: ev.PhaseStarted) -> None:
         """The engine began a start-up phase."""
@@ -194,7 +194,7 @@ def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0,
         raise LaunchError(f"cannot start the engine ({exc.strerror})", log=rd.log) from None
     finally:
         log.close()  # the child has its own copy
-    watch.spawned(process.pid)
+    watch.spawned(process.pid, run_dir)
     try:
         return _wait_up(process, rd, watch, _StartupTail(rd.startup), started, log_start, timeout)
     except LaunchError:
