@@ -90,8 +90,8 @@ def _has_terminal() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sensorlm-tui` console script."""
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        argv = ["train"]
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["train", *argv]  # bare `sensorlm-tui [train flags]` is the dashboard on the demo run
     parser = _parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -99,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"sensorlm-tui {version('sensorlm-tui')}")
         return 0
-    if args.command is None:
-        args = parser.parse_args(["train", *argv])
     try:
         if args.command == "train":
             return _train(args, argv)

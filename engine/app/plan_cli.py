@@ -177,11 +177,13 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
         lines.append(plan.note + " — pass --vram-gb to plan for a GPU")
         return "\n".join(lines)
     lines.append(f"budget {plan.budget.describe()}")
-    lines.append(f"  {'setting':44s}  {'largest batch':>13s}  {'peak at batch ' + str(t.batch_size):>18s}")
-    for o in plan.options:
-        name = o.label()
+    names = [o.label() for o in plan.options]
+    width = max([len("setting"), *map(len, names)])  # the columns line up whatever the task's settings are
+    peak = f"peak at batch {t.batch_size}"
+    lines.append(f"  {'setting':{width}s}  {'largest batch':>13s}  {peak:>{max(len(peak), 10)}s}")
+    for name, o in zip(names, plan.options):
         mark = "fits" if o.fits else "over"
-        lines.append(f"  {name:44s}  {o.largest_batch:13d}  {human(o.predicted):>12s} {mark}")
+        lines.append(f"  {name:{width}s}  {o.largest_batch:13d}  {human(o.predicted):>{max(len(peak), 10)}s} {mark}")
     lines.append("")
     rec = plan.recommended
     if rec is None or rec.largest_batch == 0:

@@ -221,8 +221,8 @@ class Option:
         return self.settings.get(name, default)
 
     def label(self) -> str:
-        """'name value, name value' text ('as configured' when nothing varies)."""
-        return ", ".join(f"{k} {v}" for k, v in self.settings.items()) or "as configured"
+        """'name value, name value' text ('as configured' when nothing varies); a flag reads on / off."""
+        return ", ".join(f"{k} {_word(v)}" for k, v in self.settings.items()) or "as configured"
 
     def flags(self) -> str:
         """The CLI flags that select this combination (a setting flag where `train` has one, else --set)."""
@@ -232,6 +232,11 @@ class Option:
         return " ".join(flag_of_setting(k, v) if k in offered else
                         f"--set {self.paths.get(k, k)}={str(v).lower() if isinstance(v, bool) else v}"
                         for k, v in self.settings.items())
+
+
+def _word(value: Any) -> str:
+    """A setting's value as the table shows it: on / off for a flag, else as it is."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 @dataclass

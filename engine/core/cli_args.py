@@ -45,7 +45,12 @@ STRATEGIES = ("ddp", "fsdp2")
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (no usage dump) and exits 2."""
+    """argparse that reports a bad flag in one line (no usage dump) and exits 2, and takes no abbreviations:
+    ``--max-step 10`` is an unknown flag, never silently ``--max-steps`` (nor a later flag's prefix)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         message = message.replace("argument ", "")

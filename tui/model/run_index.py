@@ -52,6 +52,9 @@ class RunSummary:
     resume_command: str
     #: The last autotune in the log's tail: status, settings, rate, start_rate, step (None: none seen).
     autotune: dict | None = None
+    #: How the run's last engine ended by its own account (RunFinished.status: finished, aborted, interrupted,
+    #: failed), None while running or when its log never said.
+    finished_as: str | None = None
 
     def to_json(self) -> dict:
         """Plain JSON-ready dict (field names as above)."""
@@ -107,7 +110,8 @@ def summarize(root: Path) -> RunSummary:
         step=step, total_steps=total, best=best, best_metric=metric, last_checkpoint=ckpt_path,
         last_checkpoint_step=ckpt_step, started=started, updated=updated,
         pid=pid if isinstance(pid, int) else None, host=status.get("host"), exit_code=status.get("exit_code"),
-        resume_command=status.get("resume_command") or resume_command(run), autotune=_autotune(tail))
+        resume_command=status.get("resume_command") or resume_command(run), autotune=_autotune(tail),
+        finished_as=getattr(tail.get("run_finished"), "status", None))
 
 
 def _autotune(tail: dict) -> dict | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -23,6 +24,11 @@ def test_table_lists_breakdown_batches_and_recommendation(capsys) -> None:
     assert "predicted peak" in out and "activations: sensor encoder" in out and "optimizer" in out
     assert "largest batch" in out and "attn_backend chunked, attn_chunk 256" in out \
         and "recommendation: --activation-checkpointing false --attn-backend sdpa" in out
+    table = out[out.index("  setting"):].split("\n\n")[0].splitlines()
+    ends = {line.index("largest batch") + len("largest batch") if "largest batch" in line
+            else re.search(r"\d+(?= +[\d.]+ [KMG]?i?B (fits|over))", line).end() for line in table}
+    assert len(ends) == 1, "the batch column lines up on every row:\n" + "\n".join(table)
+    assert " False" not in out.split("budget")[-1] and "activation_checkpointing off" in out, "flags read on / off"
 
 
 def test_json_output(capsys) -> None:

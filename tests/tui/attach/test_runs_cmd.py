@@ -129,3 +129,22 @@ def test_runs_json_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # what head does after its lines
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 141 and err == "", err
+
+
+def test_the_table_fits_80_columns_and_says_interrupted_as_the_dashboard_did() -> None:
+    from tui.commands.runs import table
+    from tui.model.run_index import RunSummary
+
+    def summary(name, state, finished_as, step, best, metric) -> RunSummary:
+        return RunSummary(name=name, path=f"/nowhere/{name}", state=state, run_state=None, step=step,
+                          total_steps=1_000_000, best=best, best_metric=metric,
+                          last_checkpoint=f"/nowhere/{name}/checkpoints/last.safetensors", last_checkpoint_step=step,
+                          started=0.0, updated=0.0, pid=None, host=None, exit_code=130, resume_command="",
+                          finished_as=finished_as)
+
+    runs = [summary("20261204-141503", "aborted", "interrupted", 999_000, 32.25, "psnr_db dB"),
+            summary("lm-tiny", "aborted", "aborted", 12, 264.9, "perplexity")]
+    lines = table(runs, now=3 * 86400.0).splitlines()
+    assert max(map(len, lines)) <= 80, "\n".join(lines)
+    assert lines[1].split()[1] == "interrupted" and lines[2].split()[1] == "aborted"
+    assert "32.25 dB" in lines[1] and "264.9 perplexity" in lines[2] and lines[1].endswith("3d")
