@@ -200,5 +200,8 @@ class TaskSpec:
     default_preset: str = "demo"
     #: "module:function" of an analytic memory model, or None (the budget traces the task instead).
     analytic_memory: str | None = None
+    #: "module:function(config) -> int": the model's parameter count for `presets` when the task has no analytic
+    #: memory model (whose weights term is the count); it may import torch. None: `presets` shows "–".
+    param_count: str | None = None
     #: One line for `presets` and the README.
     summary: str = ""

@@ -13,7 +13,9 @@ from tests.conftest import ROOT, cli_env, run_cli
 def _table(task: str) -> dict[str, int]:
     out = run_cli("presets", "--task", task)
     assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines()[1:]]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("tasks: ") and all(t in lines[0] for t in ("sensorlm (default)", "lm", "gapfill"))
+    rows = [line.split() for line in lines[2:] if not line.startswith("(")]
     return {r[0]: int(r[1].replace(",", "")) for r in rows}
 
 
@@ -32,6 +34,20 @@ def test_toy_count_equals_the_model() -> None:
     with torch.device("meta"):
         model = make_task(config).build_model()
     assert _table("toy") == {"demo": sum(p.numel() for p in model.parameters())}
+
+
+def test_gapfill_without_an_analytic_model_counts_its_u_net() -> None:
+    torch = pytest.importorskip("torch")
+    from engine.core import config as cfg
+    from engine.tasks.gapfill import model as gmodel
+
+    expected = {}
+    for preset in ("demo", "base"):
+        config = cfg.load(preset=preset, task="gapfill")
+        with torch.device("meta"):
+            net = gmodel.build(2 * config.task_config.samples.neighbours, 6, config.task_config.model)
+        expected[preset] = sum(p.numel() for p in net.parameters())
+    assert _table("gapfill") == expected
 
 
 def test_presets_never_imports_torch() -> None:

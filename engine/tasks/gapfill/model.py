@@ -120,3 +120,13 @@ def build(slots: int, bands: int, cfg) -> GapfillNet:
             if p.ndim == 4:
                 p.data = p.data.contiguous(memory_format=torch.channels_last)
     return net
+
+
+def count_parameters(config) -> int:
+    """Parameters of the run's U-Net (TaskSpec.param_count): built on the meta device, nothing allocated."""
+    from engine.tasks.gapfill.spec import BANDS
+
+    with torch.device("meta"):
+        net = GapfillNet(2 * config.task_config.samples.neighbours, len(BANDS), config.task_config.model.base,
+                         config.task_config.model.depth, config.task_config.model.conditioned)
+    return sum(p.numel() for p in net.parameters())

@@ -156,5 +156,6 @@ SPEC = TaskSpec(
     presets=PRESETS,
     default_preset="demo",
     analytic_memory=None,
+    param_count="engine.tasks.gapfill.model:count_parameters",
     summary="fill missing frames of a six-band solar image series (U-Net over aligned neighbours)",
 )
