@@ -98,7 +98,10 @@ class BudgetHook:
         return cfg
 
     def _layout(self):
-        """One rank of the trainer's job (engine.budget.layout); one plain process outside torchrun."""
+        """One rank of the trainer's job (engine.budget.layout); one plain process outside torchrun.
+
+        From the strategy handed to the constructor: what ``on_start`` is given is the live settings, which
+        know no strategy (reading it there predicted a 2-rank DDP run's rank as the whole one-process job)."""
         from engine.budget.layout import SINGLE, Layout
 
         parallel = self.parallel or getattr(self.trainer, "parallel", None)
@@ -272,6 +275,12 @@ class BudgetHook:
             self._window = max(self._window, meter.peak)
         if self.calibration is None and step >= CALIBRATE_AT:
             self.calibration = Calibration(predicted=self._predict_raw(self._live()), measured=meter.peak)
+
+    @property
+    def last_peak(self) -> int | None:
+        """The newest counted peak bytes of a step on CPU (None on CUDA, which keeps its own maximum, and before
+        the first count)."""
+        return self._cpu_peak[1] if self._cpu_peak else None
 
     def sample(self, step: int) -> ev.MemorySampled | None:
         """A MemorySampled for this step, or None when there is nothing new to say (CPU)."""

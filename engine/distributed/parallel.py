@@ -105,8 +105,9 @@ class Single:
         """Every rank's ``obj`` on rank 0, in rank order (None elsewhere)."""
         return [obj]
 
-    def observe(self, step: int, started: float, step_s: float):
-        """Called once a step on every rank; an ``events.RanksSampled`` on rank 0 when telemetry is due."""
+    def observe(self, step: int, started: float, step_s: float, peak: int | None = None):
+        """Called once a step on every rank (``peak``: its measured peak bytes, when counted); an
+        ``events.RanksSampled`` on rank 0 when telemetry is due."""
         return None
 
     def close(self) -> None:
@@ -138,6 +139,7 @@ class Ddp(Single):
             dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=timeout_s))
         self.timeout_s = timeout_s
         self._done = 0  # the last step observe() saw: where a hang is reported
+        self._peak: int | None = None  # the newest counted peak of a step on this rank (CPU)
         self._ddp = None
         from engine.distributed import telemetry
 
@@ -191,9 +193,14 @@ class Ddp(Single):
         finally:
             self._data_s += time.perf_counter() - began
 
-    def observe(self, step: int, started: float, step_s: float):
-        """Record the step; every ``telemetry.EVERY_STEPS`` steps gather every rank's means to rank 0."""
+    def observe(self, step: int, started: float, step_s: float, peak: int | None = None):
+        """Record the step; every ``telemetry.EVERY_STEPS`` steps gather every rank's means to rank 0.
+
+        ``peak``: this rank's measured peak bytes of a step (the budget hook's count on CPU; None: CUDA's own
+        maximum is read), so the rank table shows each rank's peak against the per-rank prediction."""
         self._done = step
+        if peak is not None:
+            self._peak = peak
         work = (self._ready - started) if self._ready is not None else step_s
         self._window.add(step_s, work, self._data_s)
         self._ready, self._data_s = None, 0.0
@@ -205,7 +212,8 @@ class Ddp(Single):
         """Gather every rank's record (a collective: every rank calls it at the same step); the event on rank 0."""
         from engine.run import events as ev
 
-        records = self.gather(self._window.record(self.rank, step, _memory()), "telemetry gather")
+        records = self.gather(self._window.record(self.rank, step, _memory(self._peak)),
+                              "telemetry gather")
         if records is None:
             return None
         slow, median, cost = self._telemetry.straggler(records)
@@ -250,13 +258,15 @@ class Ddp(Single):
             self._dist.destroy_process_group()
 
 
-def _memory() -> dict:
-    """This process's memory: device allocated/reserved (CUDA) and resident set size (bytes)."""
+def _memory(peak: int | None = None) -> dict:
+    """This process's memory: its peak (CUDA's maximum allocated, else ``peak``: a counted CPU step), device
+    allocated/reserved (CUDA) and resident set size (bytes)."""
     import torch
 
-    out = {"allocated": None, "reserved": None, "rss": None}
+    out = {"peak": peak, "allocated": None, "reserved": None, "rss": None}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["allocated"], out["reserved"] = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        out["peak"] = torch.cuda.max_memory_allocated()
     try:
         with open("/proc/self/statm") as handle:
             out["rss"] = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -218,7 +218,8 @@ class Trainer:
     def _observe(self, started: float) -> float:
         """The step's wall seconds; the strategy's per-rank telemetry sees them (rank 0 gets an event)."""
         elapsed = max(time.perf_counter() - started, 1e-9)
-        self._ranks = self.parallel.observe(self.step, started, elapsed)
+        # on every rank (with its counted peak); rank 0 gets an event
+        self._ranks = self.parallel.observe(self.step, started, elapsed, self.budget.last_peak)
         return elapsed
 
     def _conclude(self, record: tuple) -> None:

@@ -123,10 +123,14 @@ def test_startup_table(monkeypatch):
     monkeypatch.setattr(startup, "help_times", lambda repeats, with_torch=True: {
         "sensorlm-tui --help": [(0.3, 0.2)], "python -c pass": [(0.05, 0.03)]})
     monkeypatch.setattr(startup, "first_frame", lambda in_process, root: {
-        "frame": 0.6, "torch_start": 0.5, "torch_end": 1.5})
+        "frame": 0.6, "phase": 0.8 if in_process else 1.2, "torch_start": 0.5, "torch_end": 1.5})
     monkeypatch.setenv("BENCH_SMOKE", "0")
     section = startup.run(quick=True)
     assert "first frame ÷ torch import done (engine process): 0.4× (worst) — goal ≤ 1× (worst) met" in section.verdicts
+    assert any(v.startswith("launch → first phase on screen (--in-process): 0.8 s (worst) — goal ≤ 1 s (worst) met")
+               for v in section.verdicts), section.verdicts
+    assert any(v.startswith("launch → first phase on screen (engine process): 1.2 s") and "MISSED" in v
+               for v in section.verdicts), section.verdicts
 
 
 def test_demo_learning_reads_the_runs_evals_back():

@@ -57,8 +57,15 @@ def test_killed_terminal_leaves_a_two_rank_job_training_and_attach_takes_control
         wait_until(lambda: status_step(run) > hung_up_at + 20, 60, "training to go on after the hang-up")
 
         tmux.start("attach", sensorlm("attach", str(run)))  # 120x40: wide enough for the system panel's rank table
-        text = tmux.wait_for("attach", lambda s: _rank_rows(s) >= {0, 1}, 60, "both ranks' rows")
+        text = tmux.wait_for("attach", lambda s: _rank_rows(s) >= {0, 1} and "rank peaks" in s, 60,
+                             "both ranks' rows and their peaks")
         assert "rank" in text
+        # Each rank's measured peak, against the per-rank prediction (not the one-process job's).
+        assert re.search(r"rank peaks [\d.]+ · [\d.]+ [KMG]iB", text), text
+        memory = [e for e in read_events(run) if e.get("type") == "memory"][-1]
+        ranks = [e for e in read_events(run) if e.get("type") == "ranks"][-1]["ranks"]
+        assert all(r["peak"] for r in ranks)
+        assert abs(memory["predicted"] / ranks[0]["peak"] - 1) < 0.25, (memory, ranks)
         tmux.keys("attach", "Space")
         tmux.wait_for("attach", lambda s: "paused" in s.lower(), 30, "the pause shown")
         paused = next(e for e in read_events(run) if e.get("type") == "state" and e["state"] == "paused")

@@ -59,7 +59,7 @@ def test_runs_shows_the_sparkline_column(tmp_path: Path) -> None:
     _run(tmp_path, "a", 500, CAPS, eval_every=25)
     table = run_cli("runs", str(tmp_path)).stdout.splitlines()
     assert "TREND" in table[0].split()
-    assert "psnr_db ▁" in table[1] and "█" in table[1]
+    assert " ▁" in table[1] and "█" in table[1]  # the trend column: bars of the primary (named in BEST)
     record = json.loads(run_cli("runs", str(tmp_path), "--json").stdout)[0]
     assert record["trend"]["metric"] == "psnr_db" and record["trend"]["values"][-1] == 500
 

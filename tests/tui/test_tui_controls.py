@@ -93,7 +93,7 @@ async def test_q_detaches_at_once_saying_what_the_engine_does_and_how_to_attach_
 @pilot_test
 async def test_ctrl_c_stops_gracefully_and_a_second_ctrl_c_stops_at_once():
     app, session = make(ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run",
-                                        ack_delay=1.0))
+                                        ack_delay=3.0))
     async with opened(app) as pilot:
         await pilot.press("ctrl+c")
         await wait_for(pilot, lambda: session.sent, "the graceful abort sent")

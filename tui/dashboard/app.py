@@ -32,6 +32,7 @@ from textual.worker import get_current_worker
 import themes
 from engine.run.control.session import Session
 from tui.dashboard.controls import Controls
+from tui.dashboard.keys import footer_state, key_active
 from tui.dashboard.lifecycle import Lifecycle
 from tui.dashboard.messages import (
     CompareLoaded,
@@ -49,7 +50,7 @@ from tui.dashboard.pump import BATCH_S, SessionPump
 from tui.dashboard.views import ChartViews
 from tui.model.dashboard import RunModel
 from tui.model.history_fold import deferred_fold
-from tui.screens.dashboard import CONTROL_ACTIONS, DashboardScreen
+from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
 
 #: Allowed plot refresh rates (Hz): above 2 Hz the UI costs training throughput (research, 4 Hz: −15-25 %).
@@ -76,7 +77,8 @@ class DashboardApp(App[int]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall"), (50, "-xtall")]
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
-                Binding("ctrl+c", "interrupt", "stop", show=False, priority=True)]
+                Binding("ctrl+c", "interrupt", "stop", key_display="^c", priority=True),
+                Binding("ctrl+c", "interrupt_quiet", "stop", show=False, priority=True)]
 
     def __init__(self, session_factory: Callable[[], Session],
                  theme: str | None = None, refresh: float | None = None, read_only: bool = False,
@@ -189,8 +191,9 @@ class DashboardApp(App[int]):
         self.sync_footer()
 
     def sync_footer(self) -> None:
-        """Refresh the footer's keys when what may be sent changed (paused ↔ running, ended, read-only)."""
-        shown = (self.model.state == "paused", self.controls.controllable)
+        """Refresh the footer's keys when what they do changed (paused ↔ running, connected, ended, read-only,
+        detach or quit, the width)."""
+        shown = footer_state(self)
         if shown != self._controls_shown:
             self._controls_shown = shown
             try:
@@ -198,15 +201,12 @@ class DashboardApp(App[int]):
             except IndexError:
                 pass
 
+    def on_resize(self, event) -> None:
+        self.sync_footer()
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Footer and keys follow the state: pause xor resume; no control keys when read-only or ended."""
-        if action in CONTROL_ACTIONS and not self.controls.controllable:
-            return False
-        if action == "pause":
-            return self.model.state != "paused"
-        if action == "resume":
-            return self.model.state == "paused"
-        return True
+        """Footer and keys follow the state: what each key does now (tui.dashboard.keys)."""
+        return key_active(self, action)
 
     def get_system_commands(self, screen):
         """Textual's palette commands minus its theme picker: the dashboard's "theme: …" commands are the one
@@ -306,6 +306,7 @@ class DashboardApp(App[int]):
 
     def on_liveness_changed(self, message: LivenessChanged) -> None:
         self.model.set_liveness(message.liveness)
+        self.sync_footer()
         self.lifecycle.check_ended()
 
     def on_control_done(self, message: ControlDone) -> None:
@@ -358,6 +359,29 @@ class DashboardApp(App[int]):
     def action_interrupt(self) -> None:
         """Ctrl-C: stop the run gracefully; again: at once (before connecting: stop the starting engine)."""
         self.lifecycle.interrupt()
+
+    def action_interrupt_quiet(self) -> None:
+        """Ctrl-C where it stops nothing (read-only, ended): as shown by the help — detach or quit."""
+        self.lifecycle.interrupt()
+
+    def action_detach_key(self) -> None:
+        """q while the engine would keep running: detach."""
+        self.lifecycle.request_quit()
+
+    def action_quit_key(self) -> None:
+        """q where quitting stops nothing more (ended) or asks (in-process)."""
+        self.lifecycle.request_quit()
+
+    def action_view(self, name: str) -> None:
+        """A view key at a width where the footer does not show it: the same action."""
+        getattr(self, f"action_{name}")()
+
+    def action_processes(self) -> None:
+        """p: the process view (the engine and its data workers, or each rank: CPU, memory, state)."""
+        from tui.screens.processes import ProcessScreen
+
+        if not isinstance(self.screen, ProcessScreen):
+            self.push_screen(ProcessScreen(self.lifecycle.engine_pid(), self.run_dir))
 
     def detach(self, reason: str = "") -> None:
         """Close the dashboard and leave the engine running (in-process: the run stops); the summary says how

@@ -36,7 +36,8 @@ RESUMABLE = ("crashed", "aborted", "failed")
 class AttachScreen(DashboardScreen):
     """The dashboard screen with ``r`` (resume a stopped run) next to the other keys."""
 
-    BINDINGS = [*KEYS[:-1], Binding("r", "app.resume_run", "resume"), KEYS[-1]]
+    BINDINGS = [*KEYS[:-2], Binding("r", "app.resume_run", "resume"), Binding("r", "app.resume_why", "resume",
+                                                                             show=False), *KEYS[-2:]]
 
 
 class ResumeLaunched(Message):
@@ -99,8 +100,7 @@ class AttachApp(DashboardApp):
                                 batch_s=old.batch_s, fold=self.history_fold)
         self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
         log = self.dashboard.query_one("#log")  # the new history brings every line again
-        log.clear()
-        log.plain.clear()
+        log.reset()
         self.redraw(force=True)
 
     def on_event_batch(self, message: EventBatch) -> None:
@@ -155,6 +155,17 @@ class AttachApp(DashboardApp):
             self.resume_run()
         else:
             self.say(f"watching the stopped run; r resumes, q quits ({resume_command(self.attach_dir)})", "info")
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """``r`` is in the footer only when there is a run to resume here (the engine gone, a viewer that may
+        steer); otherwise its hidden twin says why not."""
+        if action == "resume_run":
+            return not self.read_only and self.model.liveness in RESUMABLE
+        return super().check_action(action, parameters)
+
+    def action_resume_why(self) -> None:
+        """r with nothing to resume: say why."""
+        self.action_resume_run()
 
     def action_resume_run(self) -> None:
         """r: offer to resume when the engine is gone; otherwise say why there is nothing to resume."""

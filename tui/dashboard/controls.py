@@ -15,6 +15,7 @@ from typing import Any
 from engine.run.control import requests as control
 from engine.run.events import AutotuneChose, AutotuneStarted, Refused, SettingChanged
 from tui.dashboard.messages import ControlDone
+from tui.model.format import change_text
 from tui.screens.autotune import AutotuneScreen
 from tui.screens.confirm import AbortScreen
 from tui.screens.tune import TuneScreen, tune_settings
@@ -42,8 +43,8 @@ class Controls:
 
     @property
     def controllable(self) -> bool:
-        """True when this viewer may steer the run now (not read-only, the run not ended)."""
-        return not self.app.read_only and not self.app.model.ended
+        """True when this viewer may steer the run now (connected, not read-only, the run not ended)."""
+        return self.app.session is not None and not self.app.read_only and not self.app.model.ended
 
     def allowed(self, what: str) -> bool:
         """True if a control may be sent now; otherwise the status bar says why not."""
@@ -98,7 +99,7 @@ class Controls:
         if ack is not None:
             app.model.ingest_ack(ack)
         if isinstance(ack, SettingChanged):
-            app.say(f"{label}: done ({ack.name}: {ack.old} → {ack.new})", "ok")
+            app.say(f"{label}: done ({ack.name}: {change_text(ack.old, ack.new)})", "ok")
         elif isinstance(ack, Refused):
             app.say(f"{label}: refused — {ack.why}", "refused")
         elif isinstance(ack, (AutotuneStarted, AutotuneChose)):

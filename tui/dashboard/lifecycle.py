@@ -73,6 +73,24 @@ class Lifecycle:
             self.app.redraw()  # the final state on every panel now, with the line that says it ended
             self.app.say(f"{model.summary()} — q quits", "info")
 
+    @property
+    def will_detach(self) -> bool:
+        """True when q leaves an engine running (process mode, attach, read-only, or one still starting)."""
+        app, pump = self.app, self.app.pump
+        if app.model.ended or pump.closed.is_set():
+            return False
+        if pump.session is None:
+            return not app.in_process
+        return app.read_only or app.detachable
+
+    @property
+    def stoppable(self) -> bool:
+        """True when Ctrl-C stops something: the run, or the engine that is starting."""
+        app = self.app
+        if app.read_only or app.model.ended or app.pump.closed.is_set():
+            return False
+        return app.pump.session is not None or not app.in_process
+
     # ------------------------------------------------------------- q
     def request_quit(self) -> None:
         """q: detach (the engine keeps running: the line says how to attach or stop it); in-process, ask."""

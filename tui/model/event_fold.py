@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from engine.run import events as ev
-from tui.model.format import human_bytes, short_float
+from tui.model.format import change_text, human_bytes, short_float
 from tui.model.phases import model_summary
 from tui.model.settings import Marker, is_marked
 
@@ -184,7 +184,7 @@ class EventFold:
         m = self.model
         why = f" ({e.reason})" if e.reason else ""
         if e.name not in ACK_ONLY:
-            m.log("setting", f"{e.name}: {e.old} → {e.new}{why}", e.step)
+            m.log("setting", f"{e.name}: {change_text(e.old, e.new)}{why}", e.step)
         if is_marked(e.name, m.capabilities) and e.old != e.new:
             m.markers.append(Marker(e.step, e.name, e.old, e.new))
             if e.name != "lr":

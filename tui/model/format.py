@@ -88,3 +88,19 @@ def short_float(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{x:.{digits}g}"
+
+
+def short_label(label: str) -> str:
+    """A metric label without its explanation in brackets: "display PSNR (mean of bands)" → "display PSNR"."""
+    cut = label.find(" (")
+    return label[:cut] if cut > 0 and label.endswith(")") else label
+
+
+def value_text(value) -> str:
+    """A setting's value as a person reads it: on / off for a flag (never "False"), else as it is."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def change_text(old, new) -> str:
+    """"16 → 32", "off → on", or "→ 32" when the old value is unknown (never "None → 32")."""
+    return f"→ {value_text(new)}" if old is None else f"{value_text(old)} → {value_text(new)}"

@@ -25,8 +25,10 @@ from tui.widgets.progress import ProgressPanel
 from tui.widgets.status import StatusLine
 from tui.widgets.system import SystemPanel
 
-#: Keys, shared by the footer, the help screen and the README. Control keys come twice: shown while a control
-#: may be sent (``DashboardApp.check_action``), and hidden behind them to say why not when it may not.
+#: Keys, shared by the footer, the help screen and the README. The footer shows the keys that do something
+#: now (``DashboardApp.check_action``): control keys twice, shown while a control may be sent and hidden behind
+#: them to say why not when it may not; the chart toggles shown from 100 columns (``v`` below), each with a
+#: hidden twin so the key works at every width; ``q`` reads "detach" or "quit" by what it will do.
 KEYS = [
     Binding("space", "app.pause", "pause"),
     Binding("space", "app.resume", "resume"),
@@ -40,16 +42,27 @@ KEYS = [
     Binding("t", "app.explain('tune')", "tune", show=False),
     Binding("f", "app.explain('autotune')", "auto", show=False),
     Binding("m", "app.choose_metric", "metric"),
-    Binding("v", "app.next_chart", "chart", show=False),
-    Binding("o", "app.pick_compare", "compare", show=False),
+    Binding("v", "app.next_chart", "chart"),
+    Binding("v", "app.view('next_chart')", "chart", show=False),
+    Binding("o", "app.pick_compare", "compare"),
     Binding("l", "app.toggle_log_y", "log-y"),
     Binding("s", "app.cycle_smoothing", "smooth"),
-    Binding("h", "app.toggle_window", "hist", show=False),  # in the help: 80 columns fit the footer's keys
+    Binding("h", "app.toggle_window", "hist"),
+    Binding("p", "app.processes", "procs"),
+    *(Binding(key, f"app.view('{action}')", label, show=False) for key, action, label in (
+        ("o", "pick_compare", "compare"), ("l", "toggle_log_y", "log-y"), ("s", "cycle_smoothing", "smooth"),
+        ("h", "toggle_window", "hist"), ("p", "processes", "procs"))),
     Binding("question_mark", "app.help", "help", key_display="?"),
-    Binding("q", "app.request_quit", "quit"),
+    Binding("q", "app.detach_key", "detach"),
+    Binding("q", "app.quit_key", "quit"),
 ]
 #: Actions that steer the run: hidden from the footer when no control may be sent.
 CONTROL_ACTIONS = ("pause", "resume", "checkpoint", "abort", "tune", "autotune")
+#: View keys the footer shows only from a width (below it the footer has no room; the keys still work).
+WIDE_ACTIONS = {"toggle_log_y": 100, "cycle_smoothing": 100, "toggle_window": 100, "pick_compare": 120,
+                "processes": 120}
+#: From this width two charts show side by side (below, ``v`` switches the one shown).
+WIDE_FROM = 100
 #: Default metric per chart (None: the task's primary metric).
 CHART_METRICS = ("loss", None, "grad_norm", "lr")
 

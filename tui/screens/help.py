@@ -7,7 +7,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-#: Key → what it does (longer than the footer's labels).
+#: The rule the dashboard, the README and the exit lines all follow.
+RULE = "Ctrl-C stops the run (a checkpoint first; again: at once); q leaves it running (detach)."
+#: Key → what it does (longer than the footer's labels). Every key the dashboard answers is here, also those
+#: the footer leaves out at the current size or state.
 HELP = [
     ("space", "pause / resume training (the engine finishes the step in flight)"),
     ("c", "checkpoint now (atomic; shown in the log with path, size and seconds)"),
@@ -15,13 +18,18 @@ HELP = [
     ("t", "tune the run's live settings (batch size, LR, the task's own) with the engine's memory prediction"),
     ("f", "autotune: the engine measures candidate settings that fit on its own steps and keeps the fastest (x in "
           "its table cancels and restores)"),
-    ("m", "metric chooser: any logged scalar in any chart (the task's primary metric is the default)"),
+    ("m", "metric chooser: any logged scalar in any chart; type to filter, 1-4 (empty filter) pick the chart"),
     ("v", "below 100 columns: switch between the two charts"),
     ("o", "compare: overlay another run's curves, aligned by step (x in the picker clears it)"),
     ("l", "charts: log-scaled y axis on/off"),
     ("s", "charts: cycle EMA smoothing (none, 0.6, 0.9, 0.97, 0.99)"),
     ("h", "charts: last 1000 steps ↔ full history (min/max per column)"),
-    ("q", "quit; while training asks: abort gracefully / now, or detach (engine keeps running)"),
+    ("p", "processes: the engine and its data workers, or each rank (CPU %, RSS, GPU memory, state)"),
+    ("r", "attach: resume a run whose engine is gone (shown only then)"),
+    ("ctrl+c", "stop the run: checkpoint, then exit with one line; again: stop at once (exit 130); "
+               "before the engine is up: stop the starting engine; read-only: detach"),
+    ("q", "detach: the engine keeps running (the exit line says how to attach or stop it); "
+          "in-process: asks, quitting stops the run"),
     ("ctrl+p", "command palette: run: … / tune: … / view: … / theme: …"),
     ("?", "this help"),
 ]
@@ -42,7 +50,7 @@ class HelpScreen(ModalScreen[None]):
         note = ("\n\n[$warning]read-only viewer: control keys (space, c, a, t, f) are disabled[/]"
                 if self.read_only else "")
         with Vertical(classes="dialog wide", id="help-dialog"):
-            yield Static("[b]sensorlm-tui keys[/b]", classes="dialog-title")
+            yield Static(f"[b]sensorlm-tui keys[/b] · {RULE}", classes="dialog-title")
             yield Static(rows + note, classes="dialog-body")
             yield Static("[$text-muted]esc / ? close[/]", classes="dialog-hint")
 

@@ -30,7 +30,7 @@ from engine.core.live_bounds import ENGINE_LIVE
 from engine.core.taskspec import Setting
 from engine.run.control.requests import Request, RequestError, set_value
 from engine.run.events import Prediction, Refused, SettingChanged
-from tui.model.format import human_bytes, short_float
+from tui.model.format import change_text, human_bytes, short_float, value_text
 
 #: Seconds of quiet after an edit before the engine is asked (one request per settled value, not per key).
 DEBOUNCE_S = 0.3
@@ -99,7 +99,7 @@ class TuneScreen(ModalScreen[None]):
     def _field(self, setting: Setting):
         value = self.current.get(setting.name)
         if setting.kind == "choice":
-            options = [(str(c), c) for c in setting.choices]
+            options = [(value_text(c), c) for c in setting.choices]  # a flag reads on / off, not False / True
             start = value if value in setting.choices else (setting.choices[0] if setting.choices else Select.BLANK)
             return Select(options, value=start, allow_blank=not setting.choices, id=f"tune-{setting.name}",
                           compact=True, tooltip=setting.help or None)
@@ -194,7 +194,7 @@ class TuneScreen(ModalScreen[None]):
         self.refresh_estimate()
 
     def _verdict(self, name: str, value: Any) -> str:
-        head = f"{escape(name)} → {escape(str(value))}: "
+        head = f"{escape(name)} → {escape(value_text(value))}: "
         answer = self.answers.get((name, value))
         if answer is None:
             why = self.unavailable if self.ask is None else "asking the engine…"
@@ -271,7 +271,7 @@ class TuneScreen(ModalScreen[None]):
         if isinstance(ack, SettingChanged):
             self.current[name] = ack.new
             forced = " (forced)" if (ack.reason or "").startswith("forced") else ""
-            line = f"[$success]{name} {ack.old} → {ack.new}: applied{forced}[/]"
+            line = f"[$success]{name} {change_text(ack.old, ack.new)}: applied{forced}[/]"
             self.answers.clear()  # every other prediction was made against the old value
         elif isinstance(ack, Refused):
             judged = f" (predicted peak {ack.predicted} B of budget {ack.budget} B)" if ack.predicted else ""

@@ -39,6 +39,7 @@ class BrailleCanvas:
         self._points: list[tuple[np.ndarray, np.ndarray, str, object]] = []
         self._vlines: list[tuple[float, object]] = []
         self._hlines: list[tuple[float, object]] = []
+        self._labels: list[tuple[float, str, object]] = []
         self._xlim: tuple[float, float] | None = None
         self._ylim: tuple[float, float] | None = None
         self._log_y = False
@@ -57,9 +58,12 @@ class BrailleCanvas:
         """A dotted vertical guide at ``x``."""
         self._vlines.append((float(x), color))
 
-    def horizontal_line(self, y: float, color: object = "default") -> None:
-        """A dotted horizontal guide at ``y``."""
+    def horizontal_line(self, y: float, color: object = "default", label: str = "") -> None:
+        """A dotted horizontal guide at ``y``; ``label`` is written on it at the right edge (a legend that
+        cannot be cut off by the title's width: the line says what it is)."""
         self._hlines.append((float(y), color))
+        if label:
+            self._labels.append((float(y), label, color))
 
     def xlim(self, lo: float, hi: float) -> None:
         """Fix the x range (default: the data's)."""
@@ -136,6 +140,7 @@ class BrailleCanvas:
                 chars[cy[keep], cx[keep]] = ord(marker[0])
                 owner[cy[keep], cx[keep]] = len(styles) - 1
 
+        self._stamp_labels(chars, owner, styles, to_py, rows, cols)
         tick_rows = {int(r): label for r, label in
                      zip(np.rint(to_py(np.array(y_ticks))) // 4, y_labels) if 0 <= r < rows}
         text = Text(no_wrap=True, overflow="crop", end="")
@@ -149,6 +154,22 @@ class BrailleCanvas:
         return text
 
     # ------------------------------------------------------------------ helpers
+    def _stamp_labels(self, chars: np.ndarray, owner: np.ndarray, styles: list, to_py, rows: int, cols: int) -> None:
+        """Each guide's label at the right edge of its row (the next free row when two guides share one)."""
+        taken: set[int] = set()
+        for value, label, color in self._labels:
+            y = self._ty(np.array([value]))
+            if not np.isfinite(y).all() or len(label) >= cols:
+                continue
+            row = int(np.rint(to_py(y))[0]) // 4
+            for candidate in (row, row - 1, row + 1, row - 2, row + 2):
+                if 0 <= candidate < rows and candidate not in taken:
+                    taken.add(candidate)
+                    styles.append(_style(color))
+                    chars[candidate, cols - len(label):] = [ord(c) for c in label]
+                    owner[candidate, cols - len(label):] = len(styles) - 1
+                    break
+
     def _ty(self, y: np.ndarray) -> np.ndarray:
         if not self._log_y:
             return y

@@ -73,10 +73,11 @@ class Chart(Widget):
         text = self.describe(self._model) if self._model is not None else ""
         if text == self.title_text:
             return
+        rows_changed = text.count("\n") != self.title_text.count("\n")
         self.title_text = text
         if self.parent is not None and self.id:
             for label in self.parent.query_children(f"#{self.id}-title"):
-                label.update(text, layout=False)
+                label.update(text, layout=rows_changed)  # a second title row (a wrapped legend) takes a plot row
 
     # ---------------------------------------------------------------- driving
     def update_from(self, model, force: bool = False) -> bool:

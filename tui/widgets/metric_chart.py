@@ -24,15 +24,18 @@ import numpy as np
 from textual.markup import escape
 
 from tui.model.ema import LEVELS
-from tui.model.format import short_float
+from tui.model.format import change_text, short_float, short_label
 from tui.model.history import mean_columns, minmax_columns
 from tui.model.plot_blocks import BlockReducer
 from tui.widgets.chart import Chart, step_ticks
+from tui.widgets.fit import Part, fit
 
 #: Steps shown by the "recent" window.
 RECENT_STEPS = 1000
 #: Marker lines drawn at most (the newest), so a run with hundreds of changes stays legible.
 MAX_MARKERS = 12
+#: Chart height (rows) from which a title that does not fit one row takes two (a legend of guides wraps).
+TWO_ROW_TITLE_FROM = 10
 
 
 class MetricChart(Chart):
@@ -150,38 +153,53 @@ class MetricChart(Chart):
 
     # --------------------------------------------------------------- drawing
     def describe(self, model) -> str:
+        """The title, fitted to the chart's width (tui.widgets.fit): one row, two on a chart tall enough for a
+        legend of guides; labels shorten and the least wanted parts go before a number is cut."""
+        parts = self.title_parts(model)
+        width = (self.size.width or 0) - 2  # the title row's padding
+        if width <= 8:  # not laid out yet: everything, one row
+            return " · ".join(p.text for p in parts)
+        return "\n".join(fit(parts, width, 2 if (self.size.height or 0) >= TWO_ROW_TITLE_FROM else 1))
+
+    def title_parts(self, model) -> list[Part]:
+        """The title's parts, most wanted kept longest: the metric, its best and abort line, the guides' values."""
         name = self.shown(model)
         metric = model.describe(name)
         train, val = model.pair(name)
-        parts = [f"[b]{escape(metric.label or name)}[/b]" + (f" {escape(metric.unit)}" if metric.unit else "")]
+        unit = f" {escape(metric.unit)}" if metric.unit else ""
+        label = metric.label or name
+        parts = [Part(f"[b]{escape(label)}[/b]{unit}", f"[b]{escape(short_label(label))}[/b]{unit}", keep=9)]
         if train is not None:
             smooth = LEVELS[self.smoothing]
-            parts.append(f"[$primary]EMA {smooth:g}[/]" if smooth else "raw")
+            parts.append(Part(f"[$primary]EMA {smooth:g}[/]" if smooth else "raw", keep=1))
             loading = " (loading…)" if getattr(model, "history_loading", False) else ""
-            parts.append(f"last {RECENT_STEPS}" if self.window == "recent" else f"full history{loading}")
+            parts.append(Part(f"last {RECENT_STEPS}" if self.window == "recent" else f"full history{loading}",
+                              "recent" if self.window == "recent" else f"full{loading}", keep=1))
         if self.log_y:
-            parts.append("log-y")
+            parts.append(Part("log-y", keep=4))
         if val is not None and train is not None:
-            parts.append(f"[$warning]●[/] {escape(val)}")
+            parts.append(Part(f"[$warning]●[/] {escape(val)}", keep=3))
         if val is not None and val == model.primary.name:
             best = model.best_primary()
             threshold = model.abort_threshold()
             if best is not None:
-                parts.append(f"[$success]★{short_float(best[1])}[/] @{best[0]}")
+                parts.append(Part(f"[$success]★{short_float(best[1])}[/] @{best[0]}", keep=7))
             if threshold is not None:
                 worse = "<" if model.primary.higher_is_better else ">"
-                parts.append(f"[$error]abort {worse}{short_float(threshold)}[/]")
-        guides = _guides(model, name) if val is not None else []
-        if guides:
-            parts.append("[$accent]┄ " + " ".join(f"{escape(label)} {short_float(value)}" for label, value in guides)
-                         + "[/]")
+                parts.append(Part(f"[$error]abort {worse}{short_float(threshold)}[/]",
+                                  f"[$error]✗{worse}{short_float(threshold)}[/]", keep=6))
+        if val is not None:
+            # Each guide's line carries its label in the plot; its value is here, while there is room.
+            parts += [Part(f"[$accent]┄ {escape(label)} {short_float(value)}[/]", keep=4)
+                      for label, value in _guides(model, name)]
         compare = getattr(model, "compare", None)
         if compare is not None:
-            parts.append(f"[$secondary]┄ {escape(compare.started.name if compare.started else 'compare')}[/]")
+            parts.append(Part(f"[$secondary]┄ {escape(compare.started.name if compare.started else 'compare')}[/]",
+                              keep=3))
         if train == "loss" and model.markers:
-            m = model.markers[-1]
-            parts.append(escape(f"│ {m.name} {m.old}→{m.new} @{m.step}"))  # values come from the engine
-        return " · ".join(parts)  # no step counter here: the title would then repaint every frame
+            m = model.markers[-1]  # values come from the engine: escaped
+            parts.append(Part(escape(f"│ {m.name} {change_text(m.old, m.new)} @{m.step}"), keep=2))
+        return parts  # no step counter here: the title would then repaint every frame
 
     def placeholder(self, model) -> str | None:
         name = self.shown(model)
@@ -238,9 +256,9 @@ class MetricChart(Chart):
                 plot.horizontal_line(threshold, color=self.color("threshold"))
                 ys.append(np.array([threshold]))
         if val is not None:
-            for _, value in _guides(model, name):
+            for label, value in _guides(model, name):
                 if value > 0 or not self.log_y:
-                    plot.horizontal_line(value, color=self.color("guide"))
+                    plot.horizontal_line(value, color=self.color("guide"), label=f" {label} ")
                     ys.append(np.array([value]))
         if ys and not self.log_y:
             low = min(float(np.nanmin(y)) for y in ys)

@@ -16,10 +16,12 @@ def _ms(seconds) -> str:
 
 
 def rank_table(event) -> str:
-    """Markup lines: a header, one row per rank (step, step/work/data time, memory), the straggler's cost."""
-    lines = ["[b]rank  step  step  work  data  mem[/]"]
+    """Markup lines: a header, one row per rank (step, step/work/data time, its peak memory — the number the
+    per-rank prediction is about — else allocated or RSS), the straggler's cost."""
+    peaks = any(r.get("peak") for r in event.ranks)
+    lines = [f"[b]rank  step  step  work  data  {'peak' if peaks else 'mem'}[/]"]
     for r in sorted(event.ranks, key=lambda r: r.get("rank", 0)):
-        memory = r.get("allocated") if r.get("allocated") is not None else r.get("rss")
+        memory = next((r.get(k) for k in ("peak", "allocated", "rss") if r.get(k) is not None), None)
         row = (f"{r.get('rank', '?'):>4}  {r.get('step', 0):>4}  {_ms(r.get('step_s')):>4}  {_ms(r.get('work_s')):>4}  "
                f"{_ms(r.get('data_s')):>4}  {human_bytes(memory) if memory is not None else '—'}")
         lines.append(f"[$warning]{row} ◀ slow[/]" if r.get("rank") == event.straggler else row)
