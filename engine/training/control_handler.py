@@ -149,12 +149,16 @@ class ControlHandler:
         self.refuse(request, f"unknown action {action!r}")
 
     def _set(self, request: Request) -> None:
+        """A set (and the settings asked for ``together`` with it): each checked, all judged as one change,
+        predicted (a dry run) or applied in order — the others each with its own SettingChanged, the request's
+        own last, as its ack."""
         name, value = request.name, request.value
-        settings = self.run.settings
-        error = settings.error(name, value)
-        if error:
-            return self.refuse(request, error)
-        judged = (self.run.budget.predict_change({name: value}) if settings.affects_memory(name)
+        settings, changes = self.run.settings, request.changes
+        for key, new in changes.items():
+            error = settings.error(key, new)
+            if error:
+                return self.refuse(request, error)
+        judged = (self.run.budget.predict_change(changes) if any(map(settings.affects_memory, changes))
                   else {"predicted": None, "budget": None, "fits": True, "why": ""})
         if request.dry_run:
             return self.emit(ev.Prediction(name=name, value=value, predicted=judged["predicted"],
@@ -162,6 +166,10 @@ class ControlHandler:
                                            step=self.run.step, request_id=request.id))
         if judged["why"] and (not request.force or judged["predicted"] is None):
             return self.refuse(request, judged["why"], judged["predicted"], judged["budget"])
+        for key, new in request.together:
+            before, why = self.change(key, new)
+            self.emit(ev.SettingChanged(name=key, old=before, new=new, step=self.run.step,
+                                        reason="; ".join(x for x in (f"with {name}={value}", why) if x)))
         old, note = self.change(name, value)
         if request.force:
             note = "; ".join(x for x in ("forced past the budget check" + (f" ({judged['why']})" if judged["why"]

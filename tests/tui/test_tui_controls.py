@@ -176,6 +176,34 @@ async def test_tune_lists_the_tasks_declared_settings_and_sends_only_what_was_ed
 
 
 @pilot_test
+async def test_tune_predicts_and_applies_the_pair_being_applied_together():
+    # demo_memory: 1 GiB + 96 MiB a sample, half with the lean kernel; budget 8 GiB. Batch 100 alone is over
+    # (10.4 GiB); with the lean kernel beside it, it fits (5.7 GiB): only the pair tells the truth.
+    app, session = make()
+    async with opened(app) as pilot:
+        await pilot.press("t")
+        await on_screen(pilot, "TuneScreen")
+        tune = app.screen
+        tune.query_one("#tune-kernel").value = "lean"
+        tune.query_one("#tune-batch_size").value = "100"
+        await wait_for(pilot, lambda: "together (" in _estimate(tune) and "asking" not in _estimate(tune),
+                       "the prediction of both changes together")
+        lines = _estimate(tune).splitlines()
+        assert lines[0].startswith("together (batch_size=100, kernel=lean): fits"), lines
+        assert any(line.startswith("batch_size → 100: won't fit") for line in lines), lines
+        pair = [r for r in session.sent if r.dry_run and r.together]
+        assert len(pair) == 1 and pair[0].changes == {"batch_size": 100, "kernel": "lean"}
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: tune.results, "ack")
+        assert tune.results == ["[$success]together batch_size → 100, kernel → lean: applied[/]"]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.model.setting("batch_size") == 100 and app.model.setting("kernel") == "lean",
+                       "both settings on the model")
+    applied = [r for r in session.sent if not r.dry_run]
+    assert len(applied) == 1 and applied[0].changes == {"batch_size": 100, "kernel": "lean"}, "judged as one"
+
+
+@pilot_test
 async def test_tune_shows_each_range_and_refuses_a_value_outside_it_without_asking():
     app, session = make()
     async with opened(app) as pilot:

@@ -222,15 +222,17 @@ def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[
                                   exit_code=130 if request.mode == "now" else 0, t=t)]
         return ack("state", s.state, "aborting", f"abort ({request.mode}) by request"), follow
     if request.action == "set":
-        return ack(request.name, s.settings.get(request.name), request.value), []
+        others = [ev.SettingChanged(name=k, old=s.settings.get(k), new=v, reason=f"with {request.name}", step=step,
+                                    t=t) for k, v in request.together]
+        return ack(request.name, s.settings.get(request.name), request.value), others
     return ack("reserved_bytes", 0, 0, "nothing to free"), []
 
 
 def _judge(request: Request, s: ScriptedSession) -> tuple[int | None, str | None]:
     """(predicted bytes, the budget's refusal or None) for a set, by ``s.memory``; (None, None) without one."""
-    if s.memory is None or request.name == "lr":
+    if s.memory is None or set(request.changes) == {"lr"}:
         return None, None
-    predicted = s.memory({**s.settings, request.name: request.value})
+    predicted = s.memory({**s.settings, **request.changes})
     if s.budget is None or predicted <= s.budget:
         return predicted, None
     return predicted, f"predicted peak {predicted} B is over the budget of {s.budget} B"

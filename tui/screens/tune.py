@@ -4,16 +4,18 @@ The fields are the engine's ``batch_size``, ``grad_accum`` and ``lr`` plus
 whatever the task declares (``RunStarted.capabilities['settings']``: numbers
 as inputs bounded by min/max, choices as selects), so this screen names no
 task's settings. As values change it asks the engine a dry-run ``set`` per
-changed value and shows the answer: fits / won't fit, predicted bytes against
-the budget, and the refusal the real request would get. The real request is
-judged by the same budget call, so the advice cannot disagree with the
-refusal. Asking waits ``DEBOUNCE_S`` after the last keystroke (typing "256"
-asks once, not three times) and answers are cached per (setting, value).
+changed value and, when two or more changed, one for all of them together
+(the pair being applied: a batch that fits only with the leaner kernel), and
+shows the answers: fits / won't fit, predicted bytes against the budget, and
+the refusal the real request would get. Apply sends the changes as one
+request (``together``), judged by the same budget call as the combined dry
+run, so the advice cannot disagree with the refusal. Asking waits
+``DEBOUNCE_S`` after the last keystroke (typing "256" asks once, not three
+times) and answers are cached per (setting, value) and per combination.
 
 When the engine cannot answer (the run ended, an engine that predates dry
 runs, a broken channel) the modal says so; it never guesses. A read-only
-viewer may ask (a dry run changes nothing) but cannot apply. Apply sends one
-real ``set`` per change, in order, and shows each ack.
+viewer may ask (a dry run changes nothing) but cannot apply.
 """
 
 from __future__ import annotations
@@ -34,6 +36,21 @@ from tui.model.format import change_text, human_bytes, short_float, value_text
 
 #: Seconds of quiet after an edit before the engine is asked (one request per settled value, not per key).
 DEBOUNCE_S = 0.3
+
+
+#: The first element of the answers key of a combined dry run.
+TOGETHER = "together"
+
+
+def together_key(changes: dict[str, Any]) -> tuple:
+    """The answers key of every change at once."""
+    return (TOGETHER, tuple(changes.items()))
+
+
+def asked_keys(changes: dict[str, Any]) -> list[tuple]:
+    """Each change alone, then (two or more) all of them together: the dry runs the modal wants answered."""
+    keys = list(changes.items())
+    return keys + ([together_key(changes)] if len(changes) > 1 else [])
 
 
 class ForceBox(Checkbox, inherit_bindings=False):
@@ -169,8 +186,12 @@ class TuneScreen(ModalScreen[None]):
             line.update(f"[$text-muted]no change yet · budget {human_bytes(self.budget)}"
                         + (f" · {escape(self.unavailable)}" if self.unavailable else "") + "[/]")
             return
-        line.update("\n".join(self._verdict(name, value) for name, value in changes.items()))
-        if self.ask is not None and any((n, v) not in self.answers for n, v in changes.items()):
+        verdicts = [self._verdict(name, value) for name, value in changes.items()]
+        if len(changes) > 1:  # what apply will be judged by: every change at once
+            verdicts.insert(0, self._verdict("together", ", ".join(f"{n}={value_text(v)}" for n, v in changes.items()),
+                                             key=together_key(changes)))
+        line.update("\n".join(verdicts))
+        if self.ask is not None and any(k not in self.answers for k in asked_keys(changes)):
             if self._timer is not None:
                 self._timer.stop()
             self._timer = self.set_timer(DEBOUNCE_S, self._ask_engine)
@@ -180,12 +201,13 @@ class TuneScreen(ModalScreen[None]):
         if not self.is_attached:
             return
         waiting = set(self.asked.values())
-        for name, value in self.changes().items():
-            key = (name, value)
+        changes = self.changes()
+        for key in asked_keys(changes):
             if key in self.answers or key in waiting or self.ask is None:
                 continue
+            (name, value), *others = key[1] if key[0] == TOGETHER else (key,)
             try:
-                request = set_value(name, value, dry_run=True)
+                request = set_value(name, value, dry_run=True, together=dict(others) or None)
             except RequestError as exc:
                 self.answers[key] = str(exc)
                 continue
@@ -193,9 +215,9 @@ class TuneScreen(ModalScreen[None]):
             self.ask(request)
         self.refresh_estimate()
 
-    def _verdict(self, name: str, value: Any) -> str:
-        head = f"{escape(name)} → {escape(value_text(value))}: "
-        answer = self.answers.get((name, value))
+    def _verdict(self, name: str, value: Any, key: tuple | None = None) -> str:
+        head = f"{escape(name)} ({escape(value)}): " if key else f"{escape(name)} → {escape(value_text(value))}: "
+        answer = self.answers.get(key or (name, value))
         if answer is None:
             why = self.unavailable if self.ask is None else "asking the engine…"
             return f"[$text-muted]{head}{escape(why or 'the engine cannot be asked')}[/]"
@@ -250,34 +272,35 @@ class TuneScreen(ModalScreen[None]):
             results.update("[$text-muted]nothing changed[/]")
             return
         force = self.query_one("#tune-force", Checkbox).value
-        requests = []
-        for name, value in changes.items():
-            try:
-                request = set_value(name, value, force=force)
-            except RequestError as exc:
-                results.update(f"[$error]{escape(str(exc))}[/]")
-                return
-            self.pending[request.id] = (name, value)
-            requests.append(request)
-        results.update("[$accent]sent: " + escape(", ".join(f"{n}={v}" for n, v in changes.items()))
+        (name, value), *others = changes.items()
+        try:  # one request: the changes are judged as one and applied together
+            request = set_value(name, value, force=force, together=dict(others) or None)
+        except RequestError as exc:
+            results.update(f"[$error]{escape(str(exc))}[/]")
+            return
+        self.pending[request.id] = changes
+        results.update("[$accent]sent: " + escape(", ".join(f"{n}={value_text(v)}" for n, v in changes.items()))
                        + (" (forced)" if force else "") + "…[/]")
-        self.send(requests, "tune")
+        self.send([request], "tune")
 
     def show_result(self, request: Request, ack, error: str | None) -> None:
         """An answer for a request sent from here: applied, refused (with why) or failed."""
         if request.id not in self.pending:
             return
-        name, value = self.pending.pop(request.id)
+        changes = self.pending.pop(request.id)
+        what = ", ".join(f"{n} → {value_text(v)}" for n, v in changes.items())
         if isinstance(ack, SettingChanged):
-            self.current[name] = ack.new
+            self.current.update(changes)
             forced = " (forced)" if (ack.reason or "").startswith("forced") else ""
-            line = f"[$success]{name} {change_text(ack.old, ack.new)}: applied{forced}[/]"
+            shown = change_text(ack.old, ack.new) if len(changes) == 1 else what
+            line = f"[$success]{escape(ack.name if len(changes) == 1 else 'together')} {escape(shown)}: " \
+                   f"applied{forced}[/]"
             self.answers.clear()  # every other prediction was made against the old value
         elif isinstance(ack, Refused):
             judged = f" (predicted peak {ack.predicted} B of budget {ack.budget} B)" if ack.predicted else ""
-            line = f"[$error]{name} → {value}: refused — {escape(ack.why)}{judged}[/]"
+            line = f"[$error]{escape(what)}: refused — {escape(ack.why)}{judged}[/]"
         else:
-            line = f"[$error]{name} → {value}: failed — {escape(error or 'no answer')}[/]"
+            line = f"[$error]{escape(what)}: failed — {escape(error or 'no answer')}[/]"
         self.results.append(line)
         self.query_one("#tune-results", Static).update("\n".join(self.results[-4:]))
         self.refresh_estimate()

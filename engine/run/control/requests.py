@@ -62,7 +62,9 @@ class RequestError(ValueError):
 @dataclass(frozen=True)
 class Request:
     """One control request: ``action`` plus, for ``set``, ``name``/``value``; ``force`` skips the budget check;
-    ``dry_run`` asks only for the prediction the change would be judged by (answered with a Prediction)."""
+    ``dry_run`` asks only for the prediction the change would be judged by (answered with a Prediction);
+    ``together``: other settings changed with this one, judged as one change and applied together (a batch
+    size that fits only with the leaner kernel asked for beside it)."""
 
     action: str
     name: str | None = None
@@ -71,6 +73,12 @@ class Request:
     force: bool = False
     dry_run: bool = False
     id: str = field(default_factory=new_request_id)
+    together: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """Every setting a ``set`` changes: its own, then those asked for with it."""
+        return {self.name: self.value, **dict(self.together)} if self.action == "set" else {}
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON form that travels over the control socket."""
@@ -85,6 +93,8 @@ class Request:
             out["force"] = True
         if self.dry_run:
             out["dry_run"] = True
+        if self.together:
+            out["together"] = dict(self.together)
         return out
 
     @classmethod
@@ -94,7 +104,7 @@ class Request:
             raise RequestError("request must be a JSON object")
         if data.get("v") != REQUEST_VERSION:
             raise RequestError(f"request version {data.get('v')!r} not supported (want {REQUEST_VERSION})")
-        unknown = set(data) - {"v", "id", "action", "name", "value", "mode", "force", "dry_run"}
+        unknown = set(data) - {"v", "id", "action", "name", "value", "mode", "force", "dry_run", "together"}
         if unknown:
             raise RequestError(f"unknown request field(s): {', '.join(sorted(unknown))}")
         action = data.get("action")
@@ -120,7 +130,26 @@ class Request:
                 raise RequestError(f"{action} mode {mode!r}; allowed: {', '.join(modes)}")
         elif mode is not None:
             raise RequestError(f"action {action!r} takes no mode")
-        return cls(action=action, name=name, value=value, mode=mode, force=force, dry_run=dry_run, id=rid)
+        return cls(action=action, name=name, value=value, mode=mode, force=force, dry_run=dry_run, id=rid,
+                   together=_together(action, name, data.get("together")))
+
+
+#: Most settings one request may change together.
+MAX_TOGETHER = 8
+
+
+def _together(action: str, name: Any, together: Any) -> tuple[tuple[str, Any], ...]:
+    """A request's ``together`` map checked: only with ``set``, at most MAX_TOGETHER names, each a setting with
+    a value of its type, none the request's own."""
+    if together is None:
+        return ()
+    if action != "set":
+        raise RequestError(f"action {action!r} takes no together")
+    if not isinstance(together, dict) or len(together) > MAX_TOGETHER:
+        raise RequestError(f"together must be a JSON object of at most {MAX_TOGETHER} settings")
+    if name in together:
+        raise RequestError(f"together repeats {name!r}, the request's own setting")
+    return tuple((key, coerce_setting(key, value)) for key, value in together.items())
 
 
 def coerce_setting(name: Any, value: Any) -> Any:
@@ -174,10 +203,13 @@ def autotune(mode: str = "start") -> Request:
     return Request("autotune", mode=mode)
 
 
-def set_value(name: str, value: Any, force: bool = False, dry_run: bool = False) -> Request:
-    """Ask the engine to change a setting (SETTABLE or one the task declares); ``dry_run``: only predict it."""
+def set_value(name: str, value: Any, force: bool = False, dry_run: bool = False,
+              together: dict[str, Any] | None = None) -> Request:
+    """Ask the engine to change a setting (SETTABLE or one the task declares); ``dry_run``: only predict it;
+    ``together``: other settings to judge and apply with it, as one change."""
+    together = _together("set", name, together) if together else ()
     value = coerce_setting(name, value)
-    return Request("set", name=name, value=value, force=force, dry_run=dry_run)
+    return Request("set", name=name, value=value, force=force, dry_run=dry_run, together=together)
 
 
 class Controls:

@@ -60,3 +60,34 @@ def test_cli_refuses_to_start_with_options_and_writes_nothing(tmp_path) -> None:
     assert proc.returncode == 2
     assert "does not fit" in proc.stderr and "--no-vram-check" in proc.stderr and "Traceback" not in proc.stderr
     assert not run_dir.exists()
+
+
+def test_settings_asked_together_are_judged_and_applied_as_one_change() -> None:
+    # A batch the budget refuses alone fits with more accumulation beside it (smaller micro-batches): judged
+    # one at a time, the batch is refused first and the pair can never be applied.
+    trainer, sink, started = _budgeted_trainer()
+    big = 3 * started.largest_batch
+    pair = Request("set", name="batch_size", value=big, together=(("grad_accum", 8),))
+    wire = Request.from_dict(pair.to_dict())
+    assert wire.changes == {"batch_size": big, "grad_accum": 8} and wire.together == pair.together
+    trainer.control.apply([Request("set", name="batch_size", value=big, dry_run=True),
+                           Request("set", name="batch_size", value=big, dry_run=True, together=(("grad_accum", 8),))])
+    alone, together = [e for e in sink.drain() if isinstance(e, ev.Prediction)]
+    assert not alone.fits and together.fits and together.predicted < alone.predicted
+    trainer.control.apply([wire])
+    applied = [e for e in sink.drain() if isinstance(e, ev.SettingChanged)]
+    assert [(e.name, e.new, e.request_id) for e in applied] == [("grad_accum", 8, None), ("batch_size", big, wire.id)]
+    assert (trainer.settings.batch_size, trainer.settings.grad_accum) == (big, 8)
+
+
+def test_a_together_map_is_checked_like_the_request() -> None:
+    import pytest
+
+    from engine.run.control.requests import RequestError
+
+    base = {"v": 1, "id": "a-1", "action": "set", "name": "batch_size", "value": 8}
+    for bad, says in (({"together": {"batch_size": 4}}, "repeats"), ({"together": {"lr": "x"}}, "lr must be"),
+                      ({"together": [1]}, "JSON object"), ({"action": "pause", "name": None, "value": None,
+                                                           "together": {"lr": 0.1}}, "takes no together")):
+        with pytest.raises(RequestError, match=says):
+            Request.from_dict({**base, **bad})
