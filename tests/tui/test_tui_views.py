@@ -255,3 +255,19 @@ def test_a_bad_theme_is_refused_with_the_allowed_ones(command, capsys):
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1
     assert "--theme" in err and "allowed: dark, light, high-contrast, ansi" in err
+
+
+@pilot_test
+async def test_the_log_wraps_again_when_the_terminal_is_resized():
+    app, _ = make()
+    async with opened(app, (80, 24)) as pilot:
+        log = app.dashboard.query_one("#log")
+        app.model.note("warning", "a long warning " * 12)  # 180 characters: three rows at 80 columns
+        app.redraw()
+        await wait_for(pilot, lambda: any("a long warning" in line for line in log.plain), "the warning logged")
+        narrow = max(len(strip.text.rstrip()) for strip in log.lines)
+        await pilot.resize_terminal(160, 40)
+        await wait_for(pilot, lambda: max(len(strip.text.rstrip()) for strip in log.lines) > narrow + 40,
+                       "lines wrapped at the new width")
+        rows = [strip.text for strip in log.lines if "a long warning" in strip.text]
+        assert len(rows) == 2, rows  # 180 characters in two rows of ~150, not three of ~70 any more
