@@ -50,12 +50,13 @@ class ProgressPanel(TextPanel):
         parts = []
         if last is not None:
             speed = short_float(rate, 3) if rate else "–"
-            parts.append(Part(f"{speed} steps/s", f"{speed} it/s", keep=6))
-            if last.tokens_per_s:  # a task that counts tokens; MFU "–" without a known peak (CPU)
+            steps = Part(f"{speed} steps/s", f"{speed} it/s", keep=6)
+            if last.tokens_per_s:  # a task that counts tokens (and MFU beside it: "–" without a known peak, CPU)
                 parts += [Part(f"{last.tokens_per_s:.0f} tokens/s", f"{last.tokens_per_s:.0f} tok/s", keep=6),
-                          Part(f"MFU {format_mfu(last.mfu)}", keep=5)]
+                          Part(f"MFU {format_mfu(last.mfu)}", keep=5), steps]
             else:
-                parts.append(Part(f"{last.samples_per_s:.0f} samples/s", f"{last.samples_per_s:.0f} sa/s", keep=2))
+                parts += [steps, Part(f"{last.samples_per_s:.0f} samples/s", f"{last.samples_per_s:.0f} sa/s",
+                                      keep=2)]
         eta = model.eta_seconds()
         if model.ended:
             eta_text = "done"
