@@ -158,4 +158,4 @@ async def test_ctrl_c_while_the_engine_starts_stops_it_with_one_line_and_130():
         await wait_for(pilot, lambda: app.return_code is not None, "exit once the engine stopped")
     assert factory.outcome == "stopped"
     assert app.return_code == 130 and not app.summary_is_error
-    assert app.summary == "the run: stopped the engine while importing torch (exit 130): nothing was trained; runs/x"
+    assert app.summary == "x: stopped the engine while importing torch (exit 130): nothing was trained; runs/x"

@@ -26,6 +26,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tui.screens.confirm import QuitScreen
@@ -202,7 +203,8 @@ class Lifecycle:
 
     def start_cancelled(self, line: str, exit_code: int) -> None:
         """The starting engine was stopped as asked: one line, its exit code."""
-        self.leave(exit_code, f"{self.app.run_name()}: {line}")
+        name = Path(self.app.run_dir).name if self.app.run_dir else self.app.run_name()
+        self.leave(exit_code, f"{name}: {line}")
 
     # ------------------------------------------------------------- hang-up
     def install_hangup(self) -> None:
