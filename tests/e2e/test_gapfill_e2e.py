@@ -52,7 +52,9 @@ def _choose(tmux: Tmux, *keys: str) -> None:
     """Open the metric chooser, target chart 1, type ``keys`` and apply."""
     tmux.keys("g", "m")
     tmux.wait_for("g", lambda s: "Show in chart" in s, 20, "the metric chooser")
-    for key in ("1", *keys, "Enter"):  # one at a time, as typed: the chooser re-highlights when its target changes
+    tmux.keys("g", "1")  # the filter is empty: the digit picks the chart
+    tmux.wait_for("g", lambda s: "Show in chart [1] 2" in s, 20, "chart 1 targeted")
+    for key in (*keys, "Enter"):  # one at a time, as typed
         tmux.keys("g", key)
         time.sleep(0.3)
 

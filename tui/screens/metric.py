@@ -113,7 +113,8 @@ class MetricScreen(ModalScreen[tuple[int, str] | None]):
             self.dismiss((self.target, self.shown[listing.highlighted].name))
 
     def _show_target(self) -> None:
-        charts = " ".join(f"[reverse]{i}[/]" if i == self.target else str(i) for i in sorted(self.current))
+        # The target bracketed as well as reversed: it must read in any theme, NO_COLOR and a screen reader too.
+        charts = " ".join(f"[reverse]\\[{i}][/]" if i == self.target else str(i) for i in sorted(self.current))
         self.query_one("#metric-title", Static).update(f"[b]Show in chart[/b] {charts}")
         names = [c.name for c in self.shown]
         shown = self.current.get(self.target)

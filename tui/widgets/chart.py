@@ -107,6 +107,10 @@ class Chart(Widget):
             self.refresh(*(Region(0, y, width, 1) for y in rows))
         return rows is None or bool(rows)
 
+    def on_resize(self, event) -> None:
+        """A title fitted to the old width is fitted again (a still run sends no event that would redo it)."""
+        self._sync_title()
+
     def invalidate(self) -> None:
         """Options changed (a toggle): rebuild at the next render."""
         self._built_key = None
