@@ -181,7 +181,8 @@ class Controls:
             self.send([control.autotune("cancel")], "autotune (cancel)")
 
     def explain(self, what: str) -> None:
-        """A control key while no control may be sent (hidden from the footer): say why it does nothing.
+        """A control key hidden from the footer: while no control may be sent, say why it does nothing; abort,
+        left out of a narrow footer (Ctrl-C is there), opens as always.
 
         Tune still opens: a read-only viewer may ask for predictions, and an ended run's modal says why none come.
         """
@@ -191,4 +192,5 @@ class Controls:
         if what == "autotune" and self.app.session is not None:
             self.autotune()  # the table of the last search, without starting one
             return
-        self.allowed(what)
+        if self.allowed(what) and what == "abort":  # shown only where the footer has room: the key still works
+            self.abort()

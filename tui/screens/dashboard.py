@@ -59,8 +59,8 @@ KEYS = [
 #: Actions that steer the run: hidden from the footer when no control may be sent.
 CONTROL_ACTIONS = ("pause", "resume", "checkpoint", "abort", "tune", "autotune")
 #: View keys the footer shows only from a width (below it the footer has no room; the keys still work).
-WIDE_ACTIONS = {"toggle_log_y": 100, "cycle_smoothing": 100, "toggle_window": 100, "pick_compare": 120,
-                "processes": 120}
+WIDE_ACTIONS = {"abort": 100, "toggle_log_y": 100, "cycle_smoothing": 100, "toggle_window": 100,
+                "pick_compare": 120, "processes": 120}
 #: From this width two charts show side by side (below, ``v`` switches the one shown).
 WIDE_FROM = 100
 #: Default metric per chart (None: the task's primary metric).
