@@ -115,7 +115,9 @@ def table(runs: list[RunSummary], now: float | None = None) -> str:
     """Fixed-width plain text (no colour, no box drawing: it goes to pipes and greps)."""
     now = time.time() if now is None else now
     rows = [_HEADERS, *(row(r, now) for r in runs)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADERS))]
+    keep = [i for i, name in enumerate(_HEADERS) if name != "TUNED" or any(r.autotune for r in runs)]
+    rows = [[r[i] for i in keep] for r in rows]  # no TUNED column when no run was tuned: 80 columns stay enough
+    widths = [max(len(r[i]) for r in rows) for i in range(len(keep))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)
 

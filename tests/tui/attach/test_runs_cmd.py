@@ -131,9 +131,12 @@ def test_runs_json_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     assert proc.wait(60) == 141 and err == "", err
 
 
-def test_the_table_fits_80_columns_and_says_interrupted_as_the_dashboard_did() -> None:
+def test_the_table_fits_80_columns_and_says_interrupted_as_the_dashboard_did(monkeypatch) -> None:
+    from tui.commands import runs as runs_cmd
     from tui.commands.runs import table
     from tui.model.run_index import RunSummary
+
+    monkeypatch.setattr(runs_cmd, "_trend", lambda run: "▁▂▃▄▅▆▇█")  # a full-width trend, as a real run has
 
     def summary(name, state, finished_as, step, best, metric) -> RunSummary:
         return RunSummary(name=name, path=f"/nowhere/{name}", state=state, run_state=None, step=step,
