@@ -49,8 +49,8 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     tmux.start("tune", sensorlm("train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum",
                                 "16", "--max-steps", "1000000", "--eval-every", "0", "--checkpoint-every", "0",
                                 "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=2",
-                                "--set", "autotune.window_steps=20", "--run-dir", str(run)))
-    text = tmux.wait_for("tune", lambda s: _step(s) >= 60 and _rate(s) > 0, 120, "the toy training at its start")
+                                "--set", "autotune.window_steps=12", "--run-dir", str(run)))
+    text = tmux.wait_for("tune", lambda s: _step(s) >= 40 and _rate(s) > 0, 120, "the toy training at its start")
     before = _rate(text)
 
     tmux.keys("tune", "f")

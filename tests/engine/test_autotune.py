@@ -305,3 +305,8 @@ def test_viewers_runs_and_plot_read_the_search(runs) -> None:
     assert shown, tuned_line
     chart = render([runs / "tuned"], "autotune_rate", 100, 12)
     assert "autotune_rate" in chart and "candidate" in chart
+    from engine.run import autotune_events
+    from engine.run import events as ev
+
+    said = autotune_events.line(ev.from_dict(chose))  # the headless console's line
+    assert said.startswith(f"{chose['status']} grad_accum {chose['settings']['grad_accum']}") and "candidates" in said
