@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_view_arguments(parser: argparse.ArgumentParser) -> None:
     view = parser.add_argument_group("dashboard")
     view.add_argument("--theme", default=None, type=_theme, help="dark, light, high-contrast or ansi")
-    view.add_argument("--refresh", type=float, default=None, metavar="HZ", help="plot redraws per second (<= 2)")
+    view.add_argument("--refresh", type=_refresh, default=None, metavar="HZ", help="plot redraws per second (<= 2)")
     view.add_argument("--ansi", action="store_true", help="16-colour mode for slow links")
 
 
@@ -81,6 +81,16 @@ def _theme(name: str) -> str:
     except ThemeError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--theme {name!r}: ")) from None
     return name
+
+
+def _refresh(text: str) -> float:
+    """--refresh checked at parse time, before `train` starts an engine (exit 2, one line)."""
+    from tui.model.pace import check_refresh
+
+    try:
+        return check_refresh(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
 def _has_terminal() -> bool:

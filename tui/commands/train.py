@@ -54,27 +54,61 @@ def make_session_factory(args: argparse.Namespace, argv: list[str], prepared):
 class LaunchingSession:
     """The session factory of a dashboard over its own engine process: launches it, returns its client.
 
-    ``open(watch)`` is what the session worker calls (tui.dashboard.pump): the engine's pid and start-up phases
-    reach the dashboard while it starts, and a Ctrl-C there stops it (engine.run.control.launcher).
+    ``start()`` spawns the engine before the dashboard imports Textual, so the engine's first second (Python,
+    the config, the start of torch's import) overlaps the UI's and its first phases are there for the first
+    frame. ``open(watch)`` is what the session worker calls (tui.dashboard.pump): it waits for the engine,
+    the pid and every start-up phase reaching the dashboard, and a Ctrl-C there stops it
+    (engine.run.control.launcher). ``stop_unopened`` ends an engine the dashboard never showed (it failed to
+    start): nothing is left running unseen.
     """
 
     def __init__(self, argv: list[str], run_dir) -> None:
         self.argv, self.run_dir = argv, run_dir
+        self.starting = None
+        self.error: Exception | None = None
+        self.opened = False
+
+    def start(self) -> None:
+        """Spawn the engine now (an error waits for ``open``: the dashboard shows it)."""
+        from engine.run.control.launcher import LaunchError, spawn
+
+        try:
+            self.starting = spawn(self.argv, self.run_dir)
+        except LaunchError as exc:
+            self.error = exc
 
     def open(self, watch=None):
-        from engine.run.control.launcher import launch
+        from engine.run.control.launcher import spawn, wait_up
 
-        return launch(self.argv, self.run_dir, watch=watch).client()
+        self.opened = True
+        if self.error is not None:
+            raise self.error
+        starting = self.starting or spawn(self.argv, self.run_dir)
+        return wait_up(starting, watch=watch).client()
 
     def __call__(self):
         return self.open()
 
+    def stop_unopened(self) -> str | None:
+        """Stop an engine spawned for a dashboard that never opened its session; the line saying so, or None."""
+        if self.starting is None or self.opened:
+            return None
+        return str(self.starting.stop())
+
 
 def run_train_dashboard(args: argparse.Namespace, argv: list[str], prepared) -> int:
     """Open the dashboard on a new or resumed run; returns the process exit code."""
+    factory = make_session_factory(args, argv, prepared)
+    if isinstance(factory, LaunchingSession):
+        factory.start()  # before Textual is imported: the engine starts while the dashboard does
     from tui.commands.run_dashboard import run_dashboard
 
-    code = run_dashboard(make_session_factory(args, argv, prepared), theme=args.theme, refresh=args.refresh,
-                         read_only=False, ansi=args.ansi, in_process=bool(args.in_process))
+    try:
+        code = run_dashboard(factory, theme=args.theme, refresh=args.refresh, read_only=False, ansi=args.ansi,
+                             in_process=bool(args.in_process))
+    finally:
+        stopped = factory.stop_unopened() if isinstance(factory, LaunchingSession) else None
+        if stopped:
+            sys.stderr.write(f"sensorlm-tui: {stopped}\n")
     sys.stdout.flush()
     return code

@@ -11,10 +11,13 @@ line and the lines that follow it: a memory refusal lists its options there)
 and its exit code — found by ``Popen.poll`` every ``POLL_S``, so a bad flag is
 reported in the time the engine takes to reject it, not after ``timeout``.
 
-While it waits, a ``LaunchWatch`` hears what a viewer needs before the
-engine is up: its pid, and each start-up phase as it begins (the engine
-writes them to ``RunDir.startup``, named in its environment, until its event
-log exists: engine.app.startup). When the watch says ``cancelled`` (a Ctrl-C
+``spawn`` and ``wait_up`` are its two halves: the dashboard spawns the engine
+before it imports Textual (the engine's first seconds overlap the UI's), and
+waits on its worker thread once the first frame is up. While it waits, a
+``LaunchWatch`` hears what a viewer needs before the engine is up: its pid,
+and each start-up phase as it begins (the engine writes them to
+``RunDir.startup``, named in its environment, until its event log exists:
+engine.app.startup). When the watch says ``cancelled`` (a Ctrl-C
 in the dashboard while connecting) the engine gets SIGINT, which during
 start-up ends it with exit 130 and nothing trained, and ``LaunchCancelled``
 says so: a starting engine is never left running unseen.
@@ -171,13 +174,28 @@ def _refusal(log: Path, start: int) -> list[str]:
     return [lines[first][len(ERROR_PREFIX):], *lines[first + 1:first + 1 + MAX_DETAIL_LINES]]
 
 
-def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0,
-           watch: LaunchWatch | None = None) -> LaunchedEngine:
-    """Start an engine on ``run_dir`` and return when it is up; LaunchError (one line) when it is not,
-    LaunchCancelled when ``watch`` cancelled it (the engine stopped)."""
+class Starting:
+    """An engine process spawned and not up yet (``spawn``); ``wait_up`` watches it come up, ``stop`` ends it."""
+
+    def __init__(self, process: subprocess.Popen, rd: RunDir, started: float, log_start: int) -> None:
+        self.process, self.rd, self.started, self.log_start = process, rd, started, log_start
+        self.tail = _StartupTail(rd.startup)
+
+    @property
+    def pid(self) -> int:
+        """The engine's process id."""
+        return self.process.pid
+
+    def stop(self) -> "LaunchCancelled":
+        """SIGINT (then SIGKILL) to the starting engine; the LaunchCancelled that says where it was."""
+        self.tail.read()
+        return _stop(self.process, self.rd, self.tail.current)
+
+
+def spawn(argv: list[str], run_dir: Path | str) -> Starting:
+    """Start an engine on ``run_dir`` and return at once (LaunchError when it cannot be started)."""
     run_dir = Path(run_dir).absolute()
     rd = RunDir(run_dir)
-    watch = watch or LaunchWatch()
     try:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         rd.startup.unlink(missing_ok=True)  # an earlier launch's: its phases are not this engine's
@@ -194,13 +212,27 @@ def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0,
         raise LaunchError(f"cannot start the engine ({exc.strerror})", log=rd.log) from None
     finally:
         log.close()  # the child has its own copy
-    watch.spawned(process.pid, run_dir)
+    return Starting(process, rd, started, log_start)
+
+
+def wait_up(starting: Starting, timeout: float = 60.0, watch: LaunchWatch | None = None) -> LaunchedEngine:
+    """Return once the spawned engine is up; LaunchError (one line) when it is not, LaunchCancelled when
+    ``watch`` cancelled it (the engine stopped). The watch hears the pid and every phase so far first."""
+    watch = watch or LaunchWatch()
+    watch.spawned(starting.pid, starting.rd.root)
     try:
-        return _wait_up(process, rd, watch, _StartupTail(rd.startup), started, log_start, timeout)
+        return _wait_up(starting.process, starting.rd, watch, starting.tail, starting.started, starting.log_start,
+                        timeout)
     except LaunchError:
-        if process.poll() is not None:  # the engine is gone: its phases are in engine.log, the error too
-            rd.startup.unlink(missing_ok=True)
+        if starting.process.poll() is not None:  # the engine is gone: its phases are in engine.log, the error too
+            starting.rd.startup.unlink(missing_ok=True)
         raise
+
+
+def launch(argv: list[str], run_dir: Path | str, timeout: float = 60.0,
+           watch: LaunchWatch | None = None) -> LaunchedEngine:
+    """Start an engine on ``run_dir`` and return when it is up (``spawn``, then ``wait_up``)."""
+    return wait_up(spawn(argv, run_dir), timeout, watch)
 
 
 def _wait_up(process: subprocess.Popen, rd: RunDir, watch: LaunchWatch, tail: _StartupTail, started: float,
