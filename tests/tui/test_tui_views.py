@@ -271,3 +271,17 @@ async def test_the_log_wraps_again_when_the_terminal_is_resized():
                        "lines wrapped at the new width")
         rows = [strip.text for strip in log.lines if "a long warning" in strip.text]
         assert len(rows) == 2, rows  # 180 characters in two rows of ~150, not three of ~70 any more
+
+
+@pilot_test
+async def test_the_footer_shows_what_acts_at_each_width_and_q_says_detach():
+    session = ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run")
+    app, _ = make(session)
+    async with opened(app, (80, 24)) as pilot:
+        await wait_for(pilot, lambda: "detach" in _footer(app), "q detach in the footer")
+        narrow = _footer(app)
+        assert "chart" in narrow and "stop" in narrow and not {"log-y", "compare", "procs", "abort"} & set(narrow)
+        await pilot.resize_terminal(160, 45)
+        await wait_for(pilot, lambda: "palette" in _footer(app), "^p at 160 columns")
+        wide = _footer(app)
+        assert {"log-y", "compare", "procs", "abort", "detach"} <= set(wide) and "chart" not in wide

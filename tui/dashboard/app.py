@@ -27,6 +27,7 @@ from typing import Callable
 from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 import themes
@@ -53,6 +54,9 @@ from tui.model.history_fold import deferred_fold
 from tui.model.pace import MAX_TEXT_HZ, check_refresh
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
+
+#: From this width the footer also shows ^p (the command palette; the help lists it at every width).
+PALETTE_FROM = 140
 
 
 class DashboardApp(App[int]):
@@ -184,8 +188,9 @@ class DashboardApp(App[int]):
         if shown != self._controls_shown:
             self._controls_shown = shown
             try:
+                self.dashboard.query_one(Footer).show_command_palette = self.size.width >= PALETTE_FROM
                 self.dashboard.refresh_bindings()
-            except IndexError:
+            except (IndexError, NoMatches):
                 pass
 
     def on_resize(self, event) -> None:

@@ -41,6 +41,6 @@ def key_active(app, action: str) -> bool | None:
 
 def footer_state(app) -> tuple:
     """Everything ``key_active`` reads: the footer is refreshed when it changes."""
-    widths = sum(app.size.width >= w for w in {*WIDE_ACTIONS.values(), WIDE_FROM})
+    widths = sum(app.size.width >= w for w in {*WIDE_ACTIONS.values(), WIDE_FROM, 140})  # 140: ^p palette
     return (app.model.state, app.controls.controllable, app.lifecycle.will_detach, app.lifecycle.stoppable, widths,
             app.model.liveness)
