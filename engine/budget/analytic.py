@@ -46,7 +46,7 @@ gradient allocated; the estimate is the larger of the first micro-batch
 
 Attention kernels: a task's model may take a ``target`` keyword
 (engine.tasks.attention_kernels.Target: device, CUDA capability, torch
-version) to price the SDPA kernel torch would run there; ``estimate`` passes
+version) to price the attention kernel torch would run there; ``estimate`` passes
 the caller's (the start guard's measured device, the planner's NVML facts) or
 one for ``device`` with this machine's torch and the capability unknown.
 

@@ -53,7 +53,7 @@ class TraceError(RuntimeError):
 
 def trace_device(target: str) -> str:
     """Where a trace meant for ``target`` can run on this machine: ``cuda`` only with a CUDA build of torch
-    and a GPU that answers (fake CUDA tensors abort a CPU build's interpreter, and SDPA asks the device which
+    and a GPU that answers (fake CUDA tensors abort a CPU build's interpreter, and fused attention asks the device which
     kernel to run), else ``cpu`` — the same step on the host, which the caller labels: CUDA's allocator
     rounding, library workspaces and kernel choice are not in it. Torch is not imported for this."""
     import sys

@@ -99,7 +99,7 @@ class Setting:
         return None
 
     def range_text(self) -> str:
-        """The allowed values in a few characters, as the tune modal shows them: "1..4096", ">0..10", "sdpa|math"."""
+        """The allowed values in a few characters, as the tune modal shows them: "1..4096", ">0..10", "fast|exact"."""
         if self.kind == "choice":
             return "|".join(map(str, self.choices))
         low = "" if self.minimum is None else (">" if self.minimum_exclusive else "") + _show(self.minimum)

@@ -73,7 +73,7 @@ class AutotuneChose(Event):
 
 
 def settings_text(settings: dict) -> str:
-    """``grad_accum 4 · attn_backend sdpa`` (booleans as on/off)."""
+    """``grad_accum 4 · kernel fused`` (booleans as on/off)."""
     shown = {True: "on", False: "off"}
     return " · ".join(f"{name} {shown.get(value, value) if isinstance(value, bool) else value}"
                       for name, value in settings.items())

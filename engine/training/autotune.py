@@ -2,7 +2,7 @@
 
 What it is for. `plan` picks the *largest* batch that fits, which is often not
 the fastest (a data-bound CPU run gains nothing from a bigger batch; on a GPU a
-chunked backend or checkpointing changes speed by large factors). Lightning's
+blocked attention kernel or checkpointing changes speed by large factors). Lightning's
 BatchSizeFinder and accelerate find what survives by running into
 out-of-memory errors; DeepSpeed's autotuner starts a process per candidate.
 This searches inside the run, refuses before trying, and keeps the run's math.

@@ -49,7 +49,7 @@ def param_count(task: str, preset: str) -> int | None:
 
 
 def tasks_line(chosen: str) -> str:
-    """"tasks: sensorlm (default), gapfill, lm, toy · presets of sensorlm:" — every task this install knows."""
+    """"tasks: a (default), b, c · presets of a:" — every task this install knows."""
     from engine.core import registry as tasks
 
     names = [f"{n} (default)" if n == tasks.DEFAULT_TASK else n for n in tasks.task_names()]

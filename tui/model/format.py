@@ -91,7 +91,7 @@ def short_float(x: float | None, digits: int = 4) -> str:
 
 
 def short_label(label: str) -> str:
-    """A metric label without its explanation in brackets: "display PSNR (mean of bands)" → "display PSNR"."""
+    """A metric label without its explanation in brackets: "val score (mean of bands)" → "val score"."""
     cut = label.find(" (")
     return label[:cut] if cut > 0 and label.endswith(")") else label
 

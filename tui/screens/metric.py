@@ -4,7 +4,7 @@ A filter field over a list of every scalar (training: loss, components, grad
 norm, LR, throughput; validation: every metric the evals report), each with
 its label and unit. Every typed character goes into the field, which is
 always visible: the list keeps the metrics whose label, name, unit or kind
-hold every word typed ("psnr 171" finds "PSNR 171 Å"). ``1``-``4`` pick the
+hold every word typed ("score 171" finds "Score 171 Å"). ``1``-``4`` pick the
 chart to change only while the field is empty (a digit after a word is part
 of the filter), and so do ←/→ at any time; ↑/↓ move in the list, enter applies
 the highlighted metric, escape keeps everything as it is. Choosing a

@@ -1,7 +1,7 @@
 """Fit a row of labelled numbers into a width: labels are abbreviated before values, whole parts before cuts.
 
 Every panel line and chart title is a few parts ("step 200/240", "ETA 15s",
-"best PSNR 17.1 dB @ 160") that a narrow terminal used to cut at its edge, so
+"best score 17.1 dB @ 160") that a narrow terminal used to cut at its edge, so
 the number that mattered (an error %, an MFU, a guide's value) was the part
 lost. ``fit`` packs parts into at most ``lines`` rows of ``width`` cells:
 
