@@ -146,7 +146,7 @@ def _environment(startup: Path) -> dict:
     env = dict(os.environ)
     env[STARTUP_ENV] = str(startup)  # where the engine tells its phases until its event log exists
     # The engine package next to this file, whatever the caller's working directory.
-    here = str(Path(__file__).resolve().parent.parent)
+    here = str(Path(__file__).resolve().parents[3])  # engine/run/control/launcher.py → the checkout
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"  # engine.log up to date when someone reads it after a crash
     return env
