@@ -65,11 +65,20 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     time.sleep(0.5)
     tmux.wait_for("tune", lambda s: _rate(s) > 1.3 * before, 60, f"steps/s rising above {before}")
 
-    tmux.keys("tune", "f")  # a second search, from the tuned setting, cancelled while it runs
+    # A second search, from the tuned setting, cancelled while it runs. At the tuned rate a search of three
+    # candidates is over in a fifth of a second, before any key could follow it, so the run is paused first:
+    # the engine answers requests while paused, and the search waits on steps that do not come.
+    tmux.keys("tune", "Space")
+    tmux.wait_for("tune", lambda s: "PAUSED" in s, 30, "the run paused")
+    tmux.keys("tune", "f")
     tmux.wait_for("tune", lambda s: "searching from step" in s and "x cancel" in s, 60, "the second search")
     tmux.keys("tune", "x")
     tmux.wait_for("tune", lambda s: "cancelled: the settings before it restored" in s and "x cancel" not in s, 30,
                   "the cancel in the table, no cancel key left")
+    tmux.keys("tune", "Escape")
+    time.sleep(0.5)
+    tmux.keys("tune", "Space")
+    tmux.wait_for("tune", lambda s: "RUNNING" in s, 30, "the run resumed")
     last = _last_choice(run, lambda c: c["status"] == "cancelled")
     assert last["settings"] == chose["settings"]
     # whatever the search had tried by then (the engine-side test moves it first), the setting is back
