@@ -28,7 +28,10 @@ from tui.dashboard.attach_app import AttachApp
 from tui.model.run_index import list_runs
 from tui.screens.resume import ResumeScreen
 
-ARGS = ("--steps", "100000", "--step-s", "0.01", "--save-every", "50")
+#: Periodic saves far apart: the manual save is the newest when the loop is killed. (Every 50 steps, a save
+#: could land in the last second before the kill, which the event log, flushed each second, had not shown:
+#: the resumed run then began after every step the killed run's log held.)
+ARGS = ("--steps", "100000", "--step-s", "0.01", "--save-every", "5000")
 
 
 def _attached_to_the_crashed_run(run: Path) -> tuple[str, str]:
@@ -66,7 +69,8 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     assert saved_at and saved_at[0]["kind"] == "manual"
     assert isinstance(send(run, rq.set_value("batch_size", 8)), ev.Refused)
 
-    wait_until(lambda: status_step(run) > saved_at[0]["step"] + 20, 60, "steps after the manual save")
+    wait_until(lambda: max(_losses(read_events(run)), default=0) > saved_at[0]["step"] + 20, 60,
+               "steps after the manual save, in the log")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(10)
     listed = {r.name: r for r in list_runs(run.parent)}["plain"]
@@ -75,6 +79,7 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     assert "plain · loop/Sequential" in header and "FAILED" in header, header  # the badge of a dead engine
     assert "plain_loop.py" in said, said
     saved_step = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["step"]
+    assert saved_step == saved_at[0]["step"]
     killed = read_events(run)
     before = _losses(killed)
 
