@@ -33,6 +33,7 @@ MODULES = [
     "bench.dashboard_bytes",
     "bench.attention",
     "bench.memory_accuracy",
+    "bench.memory_random",
     "bench.cpu_memory",
     "bench.integrations",
     "bench.planner_speed",

@@ -10,6 +10,12 @@ Three ways, all running ``engine.budget.step.run_steps`` for real:
   through the dispatcher (agreed with the profiler to 200 B, research/memory.md).
 - ``cuda``: ``torch.cuda.max_memory_allocated`` after a reset — the caching
   allocator's own peak (512-byte rounded blocks), context not included.
+- ``dispatcher`` (CPU or CUDA): engine.budget.cpu_meter.StepPeak, every tensor
+  storage an op reads or makes counted by the storage itself until it is
+  freed, starting from the parameters and buffers; independent of both
+  MemTracker and the profiler (the randomized accuracy test uses it, over
+  three steps: the second and third run with Adam state and gradients from
+  the step before).
 
 Costs real memory and real compute: small configs only (tests use a few MiB).
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from engine.budget import step as stepmod
+from engine.budget.cpu_meter import held_tensors
 from engine.budget.settings import with_settings
 from engine.core.config import RunConfig
 
@@ -33,7 +40,7 @@ def unique_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-def _setup(config: RunConfig, device: torch.device):
+def _setup(config: RunConfig, device: torch.device, steps: int = 2):
     """Task, model and optimizer on ``device``, and a batch_for that copies pre-made samples onto it."""
     from engine.core.registry import load_task_class
 
@@ -50,7 +57,7 @@ def _setup(config: RunConfig, device: torch.device):
     # Kept as numpy so that slicing them is invisible to a tracker; only the copy is an allocation.
     made = {step: {k: v.numpy() if torch.is_tensor(v) else v
                    for k, v in task.make_batch(list(range(step * B, (step + 1) * B)), step, True).items()}
-            for step in range(2)}
+            for step in range(steps)}
 
     def batch_for(step: int, indices: list) -> dict:
         a, b = indices[0] - step * B, indices[-1] + 1 - step * B
@@ -82,14 +89,21 @@ def profiler_peak(run) -> int:
     return peak
 
 
-def peak(config: RunConfig, method: str = "profiler", device: str = "cpu", **settings) -> int:
-    """Real peak bytes of two optimizer steps of ``config`` (with ``settings`` applied) by ``method``."""
+def peak(config: RunConfig, method: str = "profiler", device: str = "cpu", steps: int = 2, **settings) -> int:
+    """Real peak bytes of ``steps`` optimizer steps of ``config`` (with ``settings`` applied) by ``method``."""
     config = with_settings(config, **settings)
     dev = torch.device(device)
-    task, model, optimizer, batch_for = _setup(config, dev)
+    task, model, optimizer, batch_for = _setup(config, dev, steps)
 
     def run():
-        stepmod.run_steps(task, model, optimizer, config, dev.type, batch_for)
+        stepmod.run_steps(task, model, optimizer, config, dev.type, batch_for, steps=steps)
+
+    if method == "dispatcher":
+        from engine.budget.cpu_meter import StepPeak
+
+        with StepPeak(held_tensors(model, optimizer)) as meter:
+            run()
+        return meter.peak
 
     if method == "profiler":
         before = unique_bytes(list(model.parameters()) + list(model.buffers()))
@@ -109,4 +123,4 @@ def peak(config: RunConfig, method: str = "profiler", device: str = "cpu", **set
         run()
         torch.cuda.synchronize()
         return int(torch.cuda.max_memory_allocated())
-    raise ValueError(f"method={method!r}: allowed: profiler, memtracker, cuda")
+    raise ValueError(f"method={method!r}: allowed: profiler, memtracker, cuda, dispatcher")

@@ -20,8 +20,8 @@ incoming gradient and its transient. The step's peak is the largest of
 
 where ``static`` is weights + optimizer state + the micro-batch, and with
 gradient accumulation a later micro-batch runs with every gradient already
-allocated (``pre``), each stage adding only a transient copy of its own
-before the in-place accumulate.
+allocated (``pre``), each stage adding only a transient copy of its largest
+gradient (``Stage.grad_piece``) before the in-place accumulate.
 
 This is an upper bound by construction when every term is (each stage's
 bounds are derived in the module that builds it), and it is tight when the
@@ -68,6 +68,10 @@ class Stage:
     units: tuple[int, ...] = ()
     #: Bytes of ``grads`` that belong to those units (the rest are the root's).
     unit_grads: int = 0
+    #: Bytes of the largest single gradient its backward makes. With gradients already there (a later
+    #: micro-batch of gradient accumulation) autograd adds each into its parameter's ``.grad`` in place and
+    #: frees it before the next is made, so one of these, not all of ``grads``, is the transient; None: all.
+    grad_piece: int | None = None
 
 
 @dataclass
@@ -133,7 +137,7 @@ def peak(stages: list[Stage], static: dict[str, int], pending: list[Pending], op
     alive = dict(saved_by_group)
     done_grads = 0
     for i, stage in enumerate(reversed(stages)):
-        grads = (all_grads + stage.grads) if pre_grads else (done_grads + stage.grads)
+        grads = (all_grads + _piece(stage)) if pre_grads else (done_grads + stage.grads)
         held = sum(p.bytes for p in pending if order[p.producer] < i <= order[p.consumer])
         consider(base + sum(alive.values()) + grads + held + stage.grad_in + stage.bwd_extra,
                  f"backward: {stage.name}",
@@ -146,6 +150,11 @@ def peak(stages: list[Stage], static: dict[str, int], pending: list[Pending], op
              {"grads": all_grads, "optimizer transient": optimizer_extra})
     best.candidates = candidates
     return best
+
+
+def _piece(stage: Stage) -> int:
+    """The transient gradient of a stage whose parameters already hold gradients (``Stage.grad_piece``)."""
+    return stage.grads if stage.grad_piece is None else min(stage.grad_piece, stage.grads)
 
 
 def _unit(stage: Stage) -> int:
@@ -195,7 +204,7 @@ def _sharded_peak(stages: list[Stage], static: dict[str, int], pending: list[Pen
         gathered = _unit(stage) + (_unit(after) if after is not None else 0)  # current + prefetched
         root_grads = stage.grads - stage.unit_grads
         if keep_whole:
-            grads = (all_grads + stage.grads) if pre_grads else (done_root + done_units + stage.grads)
+            grads = (all_grads + _piece(stage)) if pre_grads else (done_root + done_units + stage.grads)
         else:
             grads = done_root + done_units // W + root_grads + stage.unit_grads
         held = sum(p.bytes for p in pending if order[p.producer] < i <= order[p.consumer])

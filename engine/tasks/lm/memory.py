@@ -59,7 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.tasks.attention_kernels import Call, Kernel, Target, choose, sdpa_dtype
-from engine.tasks.ledger import Stage, TaskLedger
+from engine.tasks.ledger import Pending, Stage, TaskLedger
 from engine.tasks.lm.model_dir import read_config, shape_fields
 from engine.tasks.lm.spec import LMConfig
 
@@ -144,9 +144,11 @@ def outer_tensors(s: Shape) -> tuple[list[int], list[int]]:
     return every, train
 
 
-def _norm_saved(s: Shape, B: int, T: int, lp: int, out_kept: bool) -> int:
+def _norm_saved(s: Shape, B: int, T: int, lp: int, out_kept: bool, input_grad: bool = True) -> int:
+    """What an RMSNorm keeps: for its input's gradient its input and rsqrt (only when the input requires
+    one), the normalised copy when its weight trains, and its output when a consumer keeps it."""
     u = B * T * s.d
-    return (F32 * u + F32 * B * T + (F32 * u if s.norms_train else 0)
+    return ((F32 * u + F32 * B * T if input_grad else 0) + (F32 * u if s.norms_train else 0)
             + ((lp if lp < F32 else F32) * u if out_kept else 0))
 
 
@@ -166,65 +168,145 @@ def attention_kernel(s: Shape, T: int, precision: str, target: Target) -> Kernel
     return choose(attention_call(s, T, precision), target)
 
 
-def layer_saved(s: Shape, B: int, T: int, lp: int, math: bool = False) -> int:
+def grads_needed(s: Shape, input_grad: bool) -> tuple[bool, bool, bool]:
+    """Which parts of a layer autograd records: (q, k or v needs a gradient; the residual after the
+    attention does; the gate and up outputs do), given whether the layer's input does."""
+    qkv = input_grad or s.norms_train or any(s.trains(n) for n in ATTN[:3])
+    residual = qkv or s.trains("o_proj")
+    return qkv, residual, residual or s.norms_train or s.trains("gate_proj") or s.trains("up_proj")
+
+
+def mlp_kept(s: Shape, B: int, T: int, lp: int, gate_up_grad: bool) -> int:
+    """The MLP's uf-sized saved tensors: gate's output (the SiLU's input), the SiLU's and up's outputs (the
+    product's inputs), and the product when down trains (its input)."""
+    uf = B * T * s.f
+    return (3 * lp * uf if gate_up_grad else 0) + (lp * uf if s.trains("down_proj") else 0)
+
+
+def layer_saved(s: Shape, B: int, T: int, lp: int, math: bool = False, input_grad: bool = True) -> int:
     """Bytes one decoder layer keeps for backward (module docstring); ``math``: SDPA runs the math path."""
-    return sum(layer_halves(s, B, T, lp, math))
+    return sum(layer_halves(s, B, T, lp, math, input_grad))
 
 
-def layer_halves(s: Shape, B: int, T: int, lp: int, math: bool = False) -> tuple[int, int]:
+def layer_halves(s: Shape, B: int, T: int, lp: int, math: bool = False,
+                 input_grad: bool = True) -> tuple[int, int]:
     """(attention half, MLP half) of what a decoder layer keeps: the MLP half does not exist yet while the
-    attention runs forward, and is freed again before the attention's backward."""
-    u, ukv, uf = B * T * s.d, B * T * s.Hk * s.Q, B * T * s.f
+    attention runs forward, and is freed again before the attention's backward.
+
+    ``input_grad``: whether the layer's input requires a gradient. The first layer of a LoRA model takes
+    the frozen embedding's output: autograd records nothing until the first op that trains (an adapter,
+    a trained norm), so the norm before it keeps no input, and an attention none of whose inputs needs a
+    gradient keeps nothing at all (a 2-layer LoRA model was bounded +10.6 % over without this).
+    """
+    u, ukv = B * T * s.d, B * T * s.Hk * s.Q
     kv = ukv if s.Q <= 256 or s.Hk == s.H else u  # k and v repeated to every head before SDPA
+    qkv_kept = any(s.trains(n) for n in ATTN[:3])
+    qkv_grad, residual_grad, gate_up_grad = grads_needed(s, input_grad)
+    # sdpa's output is laid out (B, T, H, Q) already: o_proj reads it without a copy
     attn = lp * u + 2 * lp * kv + lp * u + F32 * B * s.H * T
     if math and not s.eager:
         attn = 3 * F32 * u + F32 * B * s.H * T * T + (lp * u if s.trains("o_proj") else 0)
     if s.eager:
-        attn += F32 * B * s.H * T * T  # the softmax output @v reads
-        # o_proj's input is a merged-heads copy of the (B, H, T, Q) output
-        attn += lp * u if s.trains("o_proj") else 0
-    # sdpa's output is laid out (B, T, H, Q) already: o_proj reads it without a copy
-    mlp = 3 * lp * uf + (lp * uf if s.trains("down_proj") else 0)
+        # eager_attention_forward keeps q, k and v repeated to every head (repeat_kv copies: the matmuls
+        # save them), the softmax output @v reads, and, if o_proj trains, the merged-heads copy it reads;
+        # no logsumexp and no separate output (the (B, H, T, Q) product is freed once copied)
+        attn = 3 * lp * u + F32 * B * s.H * T * T + (lp * u if s.trains("o_proj") else 0)
+    if not qkv_grad:  # nothing in the attention needs a gradient: only an adapted o_proj keeps its input
+        attn = lp * u if s.trains("o_proj") else 0
+    mlp = mlp_kept(s, B, T, lp, gate_up_grad)
     adapted = sum(1 for n in s.targets if n in ATTN)
-    attn += lp * B * T * s.r * adapted + _norm_saved(s, B, T, lp, any(s.trains(n) for n in ATTN[:3]))
-    mlp += lp * B * T * s.r * (len(s.targets) - adapted) + _norm_saved(s, B, T, lp, any(s.trains(n) for n in MLP[:2]))
+    attn += lp * B * T * s.r * adapted + _norm_saved(s, B, T, lp, qkv_kept, input_grad)
+    mlp += lp * B * T * s.r * (len(s.targets) - adapted) + \
+        _norm_saved(s, B, T, lp, any(s.trains(n) for n in MLP[:2]), residual_grad)
     return attn, mlp
+
+
+def embedding_stage(s: Shape, B: int, T: int) -> Stage:
+    """The embedding, with what lives from the first forward op to the last backward one.
+
+    The rotary tables: cos and sin (1, T, Q) in fp32, made once per forward (LlamaRotaryEmbedding: position
+    ids (1, T), whatever the batch) and saved by every layer's q·cos and rotate_half(q)·sin until the last
+    backward; a term that does not scale with the batch, missing it made the bound 0.1-0.5 % low. A trained
+    embedding's backward (embedding_dense_backward) reads the residual stream's gradient while it makes its
+    own (grad_in). Tied embeddings: the shared weight's gradient made at the head's backward waits in
+    autograd's input buffer (``tied_pending``); the embedding's backward makes its own beside it and the
+    buffer adds the two out of place, the sum becoming the weight's gradient.
+    """
+    full, vd = not s.lora, F32 * s.V * s.d
+    return Stage("embedding", saved={"rotary tables": 2 * F32 * T * s.Q}, grads=vd if full else 0,
+                 bwd_extra=vd if full and s.tied else 0, fwd_extra=F32 * B * T * s.d,
+                 grad_in=F32 * B * T * s.d if full else 0)
+
+
+def tied_pending(s: Shape) -> list[Pending]:
+    """A tied, trained head's gradient of the shared weight, held from the head's backward to the embedding's."""
+    return [Pending("norm + head", "embedding", F32 * s.V * s.d)] if s.tied and not s.lora else []
+
+
+def layer_transients(s: Shape, B: int, T: int, lp: int, cpu: bool, math: bool, mlp_half: int,
+                     input_grad: bool = True) -> tuple[int, int]:
+    """(forward, backward) transients of a decoder layer beyond what the ledger counts as alive.
+
+    Forward: the MLP's largest moment (gate, up, SiLU, product alive before down). Backward, the MLP's, above
+    everything the layer keeps: down's backward makes the product's gradient beside its weight gradient
+    (full fine-tune); the product's backward the SiLU's and up's gradients beside it, the product itself
+    freed if down kept it; and once the MLP's uf-sized tensors are freed, up's and gate's input gradients,
+    their sum and the norm's (four residual-sized) beside a weight gradient. Math path or eager: their
+    score-sized transients (module docstring), while the layer's MLP half is not made yet (forward) or
+    already freed (backward): the math path's raw and scaled scores two at a time, the softmax's gradient
+    and the scores' in backward; eager's own moments are given where they are computed. Eager's float causal mask
+    (B, 1, T, T, create_causal_mask) is alive through the whole forward.
+    """
+    u, uf, scores = B * T * s.d, B * T * s.f, B * s.H * T * T
+    fwd = 2 * lp * uf + F32 * u
+    down_kept = s.trains("down_proj")  # the product is saved (freed before the SiLU's and up's gradients)
+    weight = F32 * s.d * s.f if not s.lora else 0
+    freed = mlp_kept(s, B, T, lp, grads_needed(s, input_grad)[2])
+    bwd = max(lp * uf + weight, (2 if down_kept else 3) * lp * uf, 4 * F32 * u + weight - freed)
+    if math and not s.eager:
+        fwd = max(fwd, (2 * F32 + 1) * scores + lp * u - mlp_half)
+    elif s.eager:  # two score-sized tensors at a time (scores and scaled, scaled and masked, masked and the
+        # softmax), the softmax output being one the layer keeps: one more beyond what it keeps
+        fwd = max(fwd, F32 * scores + lp * u - mlp_half)
+    if math and not s.eager:
+        bwd = max(bwd, (2 + (0 if cpu else 1)) * F32 * scores + 3 * F32 * u - mlp_half)
+    elif s.eager:  # its two heaviest moments: matmul(P, v)'s backward (P's and v's gradients, o_proj's copy
+        # already consumed), then the softmax's (P, its gradient and the scores', v consumed too; v's
+        # gradient waits for repeat_kv's backward, which runs after the softmax's)
+        o_kept = lp * u if s.trains("o_proj") else 0
+        bwd = max(bwd, F32 * scores + 2 * F32 * u - o_kept - mlp_half,
+                  2 * F32 * scores + F32 * u - lp * u - o_kept - mlp_half)
+    return fwd + (F32 * B * T * T if s.eager else 0), bwd
 
 
 def stages(s: Shape, B: int, T: int, lp: int, checkpointing: bool, cpu: bool, math: bool = False) -> list[Stage]:
     """The step's stages in forward order: embedding, L layers, final norm + head, loss; ``math``: the
     attention runs SDPA's math path (module docstring)."""
-    u, uf, BTV = B * T * s.d, B * T * s.f, B * T * s.V
+    u, BTV = B * T * s.d, B * T * s.V
     every, train = layer_tensors(s)
     full = not s.lora
     unit = {"units": (sum(every),), "unit_grads": F32 * sum(train)}  # a decoder layer is an FSDP unit
-    out = [Stage("embedding", grads=F32 * s.V * s.d if full else 0, fwd_extra=F32 * u)]
-    attn_half, mlp_half = layer_halves(s, B, T, lp, math)
-    per_layer = attn_half + mlp_half
-    scores = B * s.H * T * T
-    attn_map = F32 * scores if s.eager else 0
-    # Transients: the forward's largest is the MLP's (gate, up, SiLU, product alive before down); the
-    # backward's the MLP's: two uf-sized gradients at once (product's, then SiLU's and up's, the saved
-    # inputs freed as each Linear's backward finishes) beside two residual-sized ones and, full
-    # fine-tune, the largest weight gradient being made.
-    fwd_extra = 2 * lp * uf + F32 * u + attn_map
-    bwd_extra = 2 * lp * uf + 2 * F32 * u + 2 * attn_map + (F32 * s.d * s.f if full else 0)
-    if math and not s.eager:  # SDPA's math path: its score-sized transients (module docstring), while the
-        # layer's MLP half is not made yet (forward) or already freed (backward)
-        fwd_extra = max(fwd_extra, (2 * F32 + 1) * scores + lp * u - mlp_half)
-        bwd_extra = max(bwd_extra, (2 + (0 if cpu else 1)) * F32 * scores + 3 * F32 * u - mlp_half)
+    piece = {"grad_piece": F32 * max(train, default=0)}  # one projection's gradient at a time (ledger.Stage)
+    mask = F32 * B * T * T if s.eager else 0  # eager's float causal mask (layer_transients)
+    out = [embedding_stage(s, B, T)]
     for i in range(s.L):
-        if checkpointing:
-            out.append(Stage(f"layer {i}", saved={"activations: layers": F32 * u + (CPU_RNG_STATE if cpu else 0)},
-                             grads=F32 * sum(train), fwd_extra=per_layer + fwd_extra,
-                             bwd_extra=per_layer + bwd_extra, grad_in=F32 * u, **unit))
+        attn_half, mlp_half = layer_halves(s, B, T, lp, math, input_grad=full or i > 0)
+        per_layer = attn_half + mlp_half
+        fwd_extra, bwd_extra = layer_transients(s, B, T, lp, cpu, math, mlp_half, input_grad=full or i > 0)
+        if checkpointing:  # a checkpoint keeps its layer's inputs: the residual stream, and under eager the
+            # causal mask every layer shares (so from the first layer's forward to its backward)
+            kept = F32 * u + (CPU_RNG_STATE if cpu else 0) + (mask if i == 0 else 0)
+            out.append(Stage(f"layer {i}", saved={"activations: layers": kept},
+                             grads=F32 * sum(train), fwd_extra=per_layer + fwd_extra - mask,
+                             bwd_extra=per_layer + bwd_extra, grad_in=F32 * u, **piece, **unit))
         else:
             out.append(Stage(f"layer {i}", saved={"activations: layers": per_layer}, grads=F32 * sum(train),
-                             fwd_extra=fwd_extra, bwd_extra=bwd_extra, grad_in=F32 * u, **unit))
+                             fwd_extra=fwd_extra, bwd_extra=bwd_extra, grad_in=F32 * u, **piece, **unit))
     head_saved = _norm_saved(s, B, T, lp, full)
-    head_grads = F32 * (s.d + (s.V * s.d if not s.tied else 0)) if full else (F32 * s.d if s.norms_train else 0)
+    head_weight = F32 * s.V * s.d if full else 0  # its gradient: the head's own, or (tied) pending
+    head_grads = F32 * s.d + (0 if s.tied else head_weight) if full else (F32 * s.d if s.norms_train else 0)
     out.append(Stage("norm + head", saved={"activations: head": head_saved}, grads=head_grads,
-                     fwd_extra=lp * BTV, bwd_extra=2 * F32 * u + (F32 * s.V * s.d if full else 0),
+                     fwd_extra=lp * BTV, bwd_extra=2 * F32 * u + (head_weight if s.tied else 0),
                      grad_in=F32 * BTV))
     casts = F32 * BTV if lp < F32 else 0  # logits.float() under autocast
     out.append(Stage("loss", saved={"logits + loss": F32 * BTV + 8 * B * T},
@@ -258,7 +340,7 @@ def ledger(config, B: int, precision: str, device: str, target: Target | None = 
     all_every = every * s.L + o_every
     math = attention_kernel(s, T, precision, target or Target.local(device)).materialises
     return TaskLedger(stages=stages(s, B, T, lp, lm.model.activation_checkpointing, device == "cpu", math),
-                      pending=[],
+                      pending=tied_pending(s),
                       param_tensors=all_every, input_bytes=8 * B * (T + 1),
                       cast_elements=sum(n for n in all_every if n >= s.d * s.r) if lp < F32 else 0,
                       activation_tensors=30 * s.L + 20, trainable_tensors=train * s.L + o_train)

@@ -4,7 +4,8 @@ S = toy.channels·toy.length values per sample, h = toy.dim, B micro-batch, fp32
 (lp = 2 under autocast for the Linear outputs). Forward keeps: the
 concatenated (masked, mask) input (B, 2S) for the first Linear; per hidden
 layer the Linear output (GELU's input) and the GELU output (the next
-Linear's input); with dropout > 0 its mask and output. The loss keeps the
+Linear's input: the next stage's, freed after that Linear's backward); with
+dropout > 0 its mask and output. The loss keeps the
 difference (B, S) for the square's backward; at its peak the prediction, the
 square and the masked square are alive too. Backward: ``flatten(1)``'s
 backward materialises the expanded sum gradient (B·S), then the square's
@@ -37,15 +38,17 @@ def stages(config, B: int, lp: int) -> tuple[list[Stage], list[Pending]]:
     h, depth, p = t.dim, t.depth, t.dropout
     groups = {k: F32 * sum(v) for k, v in param_tensors(config).items()}
     act = "activations: mlp"
-    out = [Stage("layer 0", saved={act: F32 * 2 * B * S + 2 * lp * B * h}, grads=groups["layer 0"],
-                 fwd_extra=lp * B * h, bwd_extra=lp * B * h, grad_in=lp * B * h)]
+    # Each GELU output is kept by the next Linear (its input), so it is freed after that Linear's backward:
+    # it belongs to the next stage (a hidden layer's, or the head's), not to the layer that made it.
+    out = [Stage("layer 0", saved={act: F32 * 2 * B * S + lp * B * h}, grads=groups["layer 0"],
+                 fwd_extra=2 * lp * B * h, bwd_extra=lp * B * h, grad_in=lp * B * h)]
     for i in range(1, depth):
         drop = (B * h + F32 * B * h) if p > 0 else 0  # bool mask and the scaled output
         # a hidden layer is an FSDP unit of its own (ToyTask.shard_units)
         out.append(Stage(f"layer {i}", saved={act: 2 * lp * B * h + drop}, grads=groups[f"layer {i}"],
-                         fwd_extra=lp * B * h, bwd_extra=2 * lp * B * h, grad_in=lp * B * h,
+                         fwd_extra=2 * lp * B * h, bwd_extra=2 * lp * B * h, grad_in=lp * B * h,
                          units=(h * h + h,), unit_grads=groups[f"layer {i}"]))
-    out.append(Stage("head", saved={}, grads=groups["head"], fwd_extra=lp * B * S,
+    out.append(Stage("head", saved={act: lp * B * h}, grads=groups["head"], fwd_extra=lp * B * S,
                      bwd_extra=2 * lp * B * h, grad_in=F32 * B * S))
     # The loss: diff kept; prediction, square and masked square at its peak; backward 3·B·S.
     out.append(Stage("loss", saved={"loss": F32 * B * S + 2 * F32 * B}, fwd_extra=3 * F32 * B * S,
