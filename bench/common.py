@@ -31,6 +31,12 @@ class Section:
     verdicts: list[str] = field(default_factory=list)
     skipped: str | None = None
 
+    def show(self) -> None:
+        """Print it as the page has it: the title, the body, then each verdict as a list item."""
+        print(f"## {self.title}\n\n{self.body}\n")
+        for line in self.verdicts:
+            print("- " + line)
+
 
 def interleave(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
     """Run each variant once per round, in alternating order, ``repeats`` rounds; each returns a number."""

@@ -204,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([measure(*s) for s in ROWS if not args.quick or s[0] in QUICK], indent=1))
         return 0
     section = run(args.quick)
-    print(f"## {section.title}\n\n{section.body}\n")
-    for line in section.verdicts:
-        print("- " + line)
+    section.show()
     return 0
 
 

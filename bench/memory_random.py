@@ -164,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(by_task, indent=1) if args.json else table(by_task))
         return 0
     section = run(args.quick, args.n, args.seed)
-    print(f"## {section.title}\n\n{section.body}\n")
-    for line in section.verdicts:
-        print("- " + line)
+    section.show()
     return 0
 
 

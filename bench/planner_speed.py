@@ -113,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     section = run(args.quick)
-    print(f"## {section.title}\n\n{section.body}\n")
-    for line in section.verdicts:
-        print("- " + line)
+    section.show()
     return 0
 
 
