@@ -78,6 +78,13 @@ def test_phases_are_listed_until_the_first_step():
     assert not m.starting_up
 
 
+def test_the_phase_in_progress_told_again_stays_one_phase_with_its_first_clock():
+    m = RunModel()
+    m.ingest([ev.PhaseStarted(phase="importing torch", t=100.0), ev.PhaseStarted(phase="importing torch", t=100.4),
+              ev.PhaseStarted(phase="building model", t=101.0)])
+    assert m.phase_lines(now=102.0) == ["✓ importing torch 1.0s", "… building model 1.0s"]
+
+
 def test_compiling_is_a_start_up_phase_with_its_seconds_and_a_recompile_is_logged_with_its_reason():
     m = RunModel()
     m.ingest([ev.PhaseStarted(phase="compiling", detail="torch.compile (inductor) of the model", t=100.0)])

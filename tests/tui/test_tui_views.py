@@ -219,6 +219,34 @@ async def test_start_up_phases_are_shown_before_the_first_step():
 
 
 @pilot_test
+async def test_an_in_process_dashboard_shows_the_trainers_first_phase_before_its_thread_reports_it():
+    """The in-process trainer's thread imports torch first, holding the GIL: the phase is the app's to show."""
+    import threading
+
+    from tui.dashboard.app import DashboardApp
+
+    release = threading.Event()
+
+    def slow_factory():  # the session is not there yet: nothing has reported a phase
+        release.wait(30)
+        return ScriptedSession(history=[ev.PhaseStarted(phase="importing torch")])
+
+    app = DashboardApp(slow_factory, in_process=True)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: "importing torch" in str(app.dashboard.query_one("#chart-1").render()),
+                           "the first phase on screen")
+            assert [p.phase for p in app.model.phases] == ["importing torch"]
+            release.set()
+            await wait_for(pilot, lambda: app.session is not None, "the session")
+            await pilot.pause(0.3)
+            assert [p.phase for p in app.model.phases] == ["importing torch"]  # told again: the same phase
+            app.exit()
+    finally:
+        release.set()
+
+
+@pilot_test
 async def test_memory_gauge_shows_predicted_against_measured_with_the_error():
     app, _ = make()
     async with opened(app) as pilot:

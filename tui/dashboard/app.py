@@ -31,6 +31,7 @@ from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 import themes
+from engine.run import events as ev
 from engine.run.control.session import Session
 from tui.dashboard.controls import Controls
 from tui.dashboard.keys import footer_state, key_active
@@ -112,6 +113,11 @@ class DashboardApp(App[int]):
 
     def on_mount(self) -> None:
         self.model.set_viewer(read_only=self.read_only)
+        if self.in_process:
+            # The trainer thread the session worker starts begins by importing torch, which holds the GIL for
+            # most of a second: the UI would draw the phase only after it. Known now, it is in the first frame;
+            # the engine's own report of it follows and is the same phase (tui.model.phases).
+            self.model.ingest([ev.PhaseStarted(phase="importing torch")])
         self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
         self.set_interval(self.text_period, self._tick_text, name="text")
         self.set_interval(self.plot_period, self._tick_plots, name="plots")

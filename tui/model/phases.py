@@ -35,9 +35,12 @@ class Phases:
 
     def start(self, e: ev.PhaseStarted) -> bool:
         """A phase began; the first one after steps (an engine starting again: a resume) replaces the old list.
-        False for one already known: a launching dashboard hears each phase live, then again from the log."""
+        False for one already known: a launching dashboard hears each phase live, then again from the log; and
+        for the phase in progress told again."""
         if any(p.t == e.t and p.phase == e.phase for p in self.phases):
             return False
+        if self.phases and not self.stepped and self.phases[-1].phase == e.phase:
+            return False  # the phase in progress, told again: an in-process dashboard tells the first one itself
         if self.stepped:
             self.phases, self.stepped = [], False
         self.phases.append(e)
