@@ -115,16 +115,26 @@ class DashboardApp(App[int]):
         self.model.set_viewer(read_only=self.read_only)
         if self.in_process:
             # The trainer thread the session worker starts begins by importing torch, which holds the GIL for
-            # most of a second: the UI would draw the phase only after it. Known now, it is in the first frame;
-            # the engine's own report of it follows and is the same phase (tui.model.phases).
+            # most of a second: a frame drawn meanwhile comes ~0.4 s late. So the phase it is in is drawn
+            # first (the engine's own report of it follows and is the same phase: tui.model.phases), and the
+            # worker starts once that frame is out: the trainer starts a frame later.
             self.model.ingest([ev.PhaseStarted(phase="importing torch")])
-        self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
+            self.call_after_refresh(self._draw_then_start_session)
+        else:
+            self._start_session()
         self.set_interval(self.text_period, self._tick_text, name="text")
         self.set_interval(self.plot_period, self._tick_plots, name="plots")
         self.theme_changed_signal.subscribe(self, lambda _theme: self.redraw(force=True))
         if self._compare_at_start:
             self.views.load_compare(self._compare_at_start)
         self.lifecycle.install_hangup()
+
+    def _draw_then_start_session(self) -> None:
+        self.redraw()
+        self.call_after_refresh(self._start_session)
+
+    def _start_session(self) -> None:
+        self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
 
     def on_unmount(self) -> None:
         self.pump.stop.set()  # the worker closes the session after its current poll (≤ batch_s / 2)
