@@ -61,3 +61,24 @@ def test_a_failing_factory_is_reported_not_raised():
     assert not thread.is_alive()
     assert len(posted) == 1 and isinstance(posted[0], SessionFailed) and posted[0].fatal
     assert posted[0].error == "FileNotFoundError: runs/nope: no such run directory"
+
+
+def test_the_events_before_an_end_arrive_before_the_word_that_it_ended():
+    """A RunFinished still in the batch window when liveness says "aborted" is posted first: the summary
+    the app prints at that moment has the run's checkpoint and resume command (a race on CI had them not)."""
+    from tui.dashboard.messages import LivenessChanged
+
+    posted: list = []
+    session = ScriptedSession(history=[ev.RunStarted(name="x")])
+    pump = SessionPump(lambda: session, posted.append, batch_s=30.0)  # nothing leaves by the window alone
+    thread = _run(pump)
+    _until(lambda: pump.session is not None)
+    session.push(ev.RunFinished(status="aborted", steps=3, checkpoint="c.safetensors", resume_command="resume"))
+    _until(lambda: any(isinstance(m, LivenessChanged) and m.liveness == "aborted" for m in posted))
+    ended = next(i for i, m in enumerate(posted) if isinstance(m, LivenessChanged) and m.liveness == "aborted")
+    finished = [i for i, m in enumerate(posted) if isinstance(m, EventBatch)
+                and any(isinstance(e, ev.RunFinished) for e in m.events)]
+    assert finished and finished[0] < ended
+    pump.stop.set()
+    session.close()  # wakes the worker's poll
+    thread.join(5)

@@ -209,6 +209,10 @@ class SessionPump:
                     current = "unknown"
                 if current != liveness:
                     liveness = current
+                    if pending:  # what the run said before it ended reaches the model before the word that it
+                        # ended (its RunFinished: the summary's checkpoint and resume command)
+                        self.post(EventBatch(pending))
+                        pending, window_start = [], now
                     self.post(LivenessChanged(current))
         if pending:
             self.post(EventBatch(pending))
