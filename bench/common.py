@@ -13,6 +13,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,3 +125,36 @@ def standalone(run: Callable[..., Section], doc: str) -> None:
     section = run(quick=parser.parse_args().quick)
     print(section.body)
     print("\n".join(section.verdicts))
+
+
+class GpuBusy:
+    """NVML's GPU utilisation, sampled at 10 Hz on a thread of its own from ``start()`` until ``stop()``.
+
+    The GPU rows read how idle the GPU was while the engine trained; the reader is made on the sampling
+    thread, so a row that never starts it never touches NVML.
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def idle_pct(self) -> float | None:
+        """100 minus the mean utilisation over the samples; None when NVML gave none."""
+        return 100 - sum(self.samples) / len(self.samples) if self.samples else None
+
+    def _sample(self) -> None:
+        from engine.training.system import nvml
+
+        reader = nvml()
+        while not self._stop.wait(0.1):
+            value = reader.read()[0]
+            if value is not None:
+                self.samples.append(float(value))

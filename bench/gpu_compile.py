@@ -15,9 +15,10 @@ bench.gpu_section. Each probe runs in a fresh CUDA process, as every GPU row doe
 
 from __future__ import annotations
 
-import threading
 import time
 import warnings
+
+from bench.common import GpuBusy
 
 #: (label, task, preset, overrides, compile mode) of the compiled rows.
 COMPILED = [
@@ -103,19 +104,9 @@ def _one_readback(config, steps: int) -> dict:
     """One run: steps/s, GPU idle % and host syncs a step over steps [steps/4, 3·steps/4]."""
     import torch
 
-    from engine.training.system import nvml
-
     lo, hi = steps // 4, 3 * steps // 4
-    util: list[float] = []
-    stop = threading.Event()
+    busy = GpuBusy()
     marks: dict = {}
-
-    def sampler() -> None:
-        reader = nvml()
-        while not stop.wait(0.1):
-            value = reader.read()[0]
-            if value is not None:
-                util.append(float(value))
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -124,18 +115,18 @@ def _one_readback(config, steps: int) -> dict:
             if step == lo:
                 marks["lo"] = (time.perf_counter(), len(caught))
                 torch.cuda.set_sync_debug_mode("warn")
-                threading.Thread(target=sampler, daemon=True).start()
+                busy.start()
             elif step == hi:
                 torch.cuda.set_sync_debug_mode("default")
                 marks["hi"] = (time.perf_counter(), len(caught))
-                stop.set()
+                busy.stop()
 
         _run(config, on_step)
-    stop.set()
+    busy.stop()
     (t0, w0), (t1, w1) = marks["lo"], marks["hi"]
     syncs = [w for w in caught[w0:w1] if "synchroniz" in str(w.message)]
     return {"steps_per_s": (hi - lo) / (t1 - t0), "syncs_per_step": len(syncs) / (hi - lo),
-            "gpu_idle_pct": 100 - sum(util) / len(util) if util else None}
+            "gpu_idle_pct": busy.idle_pct}
 
 
 KINDS = {"compiled": compiled, "readback": readback}

@@ -32,10 +32,10 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from bench import autotune_gpu, gpu_compile
+from bench.common import GpuBusy
 
 MIB = 1 << 20
 
@@ -188,20 +188,8 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
     """Engine steps/s on the GPU, GPU idle % while it trains (NVML, 10 Hz), and MFU (≈ 6·params·tokens a sample)."""
     import torch
 
-    from engine.training.system import nvml
-
     config = _config(task, preset, overrides, max_steps=steps)
-    util: list[float] = []
-    stop = threading.Event()
-
-    def sampler() -> None:
-        reader = nvml()
-        while not stop.wait(0.1):
-            value = reader.read()[0]
-            if value is not None:
-                util.append(float(value))
-
-    thread = threading.Thread(target=sampler, daemon=True)
+    busy = GpuBusy()
     times: list[float] = []
     from engine.run.control.requests import Controls
     from engine.run.sinks import EventBus
@@ -211,11 +199,11 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
         if event.type == "step":
             times.append(time.perf_counter())
             if len(times) == steps // 4:
-                thread.start()
+                busy.start()
 
     trainer = Trainer(config, EventBus([clock]), Controls())
     trainer.run()
-    stop.set()
+    busy.stop()
     lo, hi = steps // 4, len(times) - 1
     rate = (hi - lo) / (times[hi] - times[lo])
     facts = trainer.task.describe()
@@ -223,7 +211,7 @@ def speed(task: str, preset: str, overrides: dict, steps: int = 200) -> dict:
     name = torch.cuda.get_device_name(0)
     peak = peak_tflops(name)
     flops = 6 * trainer.params * (tokens or 1) * trainer.batch_size * rate if tokens else None
-    return {"steps_per_s": rate, "gpu_idle_pct": 100 - sum(util) / len(util) if util else None,
+    return {"steps_per_s": rate, "gpu_idle_pct": busy.idle_pct,
             "mfu": flops / (peak * 1e12) if flops and peak else None, "tokens": tokens, "params": trainer.params,
             "batch": trainer.batch_size, "device": name, "peak_tflops": peak}
 
