@@ -14,12 +14,11 @@ import re
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from engine.run.rundir import RunDir
 from tests.conftest import read_events
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
 
@@ -31,17 +30,9 @@ def _step(text: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def _engines(cwd: Path) -> list[psutil.Process]:
+def _engines(cwd: Path) -> list:
     """Engine processes started from ``cwd`` (the dashboard launches them in sessions of their own)."""
-    out = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if "-m engine" in " ".join(proc.info["cmdline"] or []):
-            try:
-                if Path(proc.cwd()) == cwd:
-                    out.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-    return out
+    return started_in(cwd, "-m engine")
 
 
 def test_demo_phases_pause_resume_checkpoint_and_ctrl_c(tmp_path: Path, tmux: Tmux) -> None:

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.conftest import read_events
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
 from tests.tui.attach.conftest import status_step, wait_until
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
@@ -27,19 +27,9 @@ TRAIN = ["train", "--task", "toy", "--threads", "1", "--max-steps", "100000", "-
          "--run-dir", "runs/job"]
 
 
-def _job_processes(cwd: Path) -> list[psutil.Process]:
+def _job_processes(cwd: Path) -> list:
     """The supervisor and the rank workers started from ``cwd`` (each rank runs in a session of its own)."""
-    out = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if "engine.app.supervisor" not in cmd and "engine.app.rank_worker" not in cmd:
-            continue
-        try:
-            if Path(proc.cwd()) == cwd:
-                out.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return out
+    return started_in(cwd, "engine.app.supervisor", "engine.app.rank_worker")
 
 
 def _rank_rows(text: str) -> set[int]:

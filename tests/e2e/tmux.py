@@ -96,3 +96,21 @@ def sensorlm(*args: str) -> list[str]:
 
 
 __all__ = ["Tmux", "needs_tmux", "sensorlm", "ROOT"]
+
+
+def started_in(cwd: Path, *commands: str) -> list:
+    """The processes whose command line holds one of ``commands`` and whose working directory is ``cwd``
+    (the app starts engines and rank workers in sessions of their own: a test finds what it left by place)."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if not any(command in line for command in commands):
+            continue
+        try:
+            if Path(proc.cwd()) == cwd:
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out

@@ -8,6 +8,13 @@ from tui.dashboard.app import DashboardApp
 from tui.dashboard.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
 
 
+async def _open_tune(pilot, app):
+    """t, then the tune modal once it is the screen."""
+    await pilot.press("t")
+    await on_screen(pilot, "TuneScreen")
+    return app.screen
+
+
 @pilot_test
 async def test_space_pauses_then_resumes_and_the_badge_follows():
     app, session = make()
@@ -138,9 +145,7 @@ def _estimate(tune) -> str:
 async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
     app, session = make()
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         assert "budget 8 GiB" in _estimate(tune)
         tune.query_one("#tune-batch_size").focus()
         # Typed key by key: one dry run, after the last key.
@@ -161,9 +166,7 @@ async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
 async def test_tune_lists_the_tasks_declared_settings_and_sends_only_what_was_edited():
     app, session = make()
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         assert [s.name for s in tune.settings] == ["batch_size", "grad_accum", "lr", "kernel", "window"]
         assert tune.query_one("#tune-kernel").value == "fast" and tune.query_one("#tune-window").value == "256"
         tune.query_one("#tune-kernel").value = "lean"
@@ -181,9 +184,7 @@ async def test_tune_predicts_and_applies_the_pair_being_applied_together():
     # (10.4 GiB); with the lean kernel beside it, it fits (5.7 GiB): only the pair tells the truth.
     app, session = make()
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         tune.query_one("#tune-kernel").value = "lean"
         tune.query_one("#tune-batch_size").value = "100"
         await wait_for(pilot, lambda: "together (" in _estimate(tune) and "asking" not in _estimate(tune),
@@ -207,9 +208,7 @@ async def test_tune_predicts_and_applies_the_pair_being_applied_together():
 async def test_tune_shows_each_range_and_refuses_a_value_outside_it_without_asking():
     app, session = make()
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         labels = {s.name: str(tune.query_one(f"#tune-label-{s.name}").render()) for s in tune.settings}
         assert labels["lr"].endswith(">0..10") and labels["batch_size"].endswith("1..1000000")
         assert labels["window"].endswith("1..4096") and labels["kernel"] == "kernel"
@@ -231,16 +230,14 @@ async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
 
     app, _ = make(ScriptedSession(history=demo_run(300), policy=old_engine))
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
+        await _open_tune(pilot, app)
         app.screen.query_one("#tune-batch_size").value = "64"
         await wait_for(pilot, lambda: "no prediction" in _estimate(app.screen), "no prediction")
         assert "does not answer dry runs" in _estimate(app.screen) and "fits" not in _estimate(app.screen)
     app, session = make(ScriptedSession(history=demo_run(300, finished=True), memory=demo_memory))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.model.ended and app.session is not None, "ended run loaded")
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
+        await _open_tune(pilot, app)
         app.screen.query_one("#tune-batch_size").value = "64"
         await wait_for(pilot, lambda: "run has ended" in _estimate(app.screen), "ended: cannot predict")
         await pilot.pause(0.5)
@@ -251,9 +248,7 @@ async def test_tune_says_when_the_engine_cannot_predict_instead_of_guessing():
 async def test_a_read_only_viewer_sees_predictions_but_cannot_apply():
     app, session = make(ScriptedSession(history=demo_run(300), memory=demo_memory, read_only=True), read_only=True)
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         assert not tune.query("#tune-force")
         tune.query_one("#tune-batch_size").value = "128"
         await wait_for(pilot, lambda: "won't fit" in _estimate(tune), "prediction for a read-only viewer")
@@ -278,9 +273,7 @@ async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(t
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.model.step > 0 and app.session is not None, "the engine training",
                        timeout=60)
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         tune.query_one("#tune-batch_size").value = "100000"
         await wait_for(pilot, lambda: ("batch_size", 100000) in tune.answers, "the engine's prediction", timeout=30)
         predicted = tune.answers[("batch_size", 100000)]
@@ -299,9 +292,7 @@ async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(t
 async def test_enter_on_the_force_checkbox_applies_it_ticked_and_the_change_says_forced():
     app, session = make()
     async with opened(app) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
-        tune = app.screen
+        tune = await _open_tune(pilot, app)
         tune.query_one("#tune-batch_size").value = "64"
         force = tune.query_one("#tune-force")
         force.focus()
