@@ -182,15 +182,19 @@ class EngineRun:
     def attach_sinks(self, jsonl, notes: list[str | None]) -> None:
         """Events to the log, the status record, the console; the phases (told live already) into the log first,
         then the notes held until now."""
+        from engine.run.offthread import OffThreadSinks
         from engine.run.rundir import StatusWriter
         from engine.run.sinks import status_sink
 
         run_dir = self.prepared.run_dir
-        self.status = StatusWriter(run_dir, on_beat=jsonl.flush)
+        self.status = StatusWriter(run_dir)
         self.startup.hand_over([jsonl])
-        for sink in [jsonl, status_sink(self.status), *self.options.extra_sinks, self.console]:
-            if sink is not None:
-                self.bus.add(sink)
+        # The log, the status record and the console encode and write on a drainer thread: at fast steps their
+        # work on the training thread was the engine's largest per-step cost (engine.run.offthread).
+        records = OffThreadSinks([jsonl, status_sink(self.status), self.console]).start()
+        self.status.on_beat = records.flush
+        for sink in [records, *self.options.extra_sinks]:
+            self.bus.add(sink)
         for note in notes:
             if note:
                 self.bus.emit(ev.Warning(text=note))

@@ -108,6 +108,7 @@ class Cockpit:
             return self
         from engine.run.control.channel import ControlServer
         from engine.run.control.wire import ChannelError
+        from engine.run.offthread import OffThreadSinks
         from engine.run.rundir import StatusWriter
         from engine.run.runlock import RunLock
         from engine.run.sinks import EventBus, JsonlSink, status_sink
@@ -120,9 +121,12 @@ class Cockpit:
                 _write_config(self.run_dir.config, self.describe(config))
             self.bus = EventBus()
             jsonl = JsonlSink(self.run_dir.events, warn=lambda text: self.emit(ev.Warning(text=text)))
-            self.status = StatusWriter(self.run_dir, on_beat=jsonl.flush)
-            for sink in (jsonl, status_sink(self.status)):
-                self.bus.add(sink)
+            self.status = StatusWriter(self.run_dir)
+            # encoded and written on a drainer thread, as the engine's (engine.run.offthread): the user's step
+            # pays for a queue append
+            records = OffThreadSinks([jsonl, status_sink(self.status)]).start()
+            self.status.on_beat = records.flush
+            self.bus.add(records)
             self.status.update(resume_command=resume_command())
             self.status.start()
             self.server = ControlServer(self.run_dir, self.controls, self.bus).start()
