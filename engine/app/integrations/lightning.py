@@ -46,6 +46,12 @@ except ImportError:  # the package's older name; a Trainer takes callbacks of it
     import pytorch_lightning as pl
 
 
+#: The per-step hooks this callback leaves alone. Lightning runs every callback's hook, the base class's no-ops
+#: too, each inside a profiler context (~2 µs each, four a step); it skips a hook that is not callable, so these
+#: are None on the instance. ``on_train_batch_start`` is None on the steps where it has nothing to do.
+UNUSED_STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad")
+
+
 class CockpitCallback(pl.Callback):
     """Writes ``run_dir`` (default runs/<timestamp>) as the engine would and obeys its controls (module docstring).
 
@@ -71,6 +77,20 @@ class CockpitCallback(pl.Callback):
         self._stopped: tuple[str, str] | None = None  # (status, reason) once a control stopped the fit
         self._last_step = -1
         self._checkpointers: list | None = None
+        self._scan_due = True  # a checkpoint may have been written since the last look (on_save_checkpoint)
+        for hook in UNUSED_STEP_HOOKS:
+            setattr(self, hook, None)
+
+    def _next_batch_start(self, step: int) -> None:
+        """Arm ``on_train_batch_start`` for step ``step`` only when it has work: the first batch, a checkpoint
+        to name, a step whose storages are counted. Otherwise the hook is None and Lightning skips it."""
+        cockpit, memory = self.cockpit, self.memory
+        needed = cockpit is not None and cockpit.owner and (
+            cockpit.state == "starting" or self._scan_due or memory is None or memory.counts(step))
+        if needed:
+            self.__dict__.pop("on_train_batch_start", None)  # the method again
+        else:
+            self.on_train_batch_start = None
 
     # ------------------------------------------------------------------ start
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -116,7 +136,8 @@ class CockpitCallback(pl.Callback):
             return
         if self.cockpit.state == "starting":
             self._announce(trainer, pl_module, batch)
-        self._checkpoints_written(trainer)
+        if self._scan_due:
+            self._checkpoints_written(trainer)
         self.memory.begin(trainer.global_step + 1)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -127,6 +148,7 @@ class CockpitCallback(pl.Callback):
         if cockpit.owner:
             self._log_step(trainer, outputs, batch, step)
         self._obey(trainer, cockpit.boundary(step, lambda ids: self._save(trainer, ids, "manual")))
+        self._next_batch_start(step + 1)
 
     def _log_step(self, trainer, outputs, batch, step: int) -> None:
         sample = self.memory.end(step)
@@ -183,11 +205,18 @@ class CockpitCallback(pl.Callback):
         if metrics and self.cockpit.state != "starting":
             self.cockpit.evaluated(trainer.global_step, metrics, time.perf_counter() - self._val_started)
 
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        """A checkpoint is being written (any of them: ModelCheckpoint's, ours): name it at the next look."""
+        self._scan_due = True
+        self.__dict__.pop("on_train_batch_start", None)
+
     def _checkpoints_written(self, trainer) -> None:
         """CheckpointSaved for each file a ModelCheckpoint wrote (or rewrote: ``last.ckpt``) since the last look."""
+        self._scan_due = False
         for callback in self._checkpointers if self._checkpointers is not None else trainer.checkpoint_callbacks:
             best, last = getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")
-            for path in [*getattr(callback, "best_k_models", {}), last]:
+            # best_k_models holds the files of a monitored metric; without one, each save is the new best_model_path
+            for path in dict.fromkeys([*getattr(callback, "best_k_models", {}), best, last]):
                 written = _mtime(Path(path)) if path else 0
                 if written and self._seen.get(path) != written:
                     self._seen[path] = written

@@ -88,11 +88,14 @@ class StepMemory:
                                   f"(+{HEADROOM:.0%} headroom)", **common)
 
     # -- measurement ---------------------------------------------------------------------------
+    def counts(self, step: int) -> bool:
+        """True when ``begin(step)`` will start counting storages (the callback arms its batch-start hook)."""
+        return not self.meter.cuda and self._counting is None and (step == CALIBRATE_AT
+                                                                     or step % CPU_MEASURE_EVERY == 0)
+
     def begin(self, step: int) -> None:
         """Before step ``step`` runs: on CPU, now and then, start counting its storages."""
-        if self.meter.cuda or self._counting is not None:
-            return
-        if step != CALIBRATE_AT and step % CPU_MEASURE_EVERY:
+        if not self.counts(step):
             return
         from engine.budget.cpu_meter import StepPeak, held_tensors
 
