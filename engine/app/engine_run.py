@@ -147,7 +147,7 @@ class EngineRun:
             # on_step reads `status` when steps run, after the run directory and its status record exist.
             self.trainer = Trainer(config, self.bus, self.controls, checkpoint_dir=run_dir.checkpoints,
                                    resume=self.prepared.resume, name=run_dir.name, run_dir=run_dir.root,
-                                   on_step=lambda step: self.status.update(step=step), parallel=self.parallel)
+                                   on_step=lambda step: self.status.set_step(step), parallel=self.parallel)
             if self.parallel is not None and hasattr(self.controls, "bind"):
                 # engine.distributed.controls: telemetry where the controls land
                 self.controls.bind(lambda: self.trainer.step, self.bus.emit)

@@ -215,6 +215,11 @@ class StatusWriter:
         self._thread.start()
         return self
 
+    def set_step(self, step: int) -> None:
+        """The step, from the training thread after every step: one store, no lock. Storing to a key the record
+        already has is atomic under the GIL, and the beat's ``json.dumps`` sees the old step or the new one."""
+        self.record["step"] = step
+
     def update(self, **fields) -> None:
         """Change fields of the record (state, step, …); written at the next beat or at once for state."""
         with self._lock:

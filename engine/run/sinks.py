@@ -1,8 +1,10 @@
 """Where events go: an EventBus fanning out to sinks (memory, events.jsonl, headless console).
 
-The bus is called from the training thread; sinks must be cheap. The JSONL
-sink buffers and flushes at least once a second and at once for events a
-viewer must not wait for (evals, checkpoints, state changes, acks). Torch-free.
+The bus is called from the training thread; sinks must be cheap, and the
+ones that encode or write (the log, the status record, the console) sit behind
+engine.run.offthread in a run. The JSONL sink buffers and flushes at least
+once a second and at once for events a viewer must not wait for (evals,
+checkpoints, state changes, acks). Torch-free.
 """
 
 from __future__ import annotations

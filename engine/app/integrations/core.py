@@ -242,7 +242,7 @@ class Cockpit:
         """
         self.step = step
         if self.status is not None:
-            self.status.update(step=step)  # every step, logged or not: `runs` and a pause show the exact one
+            self.status.set_step(step)  # every step, logged or not: `runs` and a pause show the exact one
         if self.group.world == 1 and not self._paused and not self.controls.waiting():
             return NOTHING  # one process, nothing asked: the common step costs two attribute reads
         while True:
