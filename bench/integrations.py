@@ -11,10 +11,13 @@
 
     - **the demo's step rate**: the SensorLM ``demo`` preset in Lightning, as
       bench.baseline_loops runs it (its DataLoader worker, batch 16);
-    - **≥ 500 steps/s**: a tiny MLP on in-memory batches, where the callback's
-      per-step cost is the largest share a step can have on this CPU.
+    - **fast steps**: small MLPs on in-memory batches (``FAST_MODELS``): one
+      at the issue's ≥ 500 steps/s, and the fastest step Lightning takes on
+      this CPU (~1,500 steps/s), where the callback's per-step cost is the
+      largest share a step can have.
 
-    Goal (integrations issue): ≥ 0.97 at both.
+    Goal (integrations issue): ≥ 0.97 at the demo's rate and at ≥ 500 steps/s;
+    the fastest row is held to the same line and reported.
 (b) **Memory.** The predicted peak of a traced ``training_step`` (two steps on
     fake tensors with the first real batch, plus the integration's headroom)
     against the counted peak of the same run's second step (live tensor
@@ -67,20 +70,29 @@ def demo_rate(steps: int, root: Path, with_cockpit: bool) -> float:
     return _window_rate(lightning_loop("demo", steps, 16, workers=1, callbacks=extra)["marks"])
 
 
-def fast_rate(steps: int, root: Path, with_cockpit: bool) -> float:
-    """A tiny MLP on in-memory batches in Lightning, steps/s; with or without the callback."""
+#: The fast rows' models: (row label, inputs, hidden width; 0: one linear layer). The first steps at the
+#: issue's "≥ 500 steps/s" on this CPU; the second is the fastest step Lightning takes here, where the
+#: callback's per-step cost is the largest share it can have.
+FAST_MODELS = {"at ≥ 500 steps/s": (64, 1024), "fastest": (8, 0)}
+
+
+def fast_rate(steps: int, root: Path, with_cockpit: bool, model: str = "fastest") -> float:
+    """A small MLP (``FAST_MODELS[model]``) on in-memory batches in Lightning, steps/s; with or without the
+    callback."""
     import torch
     from torch import nn
 
     pl = _quiet_lightning()
     torch.manual_seed(0)
-    batches = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(64)]
+    inputs, width = FAST_MODELS[model]
+    batches = [(torch.randn(inputs, inputs), torch.randn(inputs, 1)) for _ in range(64)]
     marks: list[float] = []
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = nn.Linear(8, 1)
+            self.net = nn.Sequential(nn.Linear(inputs, width), nn.GELU(), nn.Linear(width, 1)) if width \
+                else nn.Linear(inputs, 1)
 
         def training_step(self, batch, index):
             return nn.functional.mse_loss(self.net(batch[0]), batch[1])
@@ -179,23 +191,30 @@ def memory_rows() -> list[dict]:
 def run(quick: bool = False) -> Section:
     """Both parts; smoke: a few steps, one round (numbers meaningless)."""
     tiny = smoke()
-    demo_steps, fast_steps, rounds = (6, 40, 1) if tiny else (60, 1500, 3) if quick else (150, 4000, 5)
+    demo_steps, fast_steps, rounds = (6, 40, 1) if tiny else (60, 1500, 3) if quick else (150, 2000, 5)
+    # a fast run is seconds long and its ratio moves ±2 % from round to round on a shared VM: more rounds
+    fast_rounds = rounds if tiny else 4 * rounds + 1
     demo = overhead(demo_rate, demo_steps, rounds)
-    fast = overhead(fast_rate, fast_steps, rounds)
+    fast = {model: overhead(lambda steps, root, with_cockpit, model=model: fast_rate(steps, root, with_cockpit, model),
+                            fast_steps, fast_rounds) for model in FAST_MODELS}
     memory = memory_rows()
-    lines = [f"Lightning {_quiet_lightning().__version__}, CPU, one process; {rounds} interleaved round(s) a row "
-             f"(demo: {demo_steps} steps, fast: {fast_steps} steps a run); steps/s between 10 % and 90 % of a run.",
+    lines = [f"Lightning {_quiet_lightning().__version__}, CPU, one process; interleaved rounds (demo: {rounds} of "
+             f"{demo_steps} steps, fast: {fast_rounds} of {fast_steps} steps a run); steps/s between 10 % and 90 % "
+             "of a run.",
              "", "| Lightning run | without (steps/s) | with the callback (steps/s) | with ÷ without |",
              "|---|---:|---:|---:|"]
     verdicts = []
-    for label, (without, with_) in (("SensorLM demo (the demo's step rate)", demo), ("tiny MLP (fast steps)", fast)):
+    rows = [("SensorLM demo (the demo's step rate)", demo)]
+    rows += [(f"MLP {inputs}→{width or 1}, fast steps {model}", fast[model])
+             for model, (inputs, width) in FAST_MODELS.items()]
+    for label, (without, with_) in rows:
         lines.append(f"| {label} | {fmt_stats(without, '.1f')} | {fmt_stats(with_, '.1f')} | "
                      f"{fmt_stats(ratios(with_, without))} |")
         verdicts.append(verdict(f"integrations: Lightning with ÷ without the callback, {label}",
                                 stats(ratios(with_, without))[1], OVERHEAD_GOAL))
-    if stats(fast[0])[1] < 500:
-        verdicts.append(verdict("integrations: the fast row's rate without the callback (steps/s)",
-                                stats(fast[0])[1], 500))
+    for model in FAST_MODELS:
+        verdicts.append(verdict(f"integrations: the fast row's rate without the callback, {model} (steps/s)",
+                                stats(fast[model][0])[1], 500))
     lines += ["", "| model (traced training_step, real Lightning run) | predicted | measured (step 2) | error |",
               "|---|---:|---:|---:|"]
     for row in memory:

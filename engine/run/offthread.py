@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 from engine.run.sinks import URGENT, EventBus
 
 #: Seconds between the drainer's passes: a viewer sees a step event at most this much later.
-DRAIN_INTERVAL_S = 0.05
+DRAIN_INTERVAL_S = 0.2
 #: Events queued before the emitting thread drains them itself.
 MAX_QUEUE = 4096
 

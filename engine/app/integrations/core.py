@@ -41,10 +41,10 @@ from engine.run.rundir import RunDir, RunDirError, default_name
 
 #: Seconds between looks at the mailbox while paused (each look is one broadcast on a multi-rank job).
 PAUSE_POLL_S = 0.25
-#: Least seconds between two step events when the user sets no cadence: every step of a run slower than 100
-#: steps/s, every few of a faster one. A step event (and the loss it reads, a device sync on a GPU) costs
-#: tens of µs, which at 800 steps/s of a tiny Lightning model was 5 % of the step.
-STEP_EVENT_S = 0.01
+#: Least seconds between two step events when the user sets no cadence: every step of a run slower than 50
+#: steps/s, every few of a faster one (50 points a second is more than a curve shows). A step event costs
+#: ~80 µs in a Lightning run (its metrics dict, the loss read: a device sync on a GPU, the event).
+STEP_EVENT_S = 0.02
 #: The tune modal's answer for every live setting: what the integration cannot do, and what to do instead.
 SETTINGS_LOCKED = ("{framework} owns this run's batch size, learning rate and every other setting: the cockpit "
                    "cannot change them mid-run (change them in your script and restart it)")

@@ -147,7 +147,9 @@ class CockpitCallback(pl.Callback):
         self._last_step = step
         if cockpit.owner:
             self._log_step(trainer, outputs, batch, step)
-        self._obey(trainer, cockpit.boundary(step, lambda ids: self._save(trainer, ids, "manual")))
+        decision = cockpit.boundary(step, lambda ids: self._save(trainer, ids, "manual"))
+        if decision.stop:
+            self._obey(trainer, decision)
         self._next_batch_start(step + 1)
 
     def _log_step(self, trainer, outputs, batch, step: int) -> None:
@@ -170,8 +172,7 @@ class CockpitCallback(pl.Callback):
             self._stopped = ("aborted", self.cockpit.controls.graceful_reason or "aborted by request")
         elif decision.stop == "now":
             self._stopped = ("aborted", self.cockpit.controls.stop_reason or "aborted now, no checkpoint")
-        if decision.stop:
-            trainer.should_stop = True
+        trainer.should_stop = True
 
     def _save(self, trainer, request_ids: list[str], kind: str) -> None:
         """Lightning's own checkpoint file, on every rank (save_checkpoint is a collective under DDP)."""

@@ -5,7 +5,8 @@ read at most every ``GPU_SAMPLE_S``; its peak counter is kept between reads,
 so no peak is missed); on CPU the step's live tensor storages counted through
 the dispatcher (engine.budget.cpu_meter.StepPeak) for step ``CALIBRATE_AT``
 and every ``CPU_MEASURE_EVERY``-th step, the process RSS beside it. The same
-cadences as the engine's hook (engine.budget.hook), for the same reasons.
+cadences as the engine's hook (engine.budget.hook), for the same reasons, with
+a floor in seconds (``COUNT_MIN_S``, ``CPU_SAMPLE_MIN_S``) for fast steps.
 
 Predicted: when the integration can hand over the user's step (a
 LightningModule's ``training_step`` with one real batch, or a callable and a
@@ -28,6 +29,10 @@ from engine.run import events as ev
 #: margin "never under" would be luck; it also covers kernel scratch and the CUDA allocator's 512-byte
 #: rounding, inside the budget's +10 % contract.
 HEADROOM = 0.02
+#: At fast steps the step cadences above come too often for what they tell (a 1,500 steps/s run would count
+#: a step three times a second and read RSS fifteen times): a counted step also waits this many seconds since
+#: the last, and an RSS sample this many.
+COUNT_MIN_S, CPU_SAMPLE_MIN_S = 5.0, 0.5
 
 
 class StepMemory:
@@ -49,6 +54,7 @@ class StepMemory:
         self._last_peak: tuple[int, int] | None = None  # (step, bytes) of the last counted CPU step
         self._last_read = float("-inf")
         self._emitted_at = -1
+        self._emitted_t = self._counted_t = float("-inf")  # monotonic seconds of the last RSS sample and count
         self._capacity: int | None = None  # the machine's RAM (CPU), read once
 
     # -- prediction ---------------------------------------------------------------------------
@@ -90,8 +96,10 @@ class StepMemory:
     # -- measurement ---------------------------------------------------------------------------
     def counts(self, step: int) -> bool:
         """True when ``begin(step)`` will start counting storages (the callback arms its batch-start hook)."""
-        return not self.meter.cuda and self._counting is None and (step == CALIBRATE_AT
-                                                                     or step % CPU_MEASURE_EVERY == 0)
+        if self.meter.cuda or self._counting is not None:
+            return False
+        return step == CALIBRATE_AT or (step % CPU_MEASURE_EVERY == 0
+                                        and time.monotonic() - self._counted_t >= COUNT_MIN_S)
 
     def begin(self, step: int) -> None:
         """Before step ``step`` runs: on CPU, now and then, start counting its storages."""
@@ -100,6 +108,7 @@ class StepMemory:
         from engine.budget.cpu_meter import StepPeak, held_tensors
 
         self._counting = StepPeak(held_tensors(self.model, self.optimizer_of()))
+        self._counted_t = time.monotonic()
         self._counting.__enter__()
 
     def end(self, step: int) -> ev.MemorySampled | None:
@@ -110,7 +119,8 @@ class StepMemory:
             counting, self._counting = self._counting, None
             counting.__exit__(None, None, None)
             self._last_peak = (step, counting.peak)
-        elif self._emitted_at >= 0 and step - self._emitted_at < CPU_EVERY:
+        elif self._emitted_at >= 0 and (step - self._emitted_at < CPU_EVERY
+                                        or time.monotonic() - self._emitted_t < CPU_SAMPLE_MIN_S):
             return None
         return self._cpu_sample(step)
 
@@ -125,7 +135,7 @@ class StepMemory:
 
         if self._capacity is None:
             self._capacity = available_ram()[1]
-        self._emitted_at = step
+        self._emitted_at, self._emitted_t = step, time.monotonic()
         peak = self._last_peak[1] if self._last_peak else None
         predicted = self.predicted
         source = (f"cpu: tensor storages of step {self._last_peak[0]} counted through the dispatcher; rss is the "
