@@ -51,6 +51,8 @@ class AutotuneCandidate(Event):
     warmup: int = 0
     #: The fastest so far (beyond the noise).
     best: bool = False
+    #: "halfway" when the window ended at its halfway look (a steady rate, or a clear loser); "" when it ran out.
+    ended: str = ""
 
 
 @dataclass(frozen=True)

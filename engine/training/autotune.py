@@ -25,6 +25,9 @@ How (one component, driven by the loop at step boundaries):
   A window whose first half is still clearly slower than its second did not
   settle: its first half is dropped and it runs on. The noise is the rate's
   relative 95 % half-width over the window, reported with every candidate.
+  Halfway through, a window that already knows its rate within
+  ``EARLY_NOISE``, or is slower than the best by more than the noise, ends:
+  the search's time is mostly windows, and most candidates lose.
 - **Search**: coordinate descent ordered by the prediction
   (engine.training.autotune_search), stopping where the rest cannot win by
   more than the noise.
@@ -73,6 +76,11 @@ MAX_EXTENSIONS = 2
 #: Seconds a candidate may warm up without a single timed step (worker processes starting, each importing torch)
 #: before it is recorded as unmeasured.
 MAX_WARM_S = 30.0
+#: A window is looked at halfway (at least ``MIN_TIMED`` timed steps in) and ends there when its rate is already
+#: known within ``EARLY_NOISE`` or is slower than the best by more than the noise: a clear loser or a steady rate
+#: learns nothing from the second half, and the search's time is mostly windows.
+MIN_TIMED = 4
+EARLY_NOISE = 0.05
 
 
 @dataclass
@@ -87,6 +95,8 @@ class Window:
     warm: int = 0
     extensions: int = 0
     opened: float = field(default_factory=time.monotonic)
+    #: The step of the halfway look (None: none left); ``until`` otherwise.
+    check_at: int | None = None
 
 
 class Autotuner:
@@ -135,6 +145,13 @@ class Autotuner:
         current = self._current()
         if any(current[name] != value for name, value in window.settings.items()):
             return self._stop("the settings changed under it (a rollback, an out-of-memory back-off or a set)")
+        if window.check_at is not None and self.run.step >= window.check_at:
+            window.check_at = None
+            early = self.run.parallel.broadcast(self._early(window))  # rank 0's verdict, at a step all ranks know
+            if early is not None:
+                self._record(window, early)
+                self._next()
+            return
         if self.run.step < window.until:
             return
         shared = self.run.parallel.broadcast(self._summary(window))  # rank 0's numbers decide on every rank
@@ -229,15 +246,19 @@ class Autotuner:
             return self._next()
         cfg = self.run.config.autotune
         self.run.budget.open_window()
-        self.window = Window(candidate, self._predicted_to_fit_peak(candidate), self.run.step,
-                             self.run.step + cfg.warmup_steps + cfg.window_steps)
+        began = self.run.step
+        check = began + cfg.warmup_steps + max(MIN_TIMED, cfg.window_steps // 2)
+        until = began + cfg.warmup_steps + cfg.window_steps
+        self.window = Window(candidate, self._predicted_to_fit_peak(candidate), began, until,
+                             check_at=check if check < until else None)
 
     def _record(self, window: Window, shared: dict) -> None:
         measure = Measure(shared["rate"], shared["noise"])
         best = self.search.record(window.settings, measure)
         row = dict(step=self.run.step, settings=window.settings, predicted=window.predicted,
                    measured=shared["measured"], rate=shared["rate"], steps_per_s=shared["steps_per_s"],
-                   noise=shared["noise"], steps=shared["steps"], warmup=shared["warmup"], best=best)
+                   noise=shared["noise"], steps=shared["steps"], warmup=shared["warmup"], best=best,
+                   ended=shared.get("ended", ""))
         self.table.append(row)
         self.window = None
         self.run.bus.emit(ev.AutotuneCandidate(**row))
@@ -258,16 +279,23 @@ class Autotuner:
         self._write_config()
 
     # -- measuring --------------------------------------------------------------------------------
+    def _early(self, window: Window) -> dict | None:
+        """This rank's verdict at a window's halfway look: its measurement when the window may end there (a
+        steady rate known within EARLY_NOISE, or a clear loser to the best so far), else None."""
+        if len(window.times) < MIN_TIMED or not _settled(window.times):
+            return None
+        summary = self._measured(window)
+        best = self.search.best_measure if self.search is not None else None
+        if summary["noise"] <= EARLY_NOISE or (best is not None
+                                               and Measure(summary["rate"], summary["noise"]).loses_to(best)):
+            return {**summary, "ended": "halfway"}
+        return None
+
     def _summary(self, window: Window) -> dict:
         """This rank's verdict on a window: its rate and noise, or ``more`` when it must run on."""
         cfg = self.run.config.autotune
         times = window.times
-        settled = True
-        if len(times) >= 4:
-            half = len(times) // 2
-            first, second = (statistics.fmean(s for s, _ in times[:half]),
-                             statistics.fmean(s for s, _ in times[half:]))
-            settled = first <= second * (1 + max(0.15, 2 * _noise([s for s, _ in times[half:]])))
+        settled = _settled(times)
         enough = len(times) >= max(2, cfg.window_steps // 2)
         cold = not times and time.monotonic() - window.opened < MAX_WARM_S
         if cold or ((not settled or not enough) and window.extensions < MAX_EXTENSIONS):
@@ -275,6 +303,11 @@ class Autotuner:
                 window.warm += len(times) // 2
                 del times[:len(times) // 2]
             return {"more": True}
+        return self._measured(window)
+
+    def _measured(self, window: Window) -> dict:
+        """A window's measurement from its timed steps so far."""
+        times = window.times
         seconds = sum(s for s, _ in times) or 1e-9
         samples = sum(n for _, n in times)
         per_sample = self._per_sample()
@@ -353,6 +386,16 @@ class Autotuner:
         except OSError as exc:
             self.run.bus.emit(ev.Warning(text=f"autotune: config.toml not rewritten ({exc.strerror})",
                                          step=self.run.step))
+
+
+def _settled(times: list[tuple[float, float]]) -> bool:
+    """False when a window's first half is clearly slower than its second: still warming up (True under 4 steps,
+    which cannot tell)."""
+    if len(times) < 4:
+        return True
+    half = len(times) // 2
+    first, second = statistics.fmean(s for s, _ in times[:half]), statistics.fmean(s for s, _ in times[half:])
+    return first <= second * (1 + max(0.15, 2 * _noise([s for s, _ in times[half:]])))
 
 
 def _noise(seconds: list[float]) -> float:

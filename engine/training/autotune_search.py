@@ -8,7 +8,9 @@ choices in their declared fastest-first order), one value at a time with the
 others at the best so far. A candidate the budget predicts not to fit is
 skipped before it is ever applied (``fits``), and so is one whose ``requires``
 the best so far does not meet (a chunk size under a backend that does not
-chunk).
+chunk). A choice that does not fit at the best micro-batch is tried at the
+nearest smaller one that fits instead (``_repaired``): turning activation
+checkpointing off wins only where the micro-batch shrinks with it.
 
 What "better" means: a candidate replaces the best when its rate beats it by
 more than the noise of both measurements (``Measure.noise``, the rate's
@@ -117,8 +119,31 @@ class CoordinateSearch:
                 continue
             if not self.fits(candidate):
                 self.refused += 1
+                repaired = None if dim.ordered else self._repaired(candidate, dim)
+                if repaired is not None:
+                    return repaired
                 continue
             return candidate
+
+    def _repaired(self, candidate: dict, swept: Dimension) -> dict | None:
+        """The nearest candidate that fits with ``swept``'s value kept: an ordered dimension moved toward the back
+        of its values (the lower predicted peak: a smaller micro-batch), the first that fits; None when none does
+        or the nearest was measured already.
+
+        Why: a choice that trades memory for speed (activation checkpointing off, a faster kernel) often does
+        not fit at the best micro-batch so far, but does one step smaller, and wins there. Coordinate descent
+        alone never sees it, since the move changes two settings at once."""
+        for dim in self.dims:
+            if dim is swept or not dim.ordered or not dim.applies(candidate) or candidate.get(dim.name) \
+                    not in dim.values:
+                continue
+            for value in dim.values[dim.values.index(candidate[dim.name]) + 1:]:
+                moved = {**candidate, dim.name: value}
+                if key(moved) in self.measured:
+                    break
+                if self.fits(moved):
+                    return moved
+        return None
 
     def _sweep(self, dim: Dimension) -> list[list]:
         """The values to try in ``dim`` from the best so far, as runs: all of a choice in its order; for an ordered

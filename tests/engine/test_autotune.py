@@ -63,6 +63,24 @@ def test_a_gain_inside_the_noise_does_not_move_the_setting() -> None:
     assert Measure(110.0, 0.05).beats(Measure(100.0, 0.02)) and not Measure(104.0, 0.05).beats(Measure(100.0, 0.0))
 
 
+def test_a_choice_that_does_not_fit_is_tried_at_the_nearest_smaller_micro_batch() -> None:
+    # The LM bench's space: checkpointing off is faster but needs more memory; the fastest setting that fits
+    # (micro-batch 4, off) differs from the best coordinate descent reaches alone (micro-batch 8, on) in both.
+    dims = [Dimension("grad_accum", (1, 2, 4, 8, 16), ordered=True), Dimension("checkpointing", (True, False))]
+    peak = {(1, True): 14.5, (2, True): 7.7, (4, True): 4.2, (8, True): 2.5, (16, True): 1.7,
+            (1, False): 25.7, (2, False): 13.3, (4, False): 7.0, (8, False): 3.9, (16, False): 2.3}
+    rate = {(2, True): 23.0, (4, True): 18.5, (8, True): 12.9, (16, True): 8.2,
+            (4, False): 30.2, (8, False): 23.7, (16, False): 15.8}
+
+    def fits(s):
+        return peak[(s["grad_accum"], s["checkpointing"])] <= 10.0
+
+    search, tried = _search(dims, {"grad_accum": 8, "checkpointing": True},
+                            lambda s: rate[(s["grad_accum"], s["checkpointing"])], fits)
+    assert search.result()[0] == {"grad_accum": 4, "checkpointing": False}
+    assert all(fits(s) for s in tried) and search.refused >= 2
+
+
 def test_the_space_keeps_the_math_unless_asked() -> None:
     from engine.core.registry import get_spec
 
@@ -310,3 +328,24 @@ def test_viewers_runs_and_plot_read_the_search(runs) -> None:
 
     said = autotune_events.line(ev.from_dict(chose))  # the headless console's line
     assert said.startswith(f"{chose['status']} grad_accum {chose['settings']['grad_accum']}") and "candidates" in said
+
+
+def test_a_window_ends_halfway_when_its_rate_is_known_or_it_clearly_loses(tmp_path) -> None:
+    from engine.training.autotune import EARLY_NOISE, MIN_TIMED
+
+    window = 12
+    flags = [*BASE, "--max-steps", "160", "--checkpoint-every", "0", "--set", "autotune.on_start=true",
+             "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=1",
+             "--set", f"autotune.window_steps={window}"]
+    assert _train(tmp_path / "run", *flags) == 0
+    table = next(e for e in read_events(tmp_path / "run") if e["type"] == "autotune_chose")["table"]
+    early = [row for row in table if row["ended"] == "halfway"]
+    assert early, [(row["settings"], row["steps"], row["noise"]) for row in table]
+    best = None
+    for row in table:
+        if row["ended"] == "halfway":  # a steady rate, or a clear loser to the best before it
+            assert MIN_TIMED <= row["steps"] <= window // 2
+            loses = best is not None and row["rate"] * (1 + max(row["noise"], best["noise"])) < best["rate"]
+            assert row["noise"] <= EARLY_NOISE or loses, (row, best)
+        if row["best"]:
+            best = row
