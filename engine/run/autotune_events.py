@@ -49,7 +49,7 @@ class AutotuneCandidate(Event):
     noise: float = 0.0
     steps: int = 0
     warmup: int = 0
-    #: The fastest so far (beyond the noise).
+    #: The search's best so far: the fastest beyond the noise, or a choice nearly as fast that needs less memory.
     best: bool = False
     #: "halfway" when the window ended at its halfway look (a steady rate, or a clear loser); "" when it ran out.
     ended: str = ""

@@ -15,12 +15,17 @@ checkpointing off wins only where the micro-batch shrinks with it.
 What "better" means: a candidate replaces the best when its rate beats it by
 more than the noise of both measurements (``Measure.noise``, the rate's
 relative spread), so a change that only looks faster on a noisy box is not
-taken. Where it stops: an ordered dimension (``Dimension.ordered``: the
-micro-batch, the thread count) is swept outward from the best value, one
-direction at a time; once two values in a row are slower than the best by more
-than the noise, the rest of that direction is taken to be unable to win by
-more than the noise and is not measured (the rate of a size or a count rises
-to one peak and falls past it). After a pass that changed nothing, nothing
+taken; a choice not far behind it (``Measure.far_behind``) takes its place
+when it is predicted to need less memory (``peak``), since the room it leaves
+is a larger micro-batch the next pass can try (the result is still the
+fastest measured, should that room not pay). Where it stops: an ordered dimension
+(``Dimension.ordered``: the micro-batch, the thread count) is swept outward
+from the best value, one direction at a time; once two values in a row are
+slower than the best by more than the noise, or one is far behind
+(``Measure.far_behind``), the rest of that direction is taken to be unable to
+win and is not measured (the rate of a size or a count rises to one peak and
+falls past it), and when the first direction moved the best, the second is
+not swept at all (it lies past the value that lost). After a pass that changed nothing, nothing
 remains to try; at most ``passes`` passes, never more than ``limit``
 candidates measured.
 """
@@ -62,6 +67,14 @@ class Measure:
         """Slower than ``other`` by more than either measurement's noise."""
         return self.rate * (1.0 + max(self.noise, other.noise)) < other.rate
 
+    def far_behind(self, other: "Measure") -> bool:
+        """Slower than ``other`` by more than twice the noise and 10 % besides: no noise explains it."""
+        return self.rate * (1.0 + 2 * max(self.noise, other.noise)) < other.rate * (1.0 - FAR_MARGIN)
+
+
+#: The margin beyond the noise that makes one measurement far behind another (``Measure.far_behind``).
+FAR_MARGIN = 0.10
+
 
 def key(settings: dict) -> tuple:
     """A hashable form of a settings dict (the same settings in any order give the same key)."""
@@ -72,8 +85,9 @@ class CoordinateSearch:
     """See the module docstring. ``next()`` gives the settings to measure (None when done), ``record`` its result."""
 
     def __init__(self, dims: list[Dimension], start: dict, fits: Callable[[dict], bool], limit: int,
-                 passes: int = 2) -> None:
+                 passes: int = 2, peak: Callable[[dict], int | None] | None = None) -> None:
         self.dims, self.fits, self.limit, self.passes = dims, fits, limit, passes
+        self.peak = peak or (lambda settings: None)
         self.start = dict(start)
         self.best: dict = dict(start)
         self.best_measure: Measure | None = None
@@ -85,6 +99,8 @@ class CoordinateSearch:
         self._pass, self._dim, self._changed = 0, -1, False
         self._runs: list[list] = []  # the current dimension's values still to try, in runs (module docstring)
         self._losses = 0
+        self._origin: Any = None  # the value the current dimension's sweep started from
+        self._settings: dict[tuple, dict] = {}  # each measured key's settings
 
     def next(self) -> dict | None:
         """The settings to measure next, or None when the search is over."""
@@ -107,10 +123,17 @@ class CoordinateSearch:
             while self._runs and not self._runs[0]:
                 self._runs.pop(0)
                 self._losses = 0
+                dim = self.dims[self._dim]
+                if self._runs and dim.ordered and self.best.get(dim.name) != self._origin:
+                    # the first run moved the best away from where the sweep began, so the value there lost to
+                    # it: past that value, on the other side, a rate with one peak only falls further
+                    self.pruned += len(self._runs[0])
+                    self._runs[0] = []
             if not self._runs:
                 self._dim += 1
                 if self._dim >= len(self.dims):
                     return None
+                self._origin = self.best.get(self.dims[self._dim].name)
                 self._runs = self._sweep(self.dims[self._dim])
                 continue
             dim = self.dims[self._dim]
@@ -160,22 +183,37 @@ class CoordinateSearch:
     def record(self, settings: dict, measure: Measure) -> bool:
         """Record a measurement; True when it is the new best."""
         self.measured[key(settings)] = measure
+        self._settings[key(settings)] = dict(settings)
         if self.best_measure is None:
             self.best, self.best_measure = dict(settings), measure
             return True
-        if measure.beats(self.best_measure):
+        dim = self.dims[self._dim] if 0 <= self._dim < len(self.dims) else None
+        lighter = dim is not None and not dim.ordered and not measure.far_behind(self.best_measure) \
+            and self._lighter(settings)  # a choice only: along a size, ties would drift a noise at a time
+        if measure.beats(self.best_measure) or lighter:
             self.best, self.best_measure, self._changed, self._losses = dict(settings), measure, True, 0
             return True
-        dim = self.dims[self._dim] if 0 <= self._dim < len(self.dims) else None
         if dim is not None and dim.ordered and self._runs:
             self._losses = self._losses + 1 if measure.loses_to(self.best_measure) else 0
-            if self._losses >= 2:  # two in a row clearly slower: further along this run cannot win
+            # two in a row slower, or one far behind: further along this run cannot win
+            if self._losses >= 2 or measure.far_behind(self.best_measure):
                 self.pruned += len(self._runs[0])
                 self._runs[0] = []
         return False
 
+    def _lighter(self, settings: dict) -> bool:
+        """True when ``settings`` are predicted to need less memory than the best: as fast within the noise, they
+        take its place, because the room they leave is a larger micro-batch the next pass can try (sdpa against
+        the math kernel at the same speed)."""
+        mine, best = self.peak(settings), self.peak(self.best)
+        return mine is not None and best is not None and mine < best
+
     def result(self) -> tuple[dict, Measure | None]:
-        """The best settings and their measurement."""
+        """The best settings and their measurement: where the search ended, unless a candidate measured on the way
+        beats it beyond the noise (a lighter choice it moved to, whose room did not pay)."""
+        fastest = max(self.measured.items(), key=lambda item: item[1].rate, default=None)
+        if fastest is not None and self.best_measure is not None and fastest[1].beats(self.best_measure):
+            return dict(self._settings[fastest[0]]), fastest[1]
         return dict(self.best), self.best_measure
 
 

@@ -79,6 +79,35 @@ def test_a_choice_that_does_not_fit_is_tried_at_the_nearest_smaller_micro_batch(
                             lambda s: rate[(s["grad_accum"], s["checkpointing"])], fits)
     assert search.result()[0] == {"grad_accum": 4, "checkpointing": False}
     assert all(fits(s) for s in tried) and search.refused >= 2
+    # past the start, on the side away from the best, nothing is measured; nor past a value far behind
+    assert {"grad_accum": 16, "checkpointing": True} not in tried
+    assert {"grad_accum": 16, "checkpointing": False} not in tried
+    assert len(tried) == 5, tried
+
+
+def test_a_choice_as_fast_but_lighter_takes_the_place_and_opens_a_larger_micro_batch() -> None:
+    # The SensorLM bench's space: sdpa is as fast as math at micro-batch 4 but needs less memory, so at micro-batch
+    # 8 (grad_accum 2) only sdpa fits, and wins there.
+    dims = [Dimension("grad_accum", (1, 2, 4, 8), ordered=True), Dimension("backend", ("math", "sdpa"))]
+    peak = {(1, "math"): 50, (2, "math"): 30, (4, "math"): 16, (8, "math"): 9,
+            (1, "sdpa"): 40, (2, "sdpa"): 20, (4, "sdpa"): 11, (8, "sdpa"): 7}
+    rate = {(2, "sdpa"): 150.0, (4, "math"): 120.0, (4, "sdpa"): 121.0, (8, "math"): 80.0, (8, "sdpa"): 81.0}
+
+    def fits(s):
+        return peak[(s["grad_accum"], s["backend"])] <= 25
+
+    def run(peak_of):
+        search = CoordinateSearch(dims, {"grad_accum": 4, "backend": "math"}, fits, 50, peak=peak_of)
+        while (candidate := search.next()) is not None:
+            search.record(candidate, Measure(rate[(candidate["grad_accum"], candidate["backend"])], 0.03))
+        return search.result()[0]
+
+    assert run(lambda s: peak[(s["grad_accum"], s["backend"])]) == {"grad_accum": 2, "backend": "sdpa"}
+    assert run(None) == {"grad_accum": 4, "backend": "math"}  # without the peaks: stuck where it started
+    # when the room does not pay (sdpa does not fit at micro-batch 8 either), the faster measured one is the result
+    rate[(4, "sdpa")] = 112.0
+    peak[(2, "sdpa")] = 26
+    assert run(lambda s: peak[(s["grad_accum"], s["backend"])]) == {"grad_accum": 4, "backend": "math"}
 
 
 def test_the_space_keeps_the_math_unless_asked() -> None:
