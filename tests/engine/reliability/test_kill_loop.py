@@ -16,7 +16,8 @@ import signal
 import time
 from pathlib import Path
 
-from tests.engine.reliability.harness import TOY, events_of, verify_all
+from tests.conftest import read_events
+from tests.engine.reliability.harness import TOY, verify_all
 
 INTERVAL = 5
 KILLS = 26
@@ -84,8 +85,6 @@ def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> Non
     # Every replayed step (lost, then redone after a resume) computed exactly the loss it had the first time, among
     # the runs with one LR schedule: the final run's --max-steps changes it (a cosine over a dozen steps, not
     # KILL_TOTAL), so a step it replays after its first trains at another LR by design.
-    from tests.conftest import read_events
-
     losses: dict[int, list] = {}
     total = None
     for event in read_events(run):
