@@ -182,17 +182,13 @@ class EngineRun:
     def attach_sinks(self, jsonl, notes: list[str | None]) -> None:
         """Events to the log, the status record, the console; the phases (told live already) into the log first,
         then the notes held until now."""
-        from engine.run.offthread import OffThreadSinks
-        from engine.run.rundir import StatusWriter
-        from engine.run.sinks import status_sink
+        from engine.run.offthread import run_records
 
         run_dir = self.prepared.run_dir
-        self.status = StatusWriter(run_dir)
-        self.startup.hand_over([jsonl])
         # The log, the status record and the console encode and write on a drainer thread: at fast steps their
         # work on the training thread was the engine's largest per-step cost (engine.run.offthread).
-        records = OffThreadSinks([jsonl, status_sink(self.status), self.console]).start()
-        self.status.on_beat = records.flush
+        self.status, records = run_records(run_dir, jsonl, self.console)
+        self.startup.hand_over([jsonl])
         for sink in [records, *self.options.extra_sinks]:
             self.bus.add(sink)
         for note in notes:

@@ -31,7 +31,8 @@ import threading
 from collections import deque
 from typing import Callable, Iterable
 
-from engine.run.sinks import URGENT, EventBus
+from engine.run.rundir import RunDir, StatusWriter
+from engine.run.sinks import URGENT, EventBus, status_sink
 
 #: Seconds between the drainer's passes: a viewer sees a step event at most this much later.
 DRAIN_INTERVAL_S = 0.2
@@ -98,3 +99,13 @@ class OffThreadSinks:
         self._thread = None
         self.drain()
         self._bus.close()
+
+
+def run_records(run_dir: RunDir, jsonl: Callable, console: Callable | None = None
+                ) -> tuple[StatusWriter, OffThreadSinks]:
+    """A run directory's records behind one drainer: the log (``jsonl``), status.json's fields, the console; and
+    the status writer, whose heartbeat (started by the caller) flushes the drainer every second."""
+    status = StatusWriter(run_dir)
+    records = OffThreadSinks([jsonl, status_sink(status), console]).start()
+    status.on_beat = records.flush
+    return status, records

@@ -202,9 +202,9 @@ class CoordinateSearch:
         return False
 
     def _lighter(self, settings: dict) -> bool:
-        """True when ``settings`` are predicted to need less memory than the best: as fast within the noise, they
-        take its place, because the room they leave is a larger micro-batch the next pass can try (a kernel that
-        keeps less, at the same speed)."""
+        """True when ``settings`` are predicted to need less memory than the best: not far behind it (``record``),
+        they take its place, because the room they leave is a larger micro-batch the next pass can try (a kernel
+        that keeps less, at about the same speed)."""
         mine, best = self.peak(settings), self.peak(self.best)
         return mine is not None and best is not None and mine < best
 

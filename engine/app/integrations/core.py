@@ -108,10 +108,9 @@ class Cockpit:
             return self
         from engine.run.control.channel import ControlServer
         from engine.run.control.wire import ChannelError
-        from engine.run.offthread import OffThreadSinks
-        from engine.run.rundir import StatusWriter
+        from engine.run.offthread import run_records
         from engine.run.runlock import RunLock
-        from engine.run.sinks import EventBus, JsonlSink, status_sink
+        from engine.run.sinks import EventBus, JsonlSink
 
         try:
             self.lock = RunLock.acquire(self.run_dir)
@@ -121,11 +120,9 @@ class Cockpit:
                 _write_config(self.run_dir.config, self.describe(config))
             self.bus = EventBus()
             jsonl = JsonlSink(self.run_dir.events, warn=lambda text: self.emit(ev.Warning(text=text)))
-            self.status = StatusWriter(self.run_dir)
             # encoded and written on a drainer thread, as the engine's (engine.run.offthread): the user's step
             # pays for a queue append
-            records = OffThreadSinks([jsonl, status_sink(self.status)]).start()
-            self.status.on_beat = records.flush
+            self.status, records = run_records(self.run_dir, jsonl)
             self.bus.add(records)
             self.status.update(resume_command=resume_command())
             self.status.start()
