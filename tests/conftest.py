@@ -31,6 +31,13 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def output(proc: subprocess.CompletedProcess, tail: int = 4000) -> str:
+    """A finished process's exit code and the tails of its stdout and stderr, as plain text for an assert's
+    message (a tuple would be cut to one line by pytest's repr, hiding the traceback that says why)."""
+    return (f"exit {proc.returncode}\n--- stdout ---\n{(proc.stdout or '')[-tail:]}\n"
+            f"--- stderr ---\n{(proc.stderr or '')[-tail:]}")
+
+
 def kill_at_checkpoint_and_resume(flags: list[str], run: Path, step: int, kill_wait: float = 60,
                                   timeout: float = 120) -> subprocess.CompletedProcess:
     """Train ``flags`` into ``run``, SIGKILL it the moment the step-``step`` checkpoint is reported (what a

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT, cli_env, read_events, run_cli
+from tests.conftest import ROOT, cli_env, output, read_events, run_cli
 
 #: The toy task without dropout (its masks are per sample index and step, so both layouts read the same data).
 TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "toy.dropout=0", "--eval-every", "3")
@@ -36,7 +36,7 @@ def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path, m
     # inductor's codegen), so its losses also check compile under DDP against the eager process.
     two = run_cli(*common, "--max-steps", "6", "--run-dir", str(tmp_path / "two"), "--nproc-per-node", "2",
                   "--compile", "model", "--set", "train.compile_backend='aot_eager'", module="engine", timeout=180)
-    assert two.returncode == 0, (two.stdout[-2000:], two.stderr[-2000:])
+    assert two.returncode == 0, output(two)
     a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert sorted(b) == list(range(1, 7))
     rolled = [e for e in read_events(tmp_path / "two") if e.get("type") == "setting" and e["name"] == "lr"]
@@ -128,7 +128,7 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
     more = run_cli("--resume", str(run), "--max-steps", str(stopped_at + 40), "--nproc-per-node", "2", "--autotune",
                    "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=0",
                    "--set", "autotune.window_steps=8", module="engine", timeout=180)  # a halfway look too
-    assert more.returncode == 0, (more.stdout[-2000:], more.stderr[-2000:])
+    assert more.returncode == 0, output(more)
     events = read_events(run)
     last = [e for e in events if e.get("type") == "run_finished"][-1]
     assert (last["status"], last["steps"]) == ("finished", stopped_at + 40)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import read_events, run_cli
+from tests.conftest import output, read_events, run_cli
 
 #: The demo preset, a small batch and few steps; a constant LR so every step's update counts alike.
 SENSORLM = ("--task", "sensorlm", "--preset", "demo", "--batch-size", "8", "--max-steps", "4", "--eval-every", "100",
@@ -42,6 +42,6 @@ def test_two_ranks_ddp_and_fsdp2_give_one_process_losses_with_the_same_global_ba
     for strategy in ("ddp", "fsdp2"):
         two = run_cli(*SENSORLM, "--run-dir", str(tmp_path / strategy), "--nproc-per-node", "2",
                       "--strategy", strategy, module="engine", timeout=240)
-        assert two.returncode == 0, (strategy, two.stdout[-2000:], two.stderr[-2000:])
+        assert two.returncode == 0, f"{strategy}: {output(two)}"
         worst = _worst_relative_difference(_losses(tmp_path / "one"), _losses(tmp_path / strategy))
         print(f"sensorlm 2 ranks ({strategy}) vs 1 process: largest relative loss difference {worst:.2e}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_events, run_cli
+from tests.conftest import output, read_events, run_cli
 
 #: The toy task without dropout, a checkpoint every 4 steps, a rollback at the first non-finite step.
 TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "toy.dropout=0", "--eval-every", "4",
@@ -48,7 +48,7 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     # losses check compile under FSDP2 against the eager process too.
     job = run_cli(*TOY, "--max-steps", "12", "--run-dir", str(two), "--nproc-per-node", "2", "--strategy", "fsdp2",
                   "--compile", "blocks", "--set", "train.compile_backend='aot_eager'", module="engine", timeout=180)
-    assert job.returncode == 0, (job.stdout[-2000:], job.stderr[-2000:])
+    assert job.returncode == 0, output(job)
     b = _losses(two)
     assert sorted(b) == list(range(1, 13))
     _close(a, b, range(1, 13))  # not bit-identical: the gradients are reduce-scattered over two halves
@@ -73,7 +73,7 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     os.replace(cut / "checkpoints" / "step-00000012" / ".metadata",
                cut / "checkpoints" / "step-00000012" / ".metadata.tmp")
     job = run_cli("--resume", str(cut), "--max-steps", "12", "--nproc-per-node", "2", module="engine", timeout=180)
-    assert job.returncode == 0, (job.stdout[-2000:], job.stderr[-2000:])
+    assert job.returncode == 0, output(job)
     started = [e for e in read_events(cut) if e.get("type") == "run_started"][-1]
     assert started["start_step"] == 8 and started["resumed_from"].endswith("step-00000008")
     c = _losses(cut, since=1)
@@ -87,7 +87,7 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     _close(a, _losses(two, since=1), range(13, 17))
     # 1 → 2: that process's checkpoint resharded over two ranks again.
     job = run_cli("--resume", str(two), "--max-steps", "20", "--nproc-per-node", "2", module="engine", timeout=180)
-    assert job.returncode == 0, (job.stdout[-2000:], job.stderr[-2000:])
+    assert job.returncode == 0, output(job)
     _close(a, _losses(two, since=2), range(17, 21))
 
     # A run keeps its strategy: resuming it as ddp is one line and exit 2, nothing written.
