@@ -66,7 +66,10 @@ def _look_at_the_charts(tmux: Tmux, run: Path) -> None:
     tmux.wait_for("g", lambda s: evals(s) >= 2 and "RUNNING" in s, 120, "the run training, two evals done")
 
     _choose(tmux, "d", "i", "s")  # "display PSNR (mean of bands)", the primary metric
-    text = tmux.wait_for("g", lambda s: "┄ nearest" in _title(s), 30, "the baselines' guide lines on the PSNR chart")
+    # All three guides: the title takes its second row on the layout pass after the chart switches, so a frame
+    # caught in between shows the first guide only.
+    text = tmux.wait_for("g", lambda s: all(f"┄ {m}" in _title(s) for m in ("nearest", "linear", "blend")), 30,
+                         "the baselines' guide lines on the PSNR chart")
     title = _title(text)
     metrics = [e for e in read_events(run) if e["type"] == "eval"][-1]["metrics"]
     assert title.startswith("display PSNR"), title
