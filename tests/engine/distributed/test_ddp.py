@@ -124,14 +124,16 @@ def test_killed_rank_stops_the_job_names_it_and_resume_continues(tmp_path):
     # The resumed job also autotunes its micro-batching at its start: every candidate must land on both ranks
     # at the same step (a window ends at a step count every rank knows, decided from rank 0's numbers), and the
     # job ends with both ranks on the chosen settings at one step.
+    # 80 steps: three candidates of 8 timed steps each, plus the steps that do not count (an evaluation every 3
+    # steps, a batch not ready under load); a run that ends first stops the search ("stopped").
     stopped_at = finished["steps"]
-    more = run_cli("--resume", str(run), "--max-steps", str(stopped_at + 40), "--nproc-per-node", "2", "--autotune",
+    more = run_cli("--resume", str(run), "--max-steps", str(stopped_at + 80), "--nproc-per-node", "2", "--autotune",
                    "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=0",
                    "--set", "autotune.window_steps=8", module="engine", timeout=180)  # a halfway look too
     assert more.returncode == 0, output(more)
     events = read_events(run)
     last = [e for e in events if e.get("type") == "run_finished"][-1]
-    assert (last["status"], last["steps"]) == ("finished", stopped_at + 40)
+    assert (last["status"], last["steps"]) == ("finished", stopped_at + 80)
     chose = [e for e in events if e.get("type") == "autotune_chose"][-1]
     assert chose["status"] in ("chosen", "kept") and len(chose["table"]) >= 2
     assert [r["rank"] for r in chose["ranks"]] == [0, 1]
