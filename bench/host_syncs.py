@@ -48,6 +48,7 @@ def count(config, steps: int) -> float:
     torch.set_num_threads(1)
     trainer = Trainer(config, EventBus())
     trainer.setup()
+    trainer.optim.host_read = "stacked"  # how a CUDA run reads the step's values (CPU reads them one by one)
     with SyncCounter(trainer) as counter:
         trainer.run()
     return counter.per_step({0, steps}, steps)

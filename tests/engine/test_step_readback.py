@@ -97,3 +97,22 @@ def test_deferred_is_refused_where_the_optimizer_cannot_skip_on_the_device() -> 
     trainer = Trainer(_config("deferred", precision="fp16"), EventBus())
     with pytest.raises(ValueError, match="train.step_readback=deferred: needs the fused AdamW kernel"):
         trainer.setup()
+
+
+def test_cpu_reads_the_step_values_one_by_one_and_they_are_the_stacked_reads_exactly(tmp_path) -> None:
+    """CPU reads each value with ``.item()`` (no read waits there; the stack was one more kernel a step); CUDA
+    stacks them into one transfer. Both paths give the very same numbers, so a run's log is the same either way."""
+    runs = {}
+    for read in ("each", "stacked"):
+        torch.set_num_threads(1)
+        events: list = []
+        trainer = Trainer(_config("sync"), EventBus([events.append]), checkpoint_dir=tmp_path / read)
+        trainer.setup()
+        assert trainer.optim.host_read == "each"  # the CPU default
+        trainer.optim.host_read = read
+        with SyncCounter(trainer) as counter:
+            assert trainer.run().status == "finished"
+        runs[read] = (counter.per_step({0, 10, 20, 30}, 30), [(e.step, e.loss, e.grad_norm, e.components)
+                                                              for e in events if e.type == "step"])
+    assert runs["stacked"][0] == 1 and runs["each"][0] >= 2  # loss and grad norm, at least
+    assert runs["each"][1] == runs["stacked"][1] and len(runs["each"][1]) == 30

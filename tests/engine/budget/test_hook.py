@@ -69,3 +69,22 @@ def test_live_predictions_are_made_for_the_runs_layout_across_ranks() -> None:
     trainer = SimpleNamespace(config=config, batch_size=8, grad_accum=1)
     assert one.on_start(trainer).predicted != two.on_start(trainer).predicted
     assert one.peak_for({"batch_size": 16})[0] != two.peak_for({"batch_size": 16})[0]
+
+
+def test_cpu_steps_between_samples_do_not_predict_and_any_change_is_looked_at() -> None:
+    from engine.budget import hook as hook_module
+
+    hook, trainer = _hook()
+    hook.on_start(trainer)
+    predictions = []
+    real = hook._predict
+    hook._predict = lambda config: predictions.append(config) or real(config)
+    assert hook.sample(1) is not None and len(predictions) == 1
+    assert all(hook.sample(step) is None for step in range(2, hook_module.CPU_EVERY))
+    assert len(predictions) == 1  # nothing changed: the steps in between cost no prediction
+    assert hook.sample(hook_module.CPU_EVERY) is not None and len(predictions) == 2  # the periodic sample
+    trainer.config = trainer.config.model_copy()  # a new settings object, the same numbers: looked at, not sent
+    assert hook.sample(hook_module.CPU_EVERY + 1) is None and len(predictions) == 3
+    trainer.grad_accum = 2  # a live change: looked at, and the next step is counted for its new peak
+    hook.sample(hook_module.CPU_EVERY + 2)
+    assert len(predictions) == 4
