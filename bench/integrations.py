@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import tempfile
@@ -195,8 +196,8 @@ def run(quick: bool = False) -> Section:
     # a fast run is seconds long and its ratio moves ±2 % from round to round on a shared VM: more rounds
     fast_rounds = rounds if tiny else 4 * rounds + 1
     demo = overhead(demo_rate, demo_steps, rounds)
-    fast = {model: overhead(lambda steps, root, with_cockpit, model=model: fast_rate(steps, root, with_cockpit, model),
-                            fast_steps, fast_rounds) for model in FAST_MODELS}
+    fast = {model: overhead(functools.partial(fast_rate, model=model), fast_steps, fast_rounds)
+            for model in FAST_MODELS}
     memory = memory_rows()
     lines = [f"Lightning {_quiet_lightning().__version__}, CPU, one process; interleaved rounds (demo: {rounds} of "
              f"{demo_steps} steps, fast: {fast_rounds} of {fast_steps} steps a run); steps/s between 10 % and 90 % "
