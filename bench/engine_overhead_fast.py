@@ -82,6 +82,7 @@ def bare_loop(steps: int, task_name: str = "toy") -> float:
     task.setup(None)
     model = task.build_model()
     optimizer = make_optimizer(model, config)
+    params = list(model.parameters())  # once: model.parameters() walks the modules, ~20 µs a step here
     batch = config.train.batch_size
     marks = []
     for step in range(steps):
@@ -89,7 +90,7 @@ def bare_loop(steps: int, task_name: str = "toy") -> float:
         loss, _ = task.loss(model, data, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.clip_grad_norm)
+        torch.nn.utils.clip_grad_norm_(params, config.train.clip_grad_norm)
         optimizer.step()
         float(loss.detach())
         marks.append((step + 1, time.perf_counter(), time.process_time()))

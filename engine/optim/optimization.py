@@ -5,8 +5,9 @@ by default, a LoRA task only its adapters) and how the groups differ; this
 component decides how: AdamW with the run's betas/eps, the schedule's LR for
 each step (``peak_lr × lr_scale × lr_at(step)``, where ``lr_scale`` is what
 NaN rollbacks lowered), bf16 autocast or fp16 with a grad scaler, and a clip
-that is applied (``clip_grad_norm_`` scales the gradients and returns the
-pre-clip norm: computing the norm alone would log a clip that never happens).
+that is applied (engine.optim.clipping: ``clip_grad_norm_``'s numbers, which scale
+the gradients and return the pre-clip norm: computing the norm alone would log a
+clip that never happens).
 
 Its state for a checkpoint is the optimizer's (tensors apart, JSON apart: see
 engine.checkpoint.format), the scaler's and the two LR numbers. ``check`` validates
@@ -23,6 +24,7 @@ import torch
 
 from engine.checkpoint import format as ckpt
 from engine.core.core_sections import TrainConfig
+from engine.optim.clipping import GradClipper
 from engine.optim.fused import fused_adamw
 from engine.optim.schedule import lr_at
 
@@ -67,6 +69,7 @@ class Optimization:
         #: What is clipped, in the model's order (the norm's float sum depends on it), and what the
         #: optimizer's state is indexed by (the groups' order).
         self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.clip = GradClipper(self.trainable)
         self.params = [p for group in groups for p in group["params"]]
         self.optimizer = adamw(groups, train)
         self.scaler = torch.amp.GradScaler(device.type, enabled=train.precision == "fp16")
@@ -83,8 +86,13 @@ class Optimization:
         return self._autocast()
 
     def zero_grad(self) -> None:
-        """Drop the gradients (set to None: frees their memory until the next backward)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        """Drop the gradients (set to None: frees their memory until the next backward).
+
+        What ``optimizer.zero_grad(set_to_none=True)`` does, without its profiler range, dynamo guard and
+        foreach bookkeeping: those cost ~40 µs a step in the loop (3 % of a fast toy step), the loop itself
+        ~1 µs for a few parameters."""
+        for param in self.params:
+            param.grad = None
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward through the scaler (a no-op scale unless fp16)."""
@@ -112,7 +120,7 @@ class Optimization:
             group["lr"] = lr * group.get("lr_mult", 1.0)
         self.scaler.unscale_(self.optimizer)
         max_norm = self.train.clip_grad_norm if self.train.clip_grad_norm > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
+        grad_norm = self.clip(max_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (a norm over shards); its value on every rank
             grad_norm = grad_norm.full_tensor()
         return lr, grad_norm
