@@ -3,8 +3,9 @@
 A GPU step of a small model takes a few milliseconds, so whatever the engine
 does per step (the step event, the control poll, the status heartbeat, memory
 sampling, host syncs) is a large share of it. The ``toy`` task shrunk to a
-step of well under a millisecond (dim 16, depth 1, 2 channels × 60 minutes,
-batch 2) puts the CPU in that regime.
+step of about a millisecond (dim 16, depth 1, 2 channels × 60 minutes,
+batch 1: the bare loop's ~1,000 steps/s on the 2-core box) puts the CPU in that
+regime.
 
 (a) **bare loop**: the same model and batches, built inline: make_batch →
     forward → backward → clip → AdamW → ``float(loss)``; the torch threads the
@@ -42,7 +43,7 @@ from bench.run_events import window
 
 #: The fast toy: (section, field) overrides shared by both loops.
 FAST = {"model": {"dim": 16, "depth": 1}, "data": {"channels": 2, "minutes": 60, "val_samples": 4},
-        "train": {"batch_size": 2, "eval_every": 0}, "checkpoint": {"every_steps": 0}}
+        "train": {"batch_size": 1, "eval_every": 0}, "checkpoint": {"every_steps": 0}}
 
 
 #: The tiny LoRA LM shrunk to its fastest steps: a 1-layer Llama of width 16, 16 tokens, batch 1, rank 2.
@@ -68,31 +69,45 @@ def _planned_threads() -> int:
     return threads.plan(threads.usable_cores(), viewer=False, costs=None, steps_left=0).threads
 
 
-def bare_loop(steps: int, task_name: str = "toy") -> float:
-    """Steps/s of the hand-written loop over the task's fast model (window 10-90 %)."""
+#: A careful GPU loop reads its loss now and then, not every step (a read waits for the device): every this many.
+GPU_READ_EVERY = 50
+
+
+def bare_loop(steps: int, task_name: str = "toy", device: str = "cpu") -> dict:
+    """Steps/s of the hand-written loop over the task's fast model (window 10-90 %) on ``device``.
+
+    On CPU it reads the loss every step, as the engine's synchronous readback does (a read waits for nothing
+    there). On a GPU it copies each batch without blocking and reads the loss every ``GPU_READ_EVERY`` steps, and
+    at the window's two edges, so the steps timed are steps the device finished."""
     import torch
 
     from engine.budget.step import make_optimizer
     from engine.core.registry import load_task_class
 
     config = _config(steps, task_name)
+    target = torch.device(device)
+    on_device = target.type != "cpu"
     torch.set_num_threads(_planned_threads())
     torch.manual_seed(0)
     task = load_task_class(config.task.name)(config)
     task.setup(None)
-    model = task.build_model()
+    model = task.build_model().to(target)
     optimizer = make_optimizer(model, config)
     params = list(model.parameters())  # once: model.parameters() walks the modules, ~20 µs a step here
     batch = config.train.batch_size
+    edges = window(steps, 0.1, 0.9)
     marks = []
     for step in range(steps):
         data = task.make_batch(list(range(step * batch, (step + 1) * batch)), step, train=True)
+        if on_device:
+            data = {k: v.to(target, non_blocking=True) for k, v in data.items()}
         loss, _ = task.loss(model, data, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, config.train.clip_grad_norm)
         optimizer.step()
-        float(loss.detach())
+        if not on_device or (step + 1) % GPU_READ_EVERY == 0 or step + 1 in edges:
+            float(loss.detach())
         marks.append((step + 1, time.perf_counter(), time.process_time()))
     return _rates(marks, steps)
 
@@ -129,6 +144,33 @@ def engine_run(steps: int, root: Path, keep: list | None = None, task: str = "to
     if keep is not None:
         keep.append(run_dir.events)
     return _rates(marks, steps)
+
+
+def gpu_probe(steps: int = 2000, rounds: int = 4, lm_steps: int = 600) -> dict:
+    """The GPU script's fast-steps row (bench.gpu_probe's kind ``fast``): the bare loop and the engine on CUDA,
+    toy and tiny LoRA LM, interleaved ``rounds`` times; steps/s of each run by variant."""
+    with tempfile.TemporaryDirectory(prefix="bench-fast-gpu-") as tmp:
+        variants = {"bare": lambda: bare_loop(steps, device="cuda"),
+                    "engine": lambda: engine_run(steps, Path(tmp), device="cuda"),
+                    "bare_lm": lambda: bare_loop(lm_steps, "lm", device="cuda"),
+                    "engine_lm": lambda: engine_run(lm_steps, Path(tmp), task="lm", device="cuda")}
+        results = interleave(variants, rounds)
+    return {name: [run["steps_per_s"] for run in runs] for name, runs in results.items()}
+
+
+def gpu_line(row: dict, verdicts: list[str]) -> str:
+    """The GPU section's line for the ``fast`` row (bench.gpu_section), and its verdicts."""
+    if "error" in row:
+        return f"**Fast steps on the GPU**: error: {row['error']}"
+    toy, lm = ratios(row["engine"], row["bare"]), ratios(row["engine_lm"], row["bare_lm"])
+    verdicts += [verdict("GPU fast steps: engine ÷ bare loop steps/s (toy)", stats(toy)[1], 0.95),
+                 verdict("GPU fast steps: engine ÷ bare loop steps/s (tiny LoRA LM)", stats(lm)[1], 0.95),
+                 verdict("GPU fast steps: bare loop steps/s (toy)", stats(row["bare"])[1], 1000.0),
+                 verdict("GPU fast steps: bare loop steps/s (tiny LoRA LM)", stats(row["bare_lm"])[1], 1000.0)]
+    return (f"**Fast steps on the GPU** ({len(toy)} interleaved rounds; the bare loop reads its loss every "
+            f"{GPU_READ_EVERY} steps, the engine every step without a host sync): toy bare "
+            f"{fmt_stats(row['bare'], '.0f')} steps/s, engine ÷ bare **{fmt_stats(toy)}**; tiny LoRA LM bare "
+            f"{fmt_stats(row['bare_lm'], '.0f')} steps/s, engine ÷ bare **{fmt_stats(lm)}**.")
 
 
 def engine_argv(run_dir: Path) -> list[str]:
@@ -202,7 +244,8 @@ def section(results: dict, slices: dict | None, steps: int, rounds: int, quick: 
     cpu_ratio = ratios(cpu["bare"], cpu["engine"])  # CPU a step, bare ÷ engine: the same sense as steps/s
     engine_rate = stats(wall["engine"])[1]
     headroom = results["read_rate"] / engine_rate if engine_rate == engine_rate and engine_rate else float("nan")
-    lines = [f"`toy` task shrunk to fast steps (dim 16, depth 1, 2 × 60 inputs, batch 2), {steps} steps a run, "
+    lines = [f"`toy` task shrunk to fast steps (dim 16, depth 1, 2 × 60 inputs, batch {FAST['train']['batch_size']}), "
+             f"{steps} steps a run, "
              f"{rounds} interleaved round(s), between 10 % and 90 % of each run, CPU. CPU µs a step counts every "
              "thread of the process (the engine's heartbeat, sampler and control server included); on a shared "
              "box it moves less than wall time does.", "",

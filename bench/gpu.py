@@ -23,8 +23,9 @@ against the truth): memory (every task: SensorLM at several backends and
 batches, the toy, the LM at seq 256, 512 and 1024 in full and LoRA, the
 gap-filler, any plug-in task), a real CUDA OOM recovered, the gauges against
 nvidia-smi, the fair baselines on the GPU, speed (steps/s, GPU idle %, MFU), a
-live autotune from a poor start under a tight budget (bench.autotune_gpu), bf16
-and fp16 steps that learn, every ``gpu``-marked test, and the dashboard
+live autotune from a poor start under a tight budget (bench.autotune_gpu), the
+compiled and sync-free rows (bench.gpu_compile), fast steps against a bare loop
+(bench.engine_overhead_fast), bf16 and fp16 steps that learn, every ``gpu``-marked test, and the dashboard
 attached ÷ alone (slices). bench.gpu_section renders the page's section.
 """
 
@@ -56,7 +57,8 @@ PROBE = (sys.executable, "-m", "bench.gpu_probe")
 LOG = ROOT / "docs" / "BENCHMARKS-gpu.jsonl"
 PAGE = ROOT / "docs" / "BENCHMARKS.md"
 #: The groups of rows, in the order they run and appear on the page.
-GROUPS = ("memory", "oom", "gauges", "baselines", "speed", "autotune", "compile", "precision", "tests", "slices")
+GROUPS = ("memory", "oom", "gauges", "baselines", "speed", "autotune", "compile", "fast", "precision", "tests",
+          "slices")
 
 #: (label, task, preset, overrides) for the memory rows; other installed tasks are added at their defaults.
 MEMORY_ROWS = [
@@ -114,6 +116,7 @@ def rows() -> list[Row]:
                                                    "overrides": {"train": {"batch_size": 8}}, "steps": 120}),
             Row("autotune", "base b8 bf16 autotune", "autotune", {"steps": 400, "window": 8}, limit=150, least=60),
             *gpu_compile.rows(Row),
+            Row("fast", "fast steps, toy and tiny LoRA LM", "fast", {}, limit=150, least=45),
             Row("precision", "bf16", "precision", {**demo, "precision": "bf16"}),
             Row("precision", "fp16", "precision", {**demo, "precision": "fp16"}),
             Row("tests", "pytest -m gpu", "tests", {}, limit=180),

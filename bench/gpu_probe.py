@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from bench import autotune_gpu, gpu_compile
+from bench import autotune_gpu, engine_overhead_fast, gpu_compile
 from bench.common import GpuBusy
 
 MIB = 1 << 20
@@ -273,7 +273,7 @@ def slices(pairs: int = 5) -> dict:
 
 KINDS = {"memory": memory, "oom": oom, "precision": precision, "gauges": gauges, "speed": speed,
          "autotune": autotune_gpu.autotune, "baselines": baselines, "tests": tests, "slices": slices,
-         **gpu_compile.KINDS}
+         "fast": engine_overhead_fast.gpu_probe, **gpu_compile.KINDS}
 
 
 def _exit_on_sigterm(signum, frame) -> None:

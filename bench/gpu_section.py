@@ -7,7 +7,7 @@ it); a row that failed shows its error where its numbers would be. Errors are
 
 from __future__ import annotations
 
-from bench import autotune_gpu
+from bench import autotune_gpu, engine_overhead_fast
 from bench.common import Section, fmt_stats, ratios, stats, verdict
 
 MIB = 1 << 20
@@ -37,6 +37,7 @@ def section(device: str, results: dict, seconds: float, cut: str | None = None) 
               _speed_lines(results, verdicts), "",
               autotune_gpu.section_line(results.get("autotune", NOT_REACHED), verdicts), "",
               *_compile_lines(results.get("compile"), verdicts), "",
+              engine_overhead_fast.gpu_line(results.get("fast", NOT_REACHED), verdicts), "",
               _precision_lines(results.get("precision") or [NOT_REACHED], verdicts), "",
               _tests_line(results.get("tests", NOT_REACHED), verdicts)]
     return Section(f"GPU: {device}", "python -m bench --gpu", "\n".join(lines), verdicts,

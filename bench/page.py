@@ -24,6 +24,14 @@ MISS_REASONS: dict[str, str] = {
                                "--in-process is documented with); its data workers are processes as in headless "
                                "(engine.training.batches starts them under Textual's stdio), and separate runs on "
                                "this VM spread wider than the goal's margin",
+    "fast steps: bare loop steps/s (the regime": "the setting of the ratio above, not the engine's work: the bare "
+                                                 "loop's ~50 torch and numpy calls a step cost ~1.1 ms in dispatch on "
+                                                 "this CPU whatever their size (dim 8-16, 1-2 channels, 16-60 inputs "
+                                                 "all measured 890-960 steps/s); bench/gpu.py measures the row on a "
+                                                 "GPU host, whose faster CPU dispatches them sooner",
+    "fast steps: bare loop steps/s (tiny LoRA LM)": "transformers' and peft's Python per layer and per op costs ~2.8 "
+                                                    "ms a step on this CPU at any width; bench/gpu.py measures the "
+                                                    "row on a GPU host",
 }
 
 

@@ -63,6 +63,9 @@ def test_measure_runs_every_row_end_to_end_keeps_each_and_writes_the_page(tmp_pa
     assert "| toy b32 model | 10.0 | 13.0 | **1.300** |" in text
     assert "GPU compiled memory, toy b32 model: predicted ÷ measured peak (never under): 1.08" in text
     assert "host syncs a step (torch.cuda.set_sync_debug_mode) sync 1.00, deferred 0.00" in text
+    # the fast steps on the GPU: both tasks' engine ÷ bare, and the bare rate the regime asks for
+    assert "GPU fast steps: engine ÷ bare loop steps/s (toy): 0.98 — goal ≥ 0.95 met" in text
+    assert "GPU fast steps: bare loop steps/s (tiny LoRA LM): 600 — goal ≥ 1000 MISSED by 400" in text
 
 
 def test_a_cut_run_has_printed_and_kept_every_row_so_far_and_writes_the_page_from_them(tmp_path):
@@ -139,7 +142,9 @@ def _gpu_results():
             "baselines": {b.ENGINE: {"quiet": [110.0, 100.0, 105.0], "load": []},
                           b.DATALOADER: {"quiet": [100.0] * 3, "load": []},
                           b.LIGHTNING: {"quiet": [100.0] * 3, "load": []}},
-            "slices": {"bare": [100.0] * 5, "viewer": [99.5] * 5}}
+            "slices": {"bare": [100.0] * 5, "viewer": [99.5] * 5},
+            "fast": {"bare": [2000.0, 2100.0], "engine": [1900.0, 2050.0], "bare_lm": [900.0] * 2,
+                     "engine_lm": [950.0] * 2}}
 
 
 def test_gpu_section_reads_every_row_and_lands_on_the_page(tmp_path, monkeypatch):
@@ -156,6 +161,8 @@ def test_gpu_section_reads_every_row_and_lands_on_the_page(tmp_path, monkeypatch
     assert "GPU engine ÷ DataLoader loop steps/s: 1.05 — goal ≥ 1 met" in text
     assert "GPU tests (pytest -m gpu): 4 passed, 0 failed — met" in text
     assert "MFU 31.0 %" in section.body and "GPU idle 7.5 %" in section.body
+    assert "toy bare 2050 (2000–2100) steps/s, engine ÷ bare **0.963 (0.950–0.976)**" in section.body
+    assert "GPU fast steps: engine ÷ bare loop steps/s (tiny LoRA LM): 1.06 — goal ≥ 0.95 met" in text
     page = results_page.merge_page("# Benchmarks\n\nMachine: cpu box.\n\n## Start-up\n\nbody\n", [section],
                                    "python -m bench --gpu", "h")
     assert "## GPU: NVIDIA H200" in page and "## Start-up\n\nbody" in page
