@@ -194,7 +194,12 @@ def test_a_worker_exiting_while_its_feeder_sends_a_batch_ends_cleanly() -> None:
         return subprocess.run([sys.executable, "-c", _EXIT_WHILE_SENDING, mode], capture_output=True, text=True,
                               timeout=120, env=cli_env())
 
-    bare = run("bare")
-    assert bare.returncode != 0 and "terminate called" in bare.stderr, "the hazard reproduces without the join"
+    # The hazard is a race: under load the feeder sometimes finishes its copy before finalization reaches it
+    # (1 run in 15 beside 3 CPU hogs), so it gets three tries to show itself; the joined run gets one.
+    tries = []
+    while len(tries) < 3 and not (tries and tries[-1].returncode != 0 and "terminate called" in tries[-1].stderr):
+        tries.append(run("bare"))
+    assert tries[-1].returncode != 0 and "terminate called" in tries[-1].stderr, (
+        "the hazard reproduces without the join", [(t.returncode, t.stderr[-300:]) for t in tries])
     joined = run("joined")
     assert joined.returncode == 0 and "terminate called" not in joined.stderr, joined.stderr[-2000:]
