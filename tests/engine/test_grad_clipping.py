@@ -105,3 +105,18 @@ def test_the_optimizer_step_clips_on_the_fast_path_with_torchs_norm(monkeypatch)
                         lambda *a, **k: pytest.fail("the step fell back to torch.nn.utils.clip_grad_norm_"))
     (_, grad_norm, _), _, skipped = optim.step(1, loss.detach(), {}, lambda finite: not finite)
     assert not skipped and grad_norm == pytest.approx(float(expected), rel=1e-6) and grad_norm > 1.0
+
+
+def test_gradients_made_with_create_graph_are_clipped_without_recording_the_clip() -> None:
+    def made(seed: int) -> list[torch.nn.Parameter]:
+        torch.manual_seed(seed)
+        layer = torch.nn.Linear(6, 4)
+        (layer(torch.randn(3, 6)) ** 2).sum().backward(create_graph=True)  # gradients with a graph of their own
+        return list(layer.parameters())
+
+    ours, theirs = made(3), made(3)
+    assert ours[0].grad.requires_grad
+    expected = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+    norm = GradClipper(ours)(0.5)
+    assert not norm.requires_grad and norm.grad_fn is None and torch.equal(norm, expected)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs))
