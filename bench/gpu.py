@@ -25,8 +25,9 @@ gap-filler, any plug-in task), a real CUDA OOM recovered, the gauges against
 nvidia-smi, the fair baselines on the GPU, speed (steps/s, GPU idle %, MFU), a
 live autotune from a poor start under a tight budget (bench.autotune_gpu), the
 compiled and sync-free rows (bench.gpu_compile), fast steps against a bare loop
-(bench.engine_overhead_fast), bf16 and fp16 steps that learn, every ``gpu``-marked test, and the dashboard
-attached ÷ alone (slices). bench.gpu_section renders the page's section.
+(bench.engine_overhead_fast), bf16 and fp16 steps that learn, every
+``gpu``-marked test, and the dashboard attached ÷ alone (slices).
+bench.gpu_section renders the page's section.
 """
 
 from __future__ import annotations

@@ -66,10 +66,9 @@ class Optimization:
         #: Peak LR (``set lr`` changes it) and the multiplier NaN rollbacks lower.
         self.peak_lr = train.lr
         self.lr_scale = 1.0
-        #: What is clipped, in the model's order (the norm's float sum depends on it), and what the
+        #: The clip over what trains, in the model's order (the norm's float sum depends on it), and what the
         #: optimizer's state is indexed by (the groups' order).
-        self.trainable = [p for p in model.parameters() if p.requires_grad]
-        self.clip = GradClipper(self.trainable)
+        self.clip = GradClipper([p for p in model.parameters() if p.requires_grad])
         self.params = [p for group in groups for p in group["params"]]
         self.optimizer = adamw(groups, train)
         self.scaler = torch.amp.GradScaler(device.type, enabled=train.precision == "fp16")
