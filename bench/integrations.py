@@ -58,7 +58,7 @@ def _window_rate(marks: list[float]) -> float:
 
 
 def _cockpit(root: Path):
-    from engine.app.integrations.lightning import CockpitCallback
+    from sensorlm_tui.lightning import CockpitCallback
 
     return CockpitCallback(root / f"run-{time.monotonic_ns()}")
 
@@ -170,7 +170,7 @@ def memory_rows() -> list[dict]:
     """(b): one real Lightning run of 3 steps per model; the prediction and the counted peak from its events."""
     from torch.utils.data import DataLoader
 
-    from engine.app.integrations.lightning import CockpitCallback
+    from sensorlm_tui.lightning import CockpitCallback
 
     pl = _quiet_lightning()
     rows = []

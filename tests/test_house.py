@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "tui", "bench")
+PACKAGES = ("engine", "tui", "bench", "sensorlm_tui")
 #: Longest function allowed in engine/ and tui/ (lines, decorators and docstring included).
 MAX_FUNCTION_LINES = 80
 #: Longest module allowed in engine/ and tui/ (lines).

@@ -117,7 +117,7 @@ class EngineRun:
     def guard(self) -> tuple[cfg.RunConfig, str]:
         """The memory guard's verdict on the config (per rank under torchrun), shared with the other ranks."""
         from engine.core.registry import TaskLoadError, load_task_class
-        from engine.tasks.base import TaskError
+        from engine.tasks.protocol import TaskError
 
         self.startup.begin("predicting memory")
         many = self.parallel is not None and self.parallel.world > 1
@@ -138,7 +138,7 @@ class EngineRun:
         """The Trainer with its data, model and optimizer (UsageError for a task's bad input)."""
         from engine.checkpoint.format import CheckpointError
         from engine.run.sinks import EventBus
-        from engine.tasks.base import TaskError
+        from engine.tasks.protocol import TaskError
         from engine.training.loop import Trainer
 
         config, run_dir = self.config, self.prepared.run_dir

@@ -57,7 +57,7 @@ def export_run(run: str | Path, checkpoint: str | Path | None = None, kind: str 
     from engine.checkpoint import store
     from engine.core.config import ConfigError, validate
     from engine.core.registry import get_spec, make_task
-    from engine.tasks.base import TaskError
+    from engine.tasks.protocol import TaskError
 
     run_dir = _run_dir(str(run))
     try:
@@ -119,7 +119,7 @@ def _load_file_weights(loaded, model, source: str | None) -> None:
     TaskError when they do not fit."""
     from engine.checkpoint import format as ckpt
     from engine.checkpoint.weights import Weights
-    from engine.tasks.base import TaskError
+    from engine.tasks.protocol import TaskError
 
     weights = Weights(model, source)
     try:

@@ -158,8 +158,8 @@ def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0, l
             lines = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"exit status {proc.returncode}"
             kind, _, message = last.partition(": ")
-            if kind == "engine.tasks.base.TaskError":  # the task refused its input: bad input, not a trace bug
-                from engine.tasks.base import TaskError
+            if kind == "engine.tasks.protocol.TaskError":  # the task refused its input: bad input, not a trace bug
+                from engine.tasks.protocol import TaskError
 
                 raise TaskError(message)
             raise TraceError(f"memory trace failed: {last}")

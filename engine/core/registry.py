@@ -102,7 +102,7 @@ def spec_problem(spec: TaskSpec) -> str | None:
     from engine.core.sections import Section
 
     if not (isinstance(spec.config, type) and issubclass(spec.config, Section)):
-        return f"config={spec.config!r:.60}: must be a subclass of engine.sections.Section"
+        return f"config={spec.config!r:.60}: must be a subclass of sensorlm_tui.plugin.Section"
     if not _is_target(spec.task):
         return f"task={spec.task!r:.60}: must be a 'module:Class' string"
     if spec.analytic_memory is not None and not _is_target(spec.analytic_memory):

@@ -36,7 +36,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 
 #: Environment variable holding the fault spec.
 ENV = "SENSORLM_TUI_FAULTS"

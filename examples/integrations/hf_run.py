@@ -15,7 +15,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
-from engine.app.integrations.hf import CockpitCallback
+from sensorlm_tui.hf import CockpitCallback
 
 
 class Slow(TrainerCallback):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from engine.app.integrations.lightning import CockpitCallback
+from sensorlm_tui.lightning import CockpitCallback
 
 
 class Regressor(pl.LightningModule):

@@ -15,7 +15,7 @@ import time
 import torch
 from torch import nn
 
-from engine.app.integrations import cockpit
+from sensorlm_tui.loop import cockpit
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -220,8 +220,7 @@ def _plugin(area: Path, name: str, source: str, argv: list[str]) -> Invocation:
 
 
 _SECTION = '''from pydantic import Field
-from engine.sections import Section
-from engine.tasks.spec import Capabilities, Metric, Setting, TaskSpec
+from sensorlm_tui.plugin import Capabilities, Metric, Section, Setting, TaskSpec
 class C(Section):
     """A plugin's section."""
     bits: int = Field(16, ge=1, le=64, description="bits")

@@ -14,7 +14,7 @@ import pytest
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from engine.app.integrations.lightning import UNUSED_STEP_HOOKS, CockpitCallback  # noqa: E402
+from engine.app.integrations.lightning_callback import UNUSED_STEP_HOOKS, CockpitCallback  # noqa: E402
 from engine.budget.hook import CALIBRATE_AT  # noqa: E402
 from tests.integrations.conftest import kinds  # noqa: E402
 

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from engine.core.exit_codes import ExitCode
-from engine.tasks.base import TaskError
 from engine.tasks.gapfill.spec import SyntheticConfig
+from engine.tasks.protocol import TaskError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

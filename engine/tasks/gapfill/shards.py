@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.safe_files import read_json, read_regular
-from engine.tasks.base import TaskError
 from engine.tasks.gapfill import physics
+from engine.tasks.protocol import TaskError
 
 #: Largest manifest read: ~150 bytes a shard, so 64 MiB is ~400,000 instrument-days.
 MAX_MANIFEST_BYTES = 64 << 20

@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.tasks.base import Task, TaskError
 from engine.tasks.gapfill import align, baselines, losses, samples, shards, synth
 from engine.tasks.gapfill import model as gmodel
 from engine.tasks.gapfill.physics import BANDS
+from engine.tasks.protocol import Task, TaskError
 
 STATE_VERSION = 1
 #: Seed of the validation damage: fixed, so runs with different train.seed are measured on the same samples.

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 
 #: The byte tokenizer's vocabulary: one id per byte value. Id 0 (NUL, never in accepted text) ends a document.
 BYTE_VOCAB = 256

@@ -24,7 +24,7 @@ from pathlib import Path
 from torch import nn
 
 from engine.checkpoint.format import fsync_dir
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 
 #: adapter_config.json keys peft needs to rebuild the *same* adapter.
 REQUIRED_ADAPTER_KEYS = ("peft_type", "r", "lora_alpha", "target_modules", "task_type")

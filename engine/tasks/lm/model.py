@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.tasks.base import TaskError
 from engine.tasks.lm.model_dir import read_config
 from engine.tasks.lm.spec import LMConfig
+from engine.tasks.protocol import TaskError
 
 
 def _first_line(exc: BaseException) -> str:
@@ -195,6 +195,16 @@ def build(cfg: LMConfig, seq_len: int, seed: int) -> nn.Module:
         if cfg.finetune == "lora":
             model = add_lora(model, cfg)
     return model
+
+
+def run_base(config) -> nn.Module:
+    """The base model an adapter of the run ``config`` (its RunConfig, e.g. read back from config.toml) sits on:
+    the same first draws as ``build``, under the run's seed, so a random base comes back bit for bit and
+    ``PeftModel.from_pretrained(run_base(config), adapter_dir)`` is the trained model again (docs/LM.md)."""
+    lm = config.task_config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.train.seed)
+        return base_model(lm, lm.seq_len)
 
 
 def vocab_size(model: nn.Module) -> int:

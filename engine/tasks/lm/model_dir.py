@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from engine.core import safe_files
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 
 #: JSON files transformers reads from a model directory (config, generation, tokenizer).
 JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",

@@ -35,13 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.tasks.base import Task, TaskError
 from engine.tasks.lm import data as lmdata
 from engine.tasks.lm import mfu
 from engine.tasks.lm import model as lmmodel
 from engine.tasks.lm.export import export as write_export
 from engine.tasks.lm.model_dir import read_config
 from engine.tasks.lm.spec import LMConfig
+from engine.tasks.protocol import Task, TaskError
 
 STATE_VERSION = 1
 

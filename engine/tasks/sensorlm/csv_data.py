@@ -31,7 +31,7 @@ window is padded with gaps). The last ``data.val_fraction`` of the windows (chro
 least one) is the validation split; normalisation statistics (per-channel mean and standard
 deviation over valid minutes) come from the training windows only and are saved in the task state.
 
-Every problem raises ``engine.tasks.base.TaskError`` with ``file:line:column: what is wrong``.
+Every problem raises ``engine.tasks.protocol.TaskError`` with ``file:line:column: what is wrong``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.core.safe_files import open_regular
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 
 #: Longest line accepted, in bytes (a 64-channel row is ~1 KiB; anything near this is not our format).
 MAX_LINE_BYTES = 64 * 1024

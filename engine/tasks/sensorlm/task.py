@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.tasks.base import Task, TaskError
+from engine.tasks.protocol import Task, TaskError
 from engine.tasks.sensorlm import captions as cap
 from engine.tasks.sensorlm import job, losses
 from engine.tasks.sensorlm.csv_data import CsvDataset, channel_stats

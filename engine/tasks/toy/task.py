@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.tasks.base import Task, TaskError
+from engine.tasks.protocol import Task, TaskError
 
 #: Peak-to-peak range of the signals, the "MAX" of PSNR.
 DATA_RANGE = 2.0

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from engine.sections import Section
-from engine.tasks.spec import Capabilities, Metric, TaskSpec
+from sensorlm_tui.plugin import Capabilities, Metric, Section, TaskSpec
 
 
 class OnesConfig(Section):

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.tasks.base import Task
+from sensorlm_tui.plugin import Task
 
 #: Validation vectors come from indices above this, disjoint from training.
 VAL_OFFSET = 1 << 40

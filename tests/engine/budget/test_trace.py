@@ -42,7 +42,7 @@ def test_a_step_far_beyond_ram_traces_on_fake_tensors(tmp_path) -> None:
 def test_a_failing_model_is_a_one_line_error_not_a_crash(tmp_path) -> None:
     # patch_time that does not divide the window: the task refuses inside the worker. That is the user's
     # input, not a trace bug: it comes back as the task's own one-line TaskError (exit 2 at the CLI).
-    from engine.tasks.base import TaskError
+    from engine.tasks.protocol import TaskError
 
     config = small(model={"patch_time": 7})
     with pytest.raises(TaskError) as info:

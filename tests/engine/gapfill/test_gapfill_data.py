@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from engine.tasks.base import TaskError
 from engine.tasks.gapfill import physics, samples, shards
+from engine.tasks.protocol import TaskError
 from tests.conftest import ROOT, cli_env
 
 

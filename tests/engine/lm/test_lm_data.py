@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from engine.tasks.base import TaskError
 from engine.tasks.lm import data as lmdata
 from engine.tasks.lm.task import LMTask
+from engine.tasks.protocol import TaskError
 from tests.engine.lm.conftest import corpus_text, make_config
 
 

@@ -12,9 +12,9 @@ import json
 import pytest
 import torch
 
-from engine.tasks.base import TaskError
 from engine.tasks.lm import model as lmmodel
 from engine.tasks.lm.task import LMTask
+from engine.tasks.protocol import TaskError
 from tests.engine.lm.conftest import make_config
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -55,18 +55,20 @@ def _logits(model, task) -> torch.Tensor:
         return model(input_ids=tokens[:, :-1]).logits
 
 
-def test_exported_adapter_reloads_onto_the_same_base_exactly(trained) -> None:
+def test_exported_adapter_reloads_onto_the_same_base_exactly(trained, tmp_path) -> None:
+    """As docs/LM.md says: the base rebuilt from the run's config.toml (sensorlm_tui.lm), the adapter onto it."""
     from peft import PeftModel
+
+    from engine.core import config as cfg
+    from sensorlm_tui.lm import base_model
 
     task, model, out = trained
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8.0
     assert sorted(config["target_modules"]) == sorted(TARGETS) and config["task_type"] == "CAUSAL_LM"
     assert (out / "adapter_model.safetensors").is_file()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(task.config.train.seed)
-        base = lmmodel.base_model(task.lm, task.seq_len)
-    reloaded = PeftModel.from_pretrained(base, str(out)).eval()
+    (tmp_path / "config.toml").write_text(cfg.dump_toml(task.config))
+    reloaded = PeftModel.from_pretrained(base_model(tmp_path), str(out)).eval()
     delta = (_logits(reloaded, task) - _logits(model, task)).abs().max().item()
     # The trained adapters moved the logits (so a default-init load would fail this) and reload to < 1e-5.
     assert delta < 1e-5

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.core.config import load
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 from engine.tasks.sensorlm import SensorLMTask
 from engine.tasks.sensorlm.csv_data import read_captions, read_series, windows, write_captions, write_csv
 from engine.tasks.sensorlm.data import SyntheticWearables

@@ -9,7 +9,7 @@ import torch
 
 from engine.core.config import load
 from engine.core.registry import load_task_class
-from engine.tasks.base import TaskError
+from engine.tasks.protocol import TaskError
 from engine.tasks.sensorlm import SensorLMTask
 
 torch.set_num_threads(1)

@@ -1,0 +1,1 @@
+"""Scripts that run other frameworks' training in the cockpit; the tests drive them."""
