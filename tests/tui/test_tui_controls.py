@@ -289,6 +289,23 @@ async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(t
 
 
 @pilot_test
+async def test_a_tune_applied_then_closed_before_its_answer_still_reaches_the_dashboard():
+    # The modal sends from its own worker; the answer to a real request reaches the app whoever sent it, so
+    # closing the modal while the engine is still answering loses nothing the dashboard shows.
+    app, session = make(ScriptedSession(history=demo_run(300), memory=demo_memory, ack_delay=1.0))
+    async with opened(app) as pilot:
+        tune = await _open_tune(pilot, app)
+        tune.query_one("#tune-grad_accum").value = "2"
+        await wait_for(pilot, lambda: "fits" in _estimate(tune), "the prediction for grad_accum 2")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: any(not r.dry_run for r in session.sent), "the change sent")
+        await pilot.press("escape")
+        await on_screen(pilot, "DashboardScreen")
+        await wait_for(pilot, lambda: app.status_text.startswith("set grad_accum=2: done"), "the answer said")
+        assert app.model.setting("grad_accum") == 2 and app.model.markers[-1].name == "grad_accum"
+
+
+@pilot_test
 async def test_enter_on_the_force_checkbox_applies_it_ticked_and_the_change_says_forced():
     app, session = make()
     async with opened(app) as pilot:

@@ -16,14 +16,19 @@ The app draws and routes; its jobs live in parts it owns: ``lifecycle``
 (tui.dashboard.lifecycle: quit, detach, hang-up, the exit summary),
 ``controls`` (tui.dashboard.controls: what is sent to the engine and its
 answers) and ``views`` (tui.dashboard.views: chart toggles, the metric
-chooser, the compare overlay). Textual looks actions up on the app, so each
-key's ``action_*`` here hands over to its part.
+chooser, the compare overlay). Each part is given what the dashboard watches
+(tui.dashboard.watch.Watch) and the few callables it acts through, never the
+app. Textual looks actions up on the app, so each key's ``action_*`` here
+hands over to its part; the tune and autotune screens send their own
+requests from their own workers (through ``link``), and every real answer
+comes back here as a ControlDone.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -32,9 +37,10 @@ from textual.worker import get_current_worker
 
 import themes
 from engine.run import events as ev
+from engine.run.control.requests import Request
 from engine.run.control.session import Session
-from tui.dashboard.controls import Controls
-from tui.dashboard.keys import footer_state, key_active
+from tui.dashboard.controls import ControlLink, Controls
+from tui.dashboard.keys import KeyState, key_active, key_state
 from tui.dashboard.lifecycle import Lifecycle
 from tui.dashboard.messages import (
     CompareLoaded,
@@ -49,15 +55,13 @@ from tui.dashboard.messages import (
 )
 from tui.dashboard.palette import DashboardCommands
 from tui.dashboard.pump import BATCH_S, SessionPump
-from tui.dashboard.views import ChartViews
+from tui.dashboard.views import ChartViews, read_compare
+from tui.dashboard.watch import Watch
 from tui.model.dashboard import RunModel
 from tui.model.history_fold import deferred_fold
 from tui.model.pace import MAX_TEXT_HZ, check_refresh
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
-
-#: From this width the footer also shows ^p (the command palette; the help lists it at every width).
-PALETTE_FROM = 140
 
 
 class DashboardApp(App[int]):
@@ -81,35 +85,43 @@ class DashboardApp(App[int]):
         super().__init__(ansi_color=True if ansi else None)
         themes.register(self)
         self.theme = theme_name
-        #: Everything the panels show.
-        self.model = RunModel(capacity)
         #: Seconds between plot / text redraws.
         self.plot_period = 1.0 / plot_hz
         # Text at the plot rate (1 Hz by default): a step counter needs no more, and bytes matter over SSH.
         self.text_period = max(1.0 / MAX_TEXT_HZ, min(1.0, self.plot_period))
-        self.read_only = read_only
-        #: The Trainer runs inside this process: quitting stops it, so there is no detach.
-        self.in_process = in_process
-        #: True when quitting may leave the engine running (process mode); set when the session opens.
-        self.detachable = False
-        self.run_dir: str | None = None
-        #: The session worker's loop (its session, stop and closed events); replaced when another session is watched.
-        self.pump = SessionPump(session_factory, self.post_message, read_only=read_only, batch_s=batch_s,
-                                fold=self.history_fold)
+        #: What this dashboard watches: the model the panels show, the session worker's loop (its session, stop
+        #: and closed events; replaced when another session is watched) and the viewer's terms.
+        self.watch = Watch(RunModel(capacity), SessionPump(session_factory, self.post_message, read_only=read_only,
+                                                           batch_s=batch_s, fold=self.history_fold),
+                           read_only=read_only, in_process=in_process)
+        #: The one way a control reaches the engine (the screens send through it too).
+        self.link = ControlLink(lambda: self.watch.session, self.post_message)
+        #: Pause / resume, checkpoint, abort, tune, autotune.
+        self.controls = Controls(self.watch, self.link, say=self.say, push_screen=self.push_modal,
+                                 send_in_background=self.send_in_background)
         #: Quit, detach, abort-then-exit, hang-up: how this app ends and the line it prints.
-        self.lifecycle = Lifecycle(self)
-        #: Pause / resume, checkpoint, abort, tune.
-        self.controls = Controls(self)
+        self.lifecycle = Lifecycle(self.watch, say=self.say, redraw=self.redraw, exit=self._exit_with,
+                                   push_screen=self.push_modal, abort_with=self.abort_with,
+                                   headless=lambda: self.is_headless)
         #: Chart toggles, the metric chooser, the compare overlay.
-        self.views = ChartViews(self)
+        self.views = ChartViews(self.watch, lambda: self.dashboard, say=self.say, redraw=self.redraw,
+                                push_screen=self.push_modal, read_in_background=self.read_compare_in_background)
         self._failed_panels: set[str] = set()
-        self._controls_shown: tuple | None = None
+        self._controls_shown: KeyState | None = None
         #: A run directory to overlay once the app is up (``attach --compare``).
         self._compare_at_start = compare
 
     # ------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> DashboardScreen:
         return DashboardScreen(id="dashboard")
+
+    # The watched state, by the names the app's users (tests, attach) read.
+    model = property(lambda self: self.watch.model, doc="Everything the panels show (a RunModel).")
+    pump = property(lambda self: self.watch.pump, doc="The session worker's loop.")
+    read_only = property(lambda self: self.watch.read_only, doc="True for a viewer that may look, not steer.")
+    in_process = property(lambda self: self.watch.in_process, doc="True when the Trainer runs in this process.")
+    detachable = property(lambda self: self.watch.detachable, doc="True when quitting may leave the engine running.")
+    run_dir = property(lambda self: self.watch.run_dir, doc="The run's directory (None until it is known).")
 
     def on_mount(self) -> None:
         self.model.set_viewer(read_only=self.read_only)
@@ -147,12 +159,7 @@ class DashboardApp(App[int]):
     @property
     def session(self) -> Session | None:
         """The open session (None before it opened and after it closed)."""
-        return self.pump.session
-
-    @property
-    def session_closed(self) -> bool:
-        """True once the worker has closed the session."""
-        return self.pump.closed.is_set()
+        return self.watch.session
 
     def wait_closed(self, timeout: float) -> bool:
         """Block until the worker has closed the session (it does so after its current poll, ≤ batch_s / 2,
@@ -163,15 +170,10 @@ class DashboardApp(App[int]):
         """
         return self.pump.closed.wait(timeout)
 
-    @property
-    def summary(self) -> str:
-        """The line to print after the app exits (how the run ended, checkpoint, resume / attach command)."""
-        return self.lifecycle.summary
-
-    @property
-    def summary_is_error(self) -> bool:
-        """True when ``summary`` is an error (print it to stderr)."""
-        return self.lifecycle.summary_is_error
+    summary = property(lambda self: self.lifecycle.summary,
+                       doc="The line to print after the app exits (how the run ended, its checkpoint, how to resume).")
+    summary_is_error = property(lambda self: self.lifecycle.summary_is_error,
+                                doc="True when ``summary`` is an error (print it to stderr).")
 
     # ------------------------------------------------------------- drawing
     @property
@@ -200,11 +202,11 @@ class DashboardApp(App[int]):
     def sync_footer(self) -> None:
         """Refresh the footer's keys when what they do changed (paused ↔ running, connected, ended, read-only,
         detach or quit, the width)."""
-        shown = footer_state(self)
+        shown = key_state(self.watch, self.size.width)
         if shown != self._controls_shown:
             self._controls_shown = shown
             try:
-                self.dashboard.query_one(Footer).show_command_palette = self.size.width >= PALETTE_FROM
+                self.dashboard.query_one(Footer).show_command_palette = shown.palette
                 self.dashboard.refresh_bindings()
             except (IndexError, NoMatches):
                 pass
@@ -214,7 +216,7 @@ class DashboardApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """Footer and keys follow the state: what each key does now (tui.dashboard.keys)."""
-        return key_active(self, action)
+        return key_active(key_state(self.watch, self.size.width), action)
 
     def get_system_commands(self, screen):
         """Textual's palette commands minus its theme picker: the dashboard's "theme: …" commands are the one
@@ -291,9 +293,9 @@ class DashboardApp(App[int]):
             self.redraw()
 
     def on_session_ready(self, message: SessionReady) -> None:
-        self.read_only = message.read_only
-        self.detachable = message.detachable and not self.in_process
-        self.run_dir = message.run_dir
+        self.watch.read_only = message.read_only
+        self.watch.detachable = message.detachable and not self.in_process
+        self.watch.run_dir = message.run_dir
         self.model.set_viewer(connection="connected", read_only=message.read_only)
         self.say("read-only viewer: watching only" if message.read_only else "connected", "info")
 
@@ -306,7 +308,7 @@ class DashboardApp(App[int]):
         self.say(message.error, "error")
 
     def on_engine_spawned(self, message: EngineSpawned) -> None:
-        self.run_dir = message.run_dir
+        self.watch.run_dir = message.run_dir
         self.model.set_viewer(connection=f"starting the engine (pid {message.pid})")
 
     def on_start_cancelled(self, message: StartCancelled) -> None:
@@ -318,27 +320,48 @@ class DashboardApp(App[int]):
         self.lifecycle.check_ended()
 
     def on_control_done(self, message: ControlDone) -> None:
-        self.controls.done(message)
+        """A real control's answer, whichever screen sent it (ControlLink posts it)."""
+        self.controls.answered(message)
+        self.sync_footer()
+        self.lifecycle.check_ended()
 
     def on_compare_loaded(self, message: CompareLoaded) -> None:
         self.views.compare_loaded(message)
+
+    # -------------------------------------------------------------- workers and modals the parts act through
+    @work(thread=True, exit_on_error=False, group="control")
+    def send_in_background(self, requests: list[Request]) -> None:
+        """Send ``requests`` in order on a thread worker; each answer comes back as a ControlDone (ControlLink)."""
+        for request in requests:
+            try:
+                self.link(request)
+            except Exception:  # noqa: BLE001 - the link has posted the failure as a ControlDone
+                pass
+
+    @work(thread=True, exit_on_error=False, group="compare")
+    def read_compare_in_background(self, path: str) -> None:
+        """Read another run on a thread worker; it comes back as a CompareLoaded."""
+        self.post_message(read_compare(path, self.model.capacity))
+
+    def push_modal(self, screen, callback=None) -> None:
+        """Open ``screen`` on top, unless the same kind of modal is on top already (a palette command or a key
+        pressed twice)."""
+        if type(self.screen) is not type(screen):
+            self.push_screen(screen, callback)
+
+    def _exit_with(self, code: int) -> None:
+        self.exit(result=code, return_code=code)
 
     # -------------------------------------------------------------- actions (keys, palette)
     def action_explain(self, what: str) -> None:
         """A control key while no control may be sent (hidden from the footer): say why it does nothing."""
         self.controls.explain(what)
 
-    def action_pause(self) -> None:
-        """space while running: pause."""
-        self.controls.toggle_pause()
-
-    def action_resume(self) -> None:
-        """space while paused: resume."""
-        self.controls.toggle_pause()
-
     def action_toggle_pause(self) -> None:
-        """space: pause, or resume when paused."""
+        """space: pause, or resume when paused (``pause`` and ``resume`` are its footer labels by the state)."""
         self.controls.toggle_pause()
+
+    action_pause = action_resume = action_toggle_pause
 
     def action_checkpoint(self) -> None:
         """c: checkpoint now."""
@@ -361,24 +384,18 @@ class DashboardApp(App[int]):
         self.controls.autotune()
 
     def action_request_quit(self) -> None:
-        """q: detach, the engine keeps running (in-process: ask, quitting stops the run)."""
+        """q: detach, the engine keeps running (in-process: ask, quitting stops the run); ``detach_key`` and
+        ``quit_key`` are its footer labels by what it will do."""
         self.lifecycle.request_quit()
+
+    action_detach_key = action_quit_key = action_request_quit
 
     def action_interrupt(self) -> None:
-        """Ctrl-C: stop the run gracefully; again: at once (before connecting: stop the starting engine)."""
+        """Ctrl-C: stop the run gracefully; again: at once (before connecting: stop the starting engine); where
+        it stops nothing (read-only, ended: ``interrupt_quiet``), as the help says — detach or quit."""
         self.lifecycle.interrupt()
 
-    def action_interrupt_quiet(self) -> None:
-        """Ctrl-C where it stops nothing (read-only, ended): as shown by the help — detach or quit."""
-        self.lifecycle.interrupt()
-
-    def action_detach_key(self) -> None:
-        """q while the engine would keep running: detach."""
-        self.lifecycle.request_quit()
-
-    def action_quit_key(self) -> None:
-        """q where quitting stops nothing more (ended) or asks (in-process)."""
-        self.lifecycle.request_quit()
+    action_interrupt_quiet = action_interrupt
 
     def action_view(self, name: str) -> None:
         """A view key at a width where the footer does not show it: the same action."""
@@ -388,8 +405,7 @@ class DashboardApp(App[int]):
         """p: the process view (the engine and its data workers, or each rank: CPU, memory, state)."""
         from tui.screens.processes import ProcessScreen
 
-        if not isinstance(self.screen, ProcessScreen):
-            self.push_screen(ProcessScreen(self.lifecycle.engine_pid(), self.run_dir))
+        self.push_modal(ProcessScreen(self.watch.engine_pid(), self.run_dir))
 
     def detach(self, reason: str = "") -> None:
         """Close the dashboard and leave the engine running (in-process: the run stops); the summary says how
@@ -422,8 +438,7 @@ class DashboardApp(App[int]):
 
     def action_help(self) -> None:
         """?: the help screen."""
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(read_only=self.read_only))
+        self.push_modal(HelpScreen(read_only=self.read_only))
 
     def set_theme(self, name: str) -> None:
         """Switch theme (command palette)."""
@@ -431,5 +446,5 @@ class DashboardApp(App[int]):
 
     def run_name(self) -> str:
         """The run's name for messages ("the run" before RunStarted names it)."""
-        return self.model.started.name if self.model.started and self.model.started.name else "the run"
+        return self.watch.run_name()
 

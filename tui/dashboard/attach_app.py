@@ -92,12 +92,12 @@ class AttachApp(DashboardApp):
         old = self.pump
         old.stop.set()  # its worker closes the old session after the poll in flight
         self._generation += 1
-        self.model = RunModel(self.model.capacity)
+        self.watch.model = RunModel(self.model.capacity)
         self.model.set_viewer(read_only=self.read_only)
         self.lifecycle.new_session()
         self._offered = False
-        self.pump = SessionPump(factory, self._post_for(self._generation), read_only=self.read_only,
-                                batch_s=old.batch_s, fold=self.history_fold)
+        self.watch.pump = SessionPump(factory, self._post_for(self._generation), read_only=self.read_only,
+                                      batch_s=old.batch_s, fold=self.history_fold)
         self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
         log = self.dashboard.query_one("#log")  # the new history brings every line again
         log.reset()
@@ -126,7 +126,7 @@ class AttachApp(DashboardApp):
 
     # ----------------------------------------------------------------- resume
     def _engine_gone(self, state: str) -> None:
-        if self.lifecycle.exit_when_ended:  # this viewer aborted the run and is closing: nothing to offer
+        if self.watch.exit_when_ended:  # this viewer aborted the run and is closing: nothing to offer
             return
         script = self.own_script()
         if script is not None:  # the engine cannot rebuild someone else's script: say what resumes it

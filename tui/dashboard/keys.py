@@ -15,32 +15,57 @@ nothing, or does the same at a width where the footer has no room for it):
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from tui.dashboard.watch import Watch
 from tui.screens.dashboard import CONTROL_ACTIONS, WIDE_ACTIONS, WIDE_FROM
 
+#: From this width the footer also shows ^p (the command palette; the help lists it at every width).
+PALETTE_FROM = 140
 
-def key_active(app, action: str) -> bool | None:
-    """``App.check_action`` of the dashboard ``app``: False hides the binding (and its key falls through)."""
-    if action in CONTROL_ACTIONS and not app.controls.controllable:
+
+class KeyState(NamedTuple):
+    """Everything that decides which keys act now; the footer is refreshed when it changes."""
+
+    state: str
+    controllable: bool
+    will_detach: bool
+    stoppable: bool
+    #: How many of the footer's width thresholds the terminal reaches (the exact width does not matter).
+    widths: int
+    liveness: str | None
+
+    @property
+    def palette(self) -> bool:
+        """True when the footer has room for ^p."""
+        return self.widths > _THRESHOLDS.index(PALETTE_FROM)
+
+
+_THRESHOLDS = sorted({*WIDE_ACTIONS.values(), WIDE_FROM, PALETTE_FROM})
+
+
+def key_state(watch: Watch, width: int) -> KeyState:
+    """What the keys depend on now, for a terminal ``width`` columns wide."""
+    return KeyState(watch.model.state, watch.controllable, watch.will_detach, watch.stoppable,
+                    sum(width >= w for w in _THRESHOLDS), watch.model.liveness)
+
+
+def key_active(keys: KeyState, action: str) -> bool | None:
+    """``App.check_action`` of the dashboard: False hides the binding (and its key falls through)."""
+    if action in CONTROL_ACTIONS and not keys.controllable:
         return False
     if action == "pause":
-        return app.model.state != "paused"
+        return keys.state != "paused"
     if action == "resume":
-        return app.model.state == "paused"
+        return keys.state == "paused"
     if action in WIDE_ACTIONS:
-        return app.size.width >= WIDE_ACTIONS[action]
+        return keys.widths > _THRESHOLDS.index(WIDE_ACTIONS[action])
     if action == "next_chart":
-        return app.size.width < WIDE_FROM
+        return keys.widths <= _THRESHOLDS.index(WIDE_FROM)
     if action == "detach_key":
-        return app.lifecycle.will_detach
+        return keys.will_detach
     if action == "quit_key":
-        return not app.lifecycle.will_detach
+        return not keys.will_detach
     if action == "interrupt":
-        return app.lifecycle.stoppable
+        return keys.stoppable
     return True
-
-
-def footer_state(app) -> tuple:
-    """Everything ``key_active`` reads: the footer is refreshed when it changes."""
-    widths = sum(app.size.width >= w for w in {*WIDE_ACTIONS.values(), WIDE_FROM, 140})  # 140: ^p palette
-    return (app.model.state, app.controls.controllable, app.lifecycle.will_detach, app.lifecycle.stoppable, widths,
-            app.model.liveness)

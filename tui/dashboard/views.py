@@ -7,22 +7,46 @@ A compare overlay reads another run's whole history on a thread worker
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 from tui.dashboard.messages import CompareLoaded
+from tui.dashboard.watch import Watch
+from tui.model.format import one_line
+from tui.screens.dashboard import DashboardScreen
 from tui.screens.metric import MetricScreen
 
 
-class ChartViews:
-    """The chart toggles, the metric chooser and the compare overlay of ``app`` (a DashboardApp)."""
+def read_compare(path: str, capacity: int) -> CompareLoaded:
+    """Another run's whole history as a CompareLoaded message, or the one line why it cannot be read (slow on a
+    long run: call it from a thread worker)."""
+    from tui.model.compare import read_run
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    try:
+        return CompareLoaded(path, read_run(path, capacity))
+    except (OSError, ValueError) as exc:
+        return CompareLoaded(path, None, one_line(exc))
+
+
+class ChartViews:
+    """The chart toggles, the metric chooser and the compare overlay of one dashboard.
+
+    ``screen()`` is the dashboard screen (its charts); it acts through ``say`` (the status bar), ``redraw``
+    (``redraw(force=True)``: every panel now), ``push_screen`` (a modal and its result callback) and
+    ``read_in_background(path)`` (the app's thread worker that reads a run with ``read_compare`` and posts it).
+    """
+
+    def __init__(self, watch: Watch, screen: Callable[[], DashboardScreen], *, say: Callable[..., None],
+                 redraw: Callable[..., None], push_screen: Callable,
+                 read_in_background: Callable[[str], object]) -> None:
+        self.watch, self.screen = watch, screen
+        self.say, self.redraw, self.push_screen, self.read_in_background = say, redraw, push_screen, read_in_background
 
     def _charts(self) -> list:
-        return self.app.panels("plots")
+        try:
+            return self.screen().charts
+        except (IndexError, AttributeError):  # not composed yet, or torn down
+            return []
 
     def toggle_log_y(self) -> None:
         """Log-y on every chart."""
@@ -30,7 +54,7 @@ class ChartViews:
         for chart in charts:
             chart.toggle_log_y()
         if charts:
-            self.app.say(f"charts: log-y {'on' if charts[0].log_y else 'off'}")
+            self.say(f"charts: log-y {'on' if charts[0].log_y else 'off'}")
 
     def cycle_smoothing(self) -> None:
         """The next EMA smoothing weight (every chart)."""
@@ -38,7 +62,7 @@ class ChartViews:
         for chart in self._charts():
             level = chart.cycle_smoothing()
         if level is not None:
-            self.app.say(f"charts: smoothing {level:g}" if level else "charts: smoothing off (raw)")
+            self.say(f"charts: smoothing {level:g}" if level else "charts: smoothing off (raw)")
 
     def toggle_window(self) -> None:
         """Recent 1000 steps ↔ full history (every chart)."""
@@ -46,24 +70,22 @@ class ChartViews:
         for chart in self._charts():
             window = chart.toggle_window()
         if window is not None:
-            self.app.say(f"charts: {'full history' if window == 'full' else 'last 1000 steps'}")
+            self.say(f"charts: {'full history' if window == 'full' else 'last 1000 steps'}")
 
     def next_chart(self) -> None:
         """In the one-chart layout (< 100 columns), show the other chart."""
-        app = self.app
-        shown = app.dashboard.next_chart()
-        chart = app.dashboard.query_one(f"#chart-{shown}")
-        app.say(f"chart {shown}: {app.model.describe(chart.shown(app.model)).label} (v switches, m chooses)")
+        screen, model = self.screen(), self.watch.model
+        shown = screen.next_chart()
+        chart = screen.query_one(f"#chart-{shown}")
+        self.say(f"chart {shown}: {model.describe(chart.shown(model)).label} (v switches, m chooses)")
 
     def open_chooser(self) -> None:
         """The metric chooser (which scalar each chart shows)."""
-        app = self.app
-        if isinstance(app.screen, MetricScreen):
-            return
-        visible = app.dashboard.visible_charts()
+        model = self.watch.model
+        visible = self.screen().visible_charts()
         target = int(visible[-1].id.rsplit("-", 1)[1]) if visible else 1
-        current = {int(c.id.rsplit("-", 1)[1]): c.shown(app.model) for c in visible}
-        app.push_screen(MetricScreen(app.model.choices(), current, target), self._metric_chosen)
+        current = {int(c.id.rsplit("-", 1)[1]): c.shown(model) for c in visible}
+        self.push_screen(MetricScreen(model.choices(), current, target), self._metric_chosen)
 
     def _metric_chosen(self, choice: tuple[int, str] | None) -> None:
         if choice is not None:
@@ -71,57 +93,43 @@ class ChartViews:
 
     def choose(self, chart: int, name: str | None) -> None:
         """Chart ``chart`` (1-4) shows ``name`` from now on (None: the primary metric)."""
-        app = self.app
-        widget = app.dashboard.query_one(f"#chart-{chart}")
+        model = self.watch.model
+        widget = self.screen().query_one(f"#chart-{chart}")
         widget.choose(name)
-        widget.update_from(app.model, force=True)
-        shown = widget.shown(app.model)
-        app.say(f"chart {chart}: {app.model.describe(shown).label or shown}")
+        widget.update_from(model, force=True)
+        shown = widget.shown(model)
+        self.say(f"chart {chart}: {model.describe(shown).label or shown}")
 
     # -------------------------------------------------------------- compare
     def pick_compare(self) -> None:
         """The run picker: overlay another run's curves (or clear the overlay)."""
         from tui.screens.runs import RunPickerScreen
 
-        if not isinstance(self.app.screen, RunPickerScreen):
-            self.app.push_screen(RunPickerScreen(self.runs_root(), self.app.run_dir), self._compare_chosen)
+        self.push_screen(RunPickerScreen(self.runs_root(), self.watch.run_dir), self._compare_chosen)
 
     def runs_root(self) -> Path:
         """Where the run picker lists runs: the parent of this run's directory, else ./runs."""
-        return Path(self.app.run_dir).parent if self.app.run_dir else Path("runs")
+        return Path(self.watch.run_dir).parent if self.watch.run_dir else Path("runs")
 
     def _compare_chosen(self, path: str | None) -> None:
         if path == "":
-            self.app.model.set_compare(None)
-            self.app.redraw(force=True)
-            self.app.say("compare: cleared")
+            self.watch.model.set_compare(None)
+            self.redraw(force=True)
+            self.say("compare: cleared")
         elif path:
             self.load_compare(path)
 
     def load_compare(self, path: str) -> None:
         """Read another run's history on a thread worker and overlay it on every chart, aligned by step."""
-        self.app.say(f"compare: reading {path}…", "pending")
-        self.app.run_worker(partial(self._read_compare, path), thread=True, exit_on_error=False, group="compare",
-                            name="compare")
-
-    def _read_compare(self, path: str) -> None:
-        from tui.model.compare import read_run
-
-        try:
-            other = read_run(path, self.app.model.capacity)
-        except (OSError, ValueError) as exc:
-            self.app.post_message(CompareLoaded(path, None, str(exc).splitlines()[0] if str(exc) else
-                                                type(exc).__name__))
-            return
-        self.app.post_message(CompareLoaded(path, other))
+        self.say(f"compare: reading {path}…", "pending")
+        self.read_in_background(path)
 
     def compare_loaded(self, message: CompareLoaded) -> None:
         """The other run was read (or could not be): overlay it, or say why not."""
-        app = self.app
         if message.model is None:
-            app.say(f"compare {message.path}: {message.error}", "error")
+            self.say(f"compare {message.path}: {message.error}", "error")
             return
-        app.model.set_compare(message.model)
-        app.redraw(force=True)
+        self.watch.model.set_compare(message.model)
+        self.redraw(force=True)
         name = message.model.started.name if message.model.started else message.path
-        app.say(f"compare: {name} ({message.model.step} steps) overlaid, aligned by step", "ok")
+        self.say(f"compare: {name} ({message.model.step} steps) overlaid, aligned by step", "ok")

@@ -104,3 +104,9 @@ def value_text(value) -> str:
 def change_text(old, new) -> str:
     """"16 → 32", "off → on", or "→ 32" when the old value is unknown (never "None → 32")."""
     return f"→ {value_text(new)}" if old is None else f"{value_text(old)} → {value_text(new)}"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as the status bar says it: its message's first line, else its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

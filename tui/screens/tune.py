@@ -20,8 +20,9 @@ viewer may ask (a dry run changes nothing) but cannot apply.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
+from textual import on, work
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.markup import escape
@@ -33,6 +34,7 @@ from engine.core.taskspec import Setting
 from engine.run.control.requests import Request, RequestError, set_value
 from engine.run.events import Prediction, Refused, SettingChanged
 from tui.model.format import change_text, human_bytes, short_float, value_text
+from tui.screens.answers import Answered, Link, ask
 
 #: Seconds of quiet after an edit before the engine is asked (one request per settled value, not per key).
 DEBOUNCE_S = 0.3
@@ -69,22 +71,24 @@ def tune_settings(declared: tuple[Setting, ...]) -> tuple[Setting, ...]:
 class TuneScreen(ModalScreen[None]):
     """Edit live settings with the engine's prediction of each change; enter applies, escape closes.
 
-    ``ask(request)`` sends a dry run and its answer comes back through ``show_prediction``; None means
-    the engine cannot be asked, and ``unavailable`` says why. ``send`` applies (None: read-only).
+    ``link(request)`` sends one request to the engine and returns its ack (blocking: the screen calls it from
+    its own thread workers, and the answer comes back to it as an ``Answered`` message); None means the engine
+    cannot be asked, and ``unavailable`` says why. ``may_apply`` is False for a viewer that may only ask
+    (read-only): dry runs change nothing.
     """
 
     BINDINGS = [Binding("escape", "close", "close"), Binding("ctrl+s", "apply", "apply"),
                 Binding("enter", "apply", "apply", show=False)]
 
+
     def __init__(self, current: dict[str, Any], settings: tuple[Setting, ...], budget: int | None,
-                 ask: Callable[[Request], None] | None, send: Callable[[list[Request], str], None] | None,
-                 unavailable: str = "") -> None:
+                 link: Link | None, *, may_apply: bool, unavailable: str = "") -> None:
         super().__init__()
         self.current = dict(current)
         self.settings = tuple(settings)
         self.budget = budget
-        self.ask = ask
-        self.send = send
+        self.link = link
+        self.may_apply = may_apply and link is not None
         self.unavailable = unavailable
         #: (name, value) → the engine's answer: a Prediction, or the one line saying why there is none.
         self.answers: dict[tuple[str, Any], Prediction | str] = {}
@@ -105,11 +109,11 @@ class TuneScreen(ModalScreen[None]):
                     bounds = "" if setting.kind == "choice" else f" [$text-muted]{setting.range_text()}[/]"
                     yield Label(escape(setting.label or setting.name) + bounds, id=f"tune-label-{setting.name}")
                     yield self._field(setting)
-            if self.send is not None:
+            if self.may_apply:
                 yield ForceBox("force: skip the engine's budget check", id="tune-force")
             yield Static("", id="tune-estimate")
             yield Static("", id="tune-results")
-            hint = "enter apply · esc close · tab next field" if self.send is not None else \
+            hint = "enter apply · esc close · tab next field" if self.may_apply else \
                 "read-only viewer: predictions only, nothing can be applied · esc close"
             yield Static(f"[$text-muted]{hint}[/]", classes="dialog-hint")
 
@@ -191,7 +195,7 @@ class TuneScreen(ModalScreen[None]):
             verdicts.insert(0, self._verdict("together", ", ".join(f"{n}={value_text(v)}" for n, v in changes.items()),
                                              key=together_key(changes)))
         line.update("\n".join(verdicts))
-        if self.ask is not None and any(k not in self.answers for k in asked_keys(changes)):
+        if self.link is not None and any(k not in self.answers for k in asked_keys(changes)):
             if self._timer is not None:
                 self._timer.stop()
             self._timer = self.set_timer(DEBOUNCE_S, self._ask_engine)
@@ -203,7 +207,7 @@ class TuneScreen(ModalScreen[None]):
         waiting = set(self.asked.values())
         changes = self.changes()
         for key in asked_keys(changes):
-            if key in self.answers or key in waiting or self.ask is None:
+            if key in self.answers or key in waiting or self.link is None:
                 continue
             (name, value), *others = key[1] if key[0] == TOGETHER else (key,)
             try:
@@ -212,14 +216,14 @@ class TuneScreen(ModalScreen[None]):
                 self.answers[key] = str(exc)
                 continue
             self.asked[request.id] = key
-            self.ask(request)
+            self._send(request)
         self.refresh_estimate()
 
     def _verdict(self, name: str, value: Any, key: tuple | None = None) -> str:
         head = f"{escape(name)} ({escape(value)}): " if key else f"{escape(name)} → {escape(value_text(value))}: "
         answer = self.answers.get(key or (name, value))
         if answer is None:
-            why = self.unavailable if self.ask is None else "asking the engine…"
+            why = self.unavailable if self.link is None else "asking the engine…"
             return f"[$text-muted]{head}{escape(why or 'the engine cannot be asked')}[/]"
         if isinstance(answer, str):
             return f"[$text-muted]{head}no prediction — {escape(answer)}[/]"
@@ -233,6 +237,21 @@ class TuneScreen(ModalScreen[None]):
         text = (f"{head}[{color}][b]{verdict}[/b][/] — predicted peak {human_bytes(answer.predicted)} "
                 f"({answer.predicted} B) of budget {human_bytes(answer.budget)}{share}")
         return text + (f"\n  [$text-muted]{escape(answer.refused)}[/]" if answer.refused else "")
+
+    # ------------------------------------------------------------- the engine
+    @work(thread=True, exit_on_error=False, group="tune")
+    def _send(self, request: Request) -> None:
+        """Send ``request`` on this worker's thread (the UI never waits on the engine); the answer comes back to
+        this screen as Answered. A real request's answer also reaches the app (the link posts it), so it is
+        recorded even when this modal was closed meanwhile."""
+        self.post_message(ask(self.link, request))
+
+    @on(Answered)
+    def _answered(self, message: Answered) -> None:
+        if message.request.dry_run:
+            self.show_prediction(message.request, message.ack, message.error)
+        else:
+            self.show_result(message.request, message.ack, message.error)
 
     def show_prediction(self, request: Request, answer, error: str | None) -> None:
         """The engine's answer to a dry run sent from here (a Prediction), or why there is none."""
@@ -260,7 +279,7 @@ class TuneScreen(ModalScreen[None]):
     def action_apply(self) -> None:
         """Send one set request per changed, valid value (in field order); acks arrive via ``show_result``."""
         results = self.query_one("#tune-results", Static)
-        if self.send is None:
+        if not self.may_apply:
             results.update("[$warning]read-only viewer: nothing can be applied (attach without --read-only)[/]")
             return
         _, errors = self.values()
@@ -281,7 +300,7 @@ class TuneScreen(ModalScreen[None]):
         self.pending[request.id] = changes
         results.update("[$accent]sent: " + escape(", ".join(f"{n}={value_text(v)}" for n, v in changes.items()))
                        + (" (forced)" if force else "") + "…[/]")
-        self.send([request], "tune")
+        self._send(request)
 
     def show_result(self, request: Request, ack, error: str | None) -> None:
         """An answer for a request sent from here: applied, refused (with why) or failed."""
