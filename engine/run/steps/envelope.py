@@ -1,0 +1,112 @@
+"""The exact envelope of a series over pixel columns: summary blocks inside each column, raw values at its edges.
+
+Each column's values are split into a ragged left edge (up to the next multiple of 2**BASE), whole aligned
+base blocks, and a ragged right edge. The blocks are covered by the fewest pyramid blocks (at most two per
+level, as a segment tree walks bottom-up), and the edges (at most 63 values on each side) are read raw. So a
+column costs about 2·log2(width) block records and ≤ 126 raw values, whatever the run's length, and the
+result equals a pass over every raw value of the column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.run.steps.layout import BASE, block_position
+
+_ALIGN = 1 << BASE
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Per pixel column: the steps it covers and what its values did there.
+
+    Column ``i`` covers steps ``x[i] <= step < x[i + 1]`` (the last one up to ``step_hi`` included).
+    ``min`` / ``max``: over the column's values that are not NaN, ±inf included as values; NaN when the column
+    has no value or only NaN. ``nan``: the column holds at least one NaN (so ``count > 0`` with a NaN ``min``
+    is a column of NaN only). ``last``: the column's last value as stored (NaN included), at step
+    ``last_step``; NaN and -1 for an empty column. ``count``: values in the column.
+    """
+
+    x: np.ndarray
+    count: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    last: np.ndarray
+    last_step: np.ndarray
+    nan: np.ndarray
+
+
+def column_edges(step_lo: int, step_hi: int, columns: int) -> np.ndarray:
+    """``columns + 1`` integer step edges splitting ``[step_lo, step_hi]`` evenly (a column may be empty when
+    there are more columns than steps)."""
+    span = max(0, int(step_hi) - int(step_lo) + 1)
+    return int(step_lo) + (np.arange(columns + 1, dtype=np.int64) * span) // max(1, columns)
+
+
+def envelope(steps: np.ndarray, values: np.ndarray, blocks: np.ndarray, step_lo: int, step_hi: int,
+             columns: int) -> Envelope:
+    """The envelope of one series (``steps`` increasing, ``values`` beside them, ``blocks`` its pyramid
+    records covering every complete block of ``len(values)``) over ``columns`` columns of [step_lo, step_hi]."""
+    edges = column_edges(step_lo, step_hi, columns)
+    bounds = np.searchsorted(steps, edges, "left")
+    a, b = bounds[:-1], bounds[1:]
+    a1 = np.minimum((a + _ALIGN - 1) & -_ALIGN, b)  # left edge: [a, a1)
+    b1 = np.maximum(a1, b & -_ALIGN)  # right edge: [b1, b); between them whole base blocks
+    lo_min = np.full(columns, np.nan)
+    hi_max = np.full(columns, np.nan)
+    has_nan = np.zeros(columns, bool)
+    _from_blocks(blocks, a1 >> BASE, b1 >> BASE, lo_min, hi_max, has_nan)
+    _from_raw(values, np.stack([a, b1], 1).ravel(), np.stack([a1 - a, b - b1], 1).ravel(), lo_min, hi_max,
+              has_nan)
+    count = b - a
+    filled = count > 0
+    last = np.full(columns, np.nan)
+    last_step = np.full(columns, -1, np.int64)
+    last[filled] = values[b[filled] - 1]
+    last_step[filled] = steps[b[filled] - 1]
+    return Envelope(edges[:-1], count, lo_min, hi_max, last, last_step, has_nan)
+
+
+def _from_blocks(blocks: np.ndarray, lo: np.ndarray, hi: np.ndarray, lo_min: np.ndarray, hi_max: np.ndarray,
+                 has_nan: np.ndarray) -> None:
+    """Fold into the accumulators the fewest pyramid blocks covering base blocks [lo, hi) of each column."""
+    lo, hi = lo.copy(), hi.copy()
+    level = BASE
+    while (lo < hi).any():
+        for side in (0, 1):
+            if side == 0:
+                take = ((lo & 1) == 1) & (lo < hi)
+                index = lo[take]
+                lo += take
+            else:
+                take = ((hi & 1) == 1) & (lo < hi)
+                hi -= take
+                index = hi[take]
+            if take.any():
+                record = blocks[block_position(level, index)]
+                lo_min[take] = np.fmin(lo_min[take], record["min"])
+                hi_max[take] = np.fmax(hi_max[take], record["max"])
+                has_nan[take] |= record["nan"].astype(bool)
+        lo >>= 1
+        hi >>= 1
+        level += 1
+
+
+def _from_raw(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, lo_min: np.ndarray,
+              hi_max: np.ndarray, has_nan: np.ndarray) -> None:
+    """Fold into the accumulators the raw ranges ``[starts, starts + lengths)``, two per column, in order."""
+    total = int(lengths.sum())
+    if not total:
+        return
+    column = np.repeat(np.arange(len(lengths)) // 2, lengths)
+    offsets = np.cumsum(lengths) - lengths
+    index = np.arange(total) - np.repeat(offsets, lengths) + np.repeat(starts, lengths)
+    raw = np.asarray(values[index], np.float64)
+    per_column = lengths.reshape(-1, 2).sum(1)
+    used = np.flatnonzero(per_column)
+    first = np.searchsorted(column, used, "left")
+    lo_min[used] = np.fmin(lo_min[used], np.fmin.reduceat(raw, first))
+    hi_max[used] = np.fmax(hi_max[used], np.fmax.reduceat(raw, first))
+    has_nan[used] |= np.logical_or.reduceat(np.isnan(raw), first)
