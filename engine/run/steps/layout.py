@@ -110,42 +110,37 @@ def catalog_line(entry: dict) -> bytes:
 
 # ---------------------------------------------------------------- the pyramid's arithmetic
 
-def _blocks_ending_by(ends: np.ndarray) -> np.ndarray:
-    """Σ_{k>=BASE} floor(ends / 2**k): how many blocks of every level end at or before each of ``ends``."""
-    ends = np.asarray(ends, np.int64)
-    total = np.zeros(ends.shape, np.int64)
-    level = BASE
-    while True:
-        part = ends >> level
-        if not part.any():
-            return total
-        total += part
-        level += 1
-
-
 def total_blocks(count: int) -> int:
-    """Blocks of every level complete in a series of ``count`` values (the pyramid file's record count)."""
-    return int(_blocks_ending_by(np.array([count]))[0])
+    """Blocks of every level complete in a series of ``count`` values (the pyramid file's record count):
+    Σ_{k>=BASE} floor(count / 2**k)."""
+    total, rest = 0, int(count) >> BASE
+    while rest:
+        total += rest
+        rest >>= 1
+    return total
 
 
 def block_position(level: int, index: np.ndarray) -> np.ndarray:
-    """Record index in the pyramid file of block ``index`` (array) of level ``level``.
+    """Record index in the pyramid file of blocks ``index`` (an array) of level ``level``.
 
     Blocks are written as they complete: ordered by the value that ends them, and the smaller level first
     among blocks that end together. The blocks before block (k, i), whose end is E = (i + 1)·2**k, are those
-    of every level that end at or before E (Σ floor(E / 2**j)), less those that end exactly at E at a level
-    above k (one per level j > k with 2**j dividing E): Σ floor(E / 2**j) − (tz(E) − k) − 1, with tz(E) the
-    trailing zero bits of E.
+    of every level that end at or before E (``total_blocks(E)``), less those that end exactly at E at a level
+    above k (one per level j > k with 2**j dividing E) and itself: total_blocks(E) − (tz(E) − k) − 1, with
+    tz(E) the trailing zero bits of E.
     """
     index = np.asarray(index, np.int64)
+    if index.size <= 4:  # the common case of a small append: plain integers beat numpy's per-call cost
+        out = []
+        for i in index.tolist():
+            end = (i + 1) << level
+            out.append(total_blocks(end) - ((end & -end).bit_length() - 1 - level) - 1)
+        return np.array(out, np.int64)
     ends = (index + 1) << level
-    trailing = np.zeros(ends.shape, np.int64)
-    probe = ends >> level
-    while True:  # trailing zeros past ``level`` (E is a multiple of 2**level)
-        odd = (probe & 1).astype(bool)
-        if odd.all():
-            break
-        step = ~odd
-        trailing += step
-        probe = np.where(step, probe >> 1, probe)
-    return _blocks_ending_by(ends) - trailing - 1
+    trailing = np.log2((ends & -ends).astype(np.float64)).astype(np.int64) - level  # exact: powers of two
+    total = np.zeros(ends.shape, np.int64)
+    rest = ends >> BASE
+    for _ in range(int(rest.max()).bit_length() if rest.size else 0):
+        total += rest
+        rest >>= 1
+    return total - trailing - 1

@@ -29,6 +29,8 @@ count, which float32 would round). Values past float32's range become ±inf.
 from __future__ import annotations
 
 import dataclasses
+import math
+import operator
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -61,6 +63,8 @@ class _Series:
     first_step: int | None = None  # sparse: its first and last steps
     last_step: int | None = None
     next_check: int = 1 << layout.BASE  # sparse: the count at which promotion is looked at again
+    files: tuple = ()  # (values, steps, pyramid) paths
+
 
     def entry(self) -> dict:
         out = {"id": self.id, "name": self.name, "dtype": self.dtype.str, "kind": self.kind}
@@ -118,7 +122,7 @@ class StepWriter:
         self._series: dict[str, _Series] = {}
         self._next_id = 0
         self._open_catalog()
-        self._pending: list[tuple[int, Mapping[str, float]]] = []
+        self._pending: list[tuple] = []  # (step, a mapping or a StepLogged event, whether an event)
 
     # ------------------------------------------------------------------ opening
     def _open_catalog(self) -> None:
@@ -134,10 +138,13 @@ class StepWriter:
             if entry.get("format"):
                 continue
             self._next_id = max(self._next_id, entry["id"] + 1)
-            self._series[entry["name"]] = _Series(entry["id"], entry["name"], np.dtype(entry["dtype"]),
-                                                  entry["kind"], int(entry.get("start", 0)))
+            self._series[entry["name"]] = self._named(entry["id"], entry["name"], np.dtype(entry["dtype"]),
+                                                      entry["kind"], int(entry.get("start", 0)))
         for series in self._series.values():
             self._recover(series)
+
+    def _named(self, series_id: int, name: str, dtype: np.dtype, kind: str, start: int) -> _Series:
+        return _Series(series_id, name, dtype, kind, start, files=layout.series_files(self.directory, series_id))
 
     def _recover(self, series: _Series) -> None:
         """Read a series' committed count, lowered to what the commit covers (a killed writer's batch)."""
@@ -146,7 +153,7 @@ class StepWriter:
         if series.kind == "dense":
             count = min(count, max(0, self.rows - series.start))
         elif count:
-            steps_fd = self._files(layout.series_files(self.directory, series.id)[1])
+            steps_fd = self._files(series.files[1])
             steps = _read(steps_fd, STEP_DTYPE, 0, min(count, stored(steps_fd, 8)))
             count = int(np.searchsorted(steps, self.last_step, "right")) if self.last_step is not None else 0
             if count:
@@ -160,15 +167,11 @@ class StepWriter:
     # ------------------------------------------------------------------ appending
     def append(self, step: int, values: Mapping[str, float]) -> None:
         """Buffer one row: ``step`` and numbers by name (written by the next ``flush``)."""
-        self._pending.append((int(step), values))
+        self._pending.append((int(step), values, False))
 
     def append_event(self, event) -> None:
         """Buffer a StepLogged event's row: its numeric fields, and its components as ``components.<name>``."""
-        body = event.__dict__
-        row = {name: body[name] for name in FIELD_DTYPES}
-        for name, value in body["components"].items():
-            row["components." + name] = value
-        self._pending.append((int(body["step"]), row))
+        self._pending.append((int(event.step), event, True))
 
     def flush(self) -> None:
         """Write the buffered rows (a row whose step is not above the previous one starts a redo)."""
@@ -207,18 +210,27 @@ class StepWriter:
         os.close(self._catalog)
 
     # ------------------------------------------------------------------ one batch
-    def _commit_rows(self, rows: list[tuple[int, Mapping[str, float]]]) -> None:
+    def _commit_rows(self, rows: list) -> None:
         if not rows:
             return
+        steps = np.fromiter((row[0] for row in rows), np.int64, len(rows))
+        if all(row[2] for row in rows):
+            try:
+                return self._commit(steps, _event_columns([row[1] for row in rows]))
+            except (TypeError, ValueError):  # a value that is not a number: row by row below, without it
+                pass
         by_name: dict[str, tuple[list[int], list[float]]] = {}
-        for i, (_, values) in enumerate(rows):
-            for name, value in values.items():
+        for i, (_, values, is_event) in enumerate(rows):
+            for name, value in (_event_row(values) if is_event else values).items():
+                try:
+                    value = float(value)
+                except (TypeError, ValueError):
+                    continue  # not a number (None, a string): not a metric
                 slot = by_name.get(name)
                 if slot is None:
                     slot = by_name[name] = ([], [])
                 slot[0].append(i)
                 slot[1].append(value)
-        steps = np.fromiter((step for step, _ in rows), np.int64, len(rows))
         self._commit(steps, {name: (np.array(index, np.int64), np.array(values, np.float64))
                              for name, (index, values) in by_name.items()})
 
@@ -249,21 +261,21 @@ class StepWriter:
         if dtype is None:
             first = float(values[0])
             dtype = "<f8" if first.is_integer() and abs(first) > _INT24 else "<f4"
-        series = _Series(self._next_id, name, np.dtype(dtype), "dense" if dense else "sparse", row)
+        series = self._named(self._next_id, name, np.dtype(dtype), "dense" if dense else "sparse", row)
         self._next_id += 1
         self._add(series)
         return series
 
     def _add(self, series: _Series) -> None:
         """Make a series' files (empty), then name it in the catalogue."""
-        values, steps, summary = layout.series_files(self.directory, series.id)
+        values, steps, summary = series.files
         for path in (values, summary) if series.kind == "dense" else (values, steps, summary):
             write_count(self._files(path), 0)  # a file a killed writer left under this id counts nothing
         os.write(self._catalog, layout.catalog_line(series.entry()))
         self._series[series.name] = series
 
     def _values_fd(self, series: _Series) -> int:
-        return self._files(layout.series_files(self.directory, series.id)[0])
+        return self._files(series.files[0])
 
     def _cast(self, series: _Series, values: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -288,7 +300,7 @@ class StepWriter:
     def _write_sparse(self, series: _Series, steps: np.ndarray, values: np.ndarray) -> None:
         old = series.count
         data = self._cast(series, values)
-        steps_fd = self._files(layout.series_files(self.directory, series.id)[1])
+        steps_fd = self._files(series.files[1])
         os.pwrite(steps_fd, steps.astype(STEP_DTYPE).tobytes(), HEADER + old * 8)
         fd = self._values_fd(series)
         os.pwrite(fd, data.tobytes(), HEADER + old * series.dtype.itemsize)
@@ -301,7 +313,7 @@ class StepWriter:
         """The pyramid blocks the new values complete, then the series' count (its commit)."""
         base = (old >> layout.BASE) << layout.BASE
         raw = np.concatenate([_read(fd, series.dtype, base, old), fresh]) if base < old else fresh
-        summary_fd = self._files(layout.series_files(self.directory, series.id)[2])
+        summary_fd = self._files(series.files[2])
         blocks = block_dtype(series.dtype)
 
         def old_block(level: int, index: int) -> np.ndarray:
@@ -334,7 +346,7 @@ class StepWriter:
             if series.kind == "dense":
                 keep = min(series.count, max(0, rows - series.start))
             elif series.count and series.last_step is not None and series.last_step >= step:
-                steps_fd = self._files(layout.series_files(self.directory, series.id)[1])
+                steps_fd = self._files(series.files[1])
                 steps = _read(steps_fd, STEP_DTYPE, 0, series.count)
                 keep = int(np.searchsorted(steps, step, "left"))
                 series.last_step = int(steps[keep - 1]) if keep else None
@@ -351,13 +363,13 @@ class StepWriter:
         start = self._row_of(series.first_step)
         if series.count != self.rows - start:
             return
-        old_values, _, old_summary = layout.series_files(self.directory, series.id)
+        old_values, _, old_summary = series.files
         values = _read(self._files(old_values), series.dtype, 0, series.count)
         blocks = block_dtype(series.dtype)
         summary = os.pread(self._files(old_summary), total_blocks(series.count) * blocks.itemsize, HEADER)
-        dense = _Series(self._next_id, series.name, series.dtype, "dense", start)
+        dense = self._named(self._next_id, series.name, series.dtype, "dense", start)
         self._next_id += 1
-        new_values, _, new_summary = layout.series_files(self.directory, dense.id)
+        new_values, _, new_summary = dense.files
         os.pwrite(self._files(new_summary), summary, HEADER)
         fd = self._files(new_values)
         os.pwrite(fd, values.tobytes(), HEADER)
@@ -365,3 +377,25 @@ class StepWriter:
         dense.count = series.count
         os.write(self._catalog, layout.catalog_line(dense.entry()))  # readers switch once it is complete
         self._series[series.name] = dense
+
+
+def _event_row(event) -> dict[str, float]:
+    """A StepLogged event's row by name: its numeric fields, its components as ``components.<name>``."""
+    body = event.__dict__
+    row = {name: body[name] for name in FIELD_DTYPES}
+    for name, value in body["components"].items():
+        row["components." + name] = value
+    return row
+
+
+def _event_columns(events: list) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The columns of many StepLogged events at once (a drain's worth: one C-level pass per field)."""
+    n = len(events)
+    every = np.arange(n)
+    out = {name: (every, np.fromiter(map(operator.attrgetter(name), events), np.float64, n)) for name in FIELD_DTYPES}
+    parts = [event.components for event in events]
+    for name in dict.fromkeys(key for part in parts for key in part):
+        values = np.fromiter((part.get(name, math.nan) for part in parts), np.float64, n)
+        present = np.fromiter((name in part for part in parts), bool, n)
+        out["components." + name] = (every, values) if present.all() else (every[present], values[present])
+    return out
