@@ -108,6 +108,7 @@ class Steps:
 
 class ArrowStream:
     name = "Arrow IPC stream"
+    footer = False  # the stream format: no footer, batches read in order
     imports = "import pyarrow, pyarrow.ipc"
     installed = ["pyarrow", "pyarrow.libs"]
     one_liners = {"pandas": "pa.ipc.open_stream(path / 'steps.arrows').read_pandas()",
@@ -130,7 +131,7 @@ class ArrowStream:
 
         self.path.mkdir(parents=True, exist_ok=True)
         sink = pa.OSFile(str(self.file), "wb")
-        writer = ipc.new_stream(sink, self._schema())
+        writer = (ipc.new_file if self.footer else ipc.new_stream)(sink, self._schema())
 
         def append(batch):
             writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=self._schema()))
@@ -179,24 +180,13 @@ class ArrowStream:
 
 class ArrowFile(ArrowStream):
     name = "Arrow IPC file"
+    footer = True  # batches found through the footer, written at close
     one_liners = {"pandas": "pd.read_feather(path / 'steps.arrow')", "polars": "pl.read_ipc(path / 'steps.arrow')",
                   "duckdb": None}
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.file = path / "steps.arrow"
-
-    def appender(self):
-        import pyarrow as pa
-        import pyarrow.ipc as ipc
-
-        self.path.mkdir(parents=True, exist_ok=True)
-        sink = pa.OSFile(str(self.file), "wb")
-        writer = ipc.new_file(sink, self._schema())
-
-        def append(batch):
-            writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=self._schema()))
-        return append, lambda: (writer.close(), sink.close())
 
     def window(self, lo: int, hi: int) -> np.ndarray:
         import pyarrow as pa
