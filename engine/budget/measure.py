@@ -49,7 +49,8 @@ MIB = 1 << 20
 #: what was measured; a device no row covers gets the largest row (``context_bound``). The ``gauges`` row
 #: of ``python -m bench --gpu`` measures it on a new device.
 CONTEXT_TABLE: dict[tuple[int, int], tuple[int, str]] = {
-    (9, 13): (800 * MIB, "Hopper + CUDA 13, 640-780 MiB measured on an H200 (research/gpu-h200.md)"),
+    (9, 13): (800 * MIB, "Hopper + CUDA 13, 640-780 MiB measured on an H200 "
+                         "(docs/MEMORY.md, \"Budget, guard, planner\")"),
 }
 #: What a prediction reserves for the context when nothing better is known (the largest row).
 DEFAULT_CONTEXT = max(v for v, _ in CONTEXT_TABLE.values())
