@@ -73,6 +73,30 @@ def test_unknown_metric_is_one_line_listing_the_runs_metrics(tmp_path: Path) -> 
         assert name in err.split("it has:")[1]
 
 
+def test_a_run_without_the_metric_is_named_with_what_it_has(tmp_path: Path) -> None:
+    """`plot A B` where B never logged A's primary (an LM run beside a toy run): A is drawn, and a line on stderr
+    names B, says it was not drawn and lists B's metrics (it was dropped silently)."""
+    toy = _run(tmp_path, "toy", capabilities=CAPS)
+    lm = _run(tmp_path, "lm", evals=False)  # steps only: loss, lr, grad_norm, mse
+    rc, out, err = _plot(str(toy), str(lm))
+    assert rc == 0, err
+    assert "psnr_db (validation) by step" in out and _has_axes(out)
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert f"{lm}: not drawn, it has no metric 'psnr_db'" in lines[0]
+    have = lines[0].split("it has: ")[1].split(", ")
+    assert {"grad_norm", "loss", "lr", "mse"} <= set(have) and "psnr_db" not in have
+
+
+def test_a_metric_no_run_has_names_each_runs_metrics(tmp_path: Path) -> None:
+    a, b = _run(tmp_path, "a"), _run(tmp_path, "b", evals=False)
+    rc, out, err = _plot(str(a), str(b), "--metric", "psnr")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    said = dict(part.split(" has: ") for part in err.strip().split("; ")[1:])
+    assert {"psnr_db", "val_loss", "mse"} <= set(said[str(a)].split(", "))
+    assert "mse" in said[str(b)].split(", ") and "val_loss" not in said[str(b)].split(", ")
+
+
 def test_missing_run_is_one_line_exit_2(tmp_path: Path) -> None:
     rc, _, err = _plot(str(tmp_path / "nope"))
     assert rc == 2 and err.count("\n") == 1 and "no such run" in err

@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from engine.core.exit_codes import ExitCode
 
@@ -42,9 +43,25 @@ def _resolve(arg: str) -> Path:
     raise PlotError(f"plot {arg}: no such run (give a run directory, or a name under {DEFAULT_ROOT}/)")
 
 
+class Chart(NamedTuple):
+    """What ``render`` drew: the chart's text, and one line for each run it could not draw (and why)."""
+
+    text: str
+    left_out: list[str]
+
+
 def render(runs: list[Path], metric: str | None = None, width: int = 100, height: int = 25,
            colour: bool = False) -> str:
-    """The chart as text; raises PlotError for a metric none of the runs logged."""
+    """The chart's text (``draw`` without the runs left out)."""
+    return draw(runs, metric, width, height, colour).text
+
+
+def draw(runs: list[Path], metric: str | None = None, width: int = 100, height: int = 25,
+         colour: bool = False) -> Chart:
+    """The chart of ``metric`` over ``runs``; raises PlotError when none of them logged it.
+
+    A run that lacks the metric is left out of the chart, never silently: ``left_out`` names it with the
+    metrics it does have (an LM run beside a toy run: the toy's PSNR is not the LM's)."""
     import plotext as plt
 
     from engine.run.history import read_history
@@ -62,11 +79,15 @@ def render(runs: list[Path], metric: str | None = None, width: int = 100, height
         metric = next((primary(h, s) for _, h, s in loaded if s), None)
         if metric is None:
             raise PlotError(f"plot {runs[0]}: the run has logged no metrics yet")
-    if not any(metric in s for _, _, s in loaded):
-        have = sorted({name for _, _, s in loaded for name in s})
-        where = runs[0] if len(runs) == 1 else "these runs"
-        raise PlotError(f"plot --metric {metric}: {where} has no metric {metric!r}; it has: "
-                        f"{', '.join(have) if have else 'none yet'}")
+    lacking = [(run, available) for run, _, available in loaded if metric not in available]
+    if len(lacking) == len(loaded):
+        if len(loaded) == 1:
+            raise PlotError(f"plot --metric {metric}: {runs[0]} has no metric {metric!r}; it has: "
+                            f"{_names(loaded[0][2])}")
+        raise PlotError(f"plot --metric {metric}: none of these runs has a metric {metric!r}; "
+                        + "; ".join(f"{run} has: {_names(available)}" for run, available in lacking))
+    left_out = [f"{run}: not drawn, it has no metric {metric!r}; it has: {_names(available)}"
+                for run, available in lacking]
     plt.clear_figure()
     plt.plot_size(width, height)
     names = [run.name for run in runs]
@@ -86,7 +107,11 @@ def render(runs: list[Path], metric: str | None = None, width: int = 100, height
     plt.xlabel("step")
     plt.ylabel(metric)
     text = plt.build()
-    return text if colour else plt.uncolorize(text)
+    return Chart(text if colour else plt.uncolorize(text), left_out)
+
+
+def _names(available: dict) -> str:
+    return ", ".join(sorted(available)) if available else "none yet"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -99,12 +124,14 @@ def main(args: argparse.Namespace) -> int:
         if width < 20 or height < 8:
             raise PlotError(f"plot --width {width} --height {height}: at least 20 × 8 characters")
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        text = render(runs, args.metric, width, height, colour)
+        chart = draw(runs, args.metric, width, height, colour)
     except PlotError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
         return ExitCode.BAD_INPUT
+    for line in chart.left_out:  # on stderr: the chart on stdout stays a chart, the user still reads why
+        sys.stderr.write(f"sensorlm-tui: plot {line}\n")
     try:
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(chart.text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # `plot RUN | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
