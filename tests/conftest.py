@@ -31,6 +31,17 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def program(cwd: Path | None = None) -> str:
+    """How the commands a CLI started in ``cwd`` (default: ROOT, as ``run_cli``) prints begin: the program as it
+    runs from there (engine.core.invocation)."""
+    import contextlib
+
+    from engine.core.invocation import program as here
+
+    with contextlib.chdir(cwd or ROOT):
+        return here()
+
+
 def output(proc: subprocess.CompletedProcess, tail: int = 4000) -> str:
     """A finished process's exit code and the tails of its stdout and stderr, as plain text for an assert's
     message (a tuple would be cut to one line by pytest's repr, hiding the traceback that says why)."""

@@ -111,8 +111,10 @@ def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) ->
     from engine.run.control.wire import serving
 
     if serving(run_dir):  # a live engine owns this directory: appending to its log would corrupt the run
+        from engine.core.invocation import command
+
         raise UsageError(f"--resume {root}: an engine is still running this run; watch it with "
-                         f"`sensorlm-tui attach {root}`")
+                         f"`{command('attach', root)}`")
     try:
         config = cfg.load_resolved(run_dir.config)  # validates the file even when the checkpoint's copy wins
     except cfg.ConfigError as exc:

@@ -152,7 +152,9 @@ def main(argv: list[str]) -> int:
         nproc = next((a.split("=", 1)[1] for a in torchrun if a.startswith("--nproc-per-node=")), "1")
         launch = f" --nproc-per-node {nproc}" if nproc != "1" else ""
         reason = record_failure(run_dir, rank, failure.exitcode, launch)
-        sys.stderr.write(f"sensorlm-tui: {reason}; continue with: sensorlm-tui train --resume {run_dir}{launch}\n")
+        from engine.run.rundir import RunDir, resume_command
+
+        sys.stderr.write(f"sensorlm-tui: {reason}; continue with: {resume_command(RunDir(run_dir))}{launch}\n")
         return ExitCode.HUNG if failure.exitcode == ExitCode.HUNG else 1
     finally:
         reaper.stop()

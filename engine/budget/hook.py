@@ -47,6 +47,7 @@ from engine.budget.settings import ENGINE, declared, describe, with_settings
 from engine.core.config import RunConfig
 from engine.core.estimate import BudgetSummary
 from engine.core.fmt import human
+from engine.core.invocation import command
 from engine.run import events as ev
 
 #: CPU: emit a MemorySampled at least every this many steps.
@@ -162,7 +163,8 @@ class BudgetHook:
             self.meter = None
             return BudgetSummary(device=self.info.type, device_name=self.info.name,
                                  note=f"no memory model for task {config.task.name!r} and no budget: nothing "
-                                      "predicted (sensorlm-tui plan --trace traces it)")
+                                      f"predicted (`{command('plan', '--task', config.task.name, '--trace')}` "
+                                      "traces it)")
         predict = self._predictor(config)
         try:
             estimate = predict()

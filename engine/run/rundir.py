@@ -274,5 +274,7 @@ def liveness(run_dir: RunDir, now: float | None = None) -> str:
 
 
 def resume_command(run_dir: RunDir) -> str:
-    """The command that continues this run."""
-    return f"sensorlm-tui train --resume {run_dir.root}"
+    """The command that continues this run, as it runs when pasted here (engine.core.invocation)."""
+    from engine.core.invocation import command
+
+    return command("train", "--resume", run_dir.root)

@@ -28,6 +28,7 @@ import os
 import socket
 import time
 
+from engine.core.invocation import command
 from engine.run.rundir import RunDir, RunDirError
 
 #: How long a refused engine waits for the holder to write its pid into the lock file (it does so at once).
@@ -60,7 +61,7 @@ class RunLock:
             holder = _holder(fd)
             os.close(fd)
             raise RunDirError(f"{run_dir.root}: in use by another engine ({holder}); watch it with "
-                              f"`sensorlm-tui attach {run_dir.root}`") from None
+                              f"`{command('attach', run_dir.root)}`") from None
         except OSError as exc:
             os.close(fd)
             raise RunDirError(f"{path}: cannot lock the run directory ({exc.strerror})") from None

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from engine.core.invocation import command
 from engine.run import events as ev
 
 
@@ -58,7 +59,7 @@ class Exporter:
         except Exception as exc:  # noqa: BLE001 - the run goes on; the checkpoint can be exported later
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             self.emit(ev.Warning(text=f"export at step {step} failed ({line}); the checkpoint holds the run: "
-                                      "`sensorlm-tui export RUN` writes it", step=step))
+                                      f"`{command('export', self.directory.parent)}` writes it", step=step))
             return None
         if path is None:
             return None

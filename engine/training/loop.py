@@ -32,6 +32,7 @@ from engine.checkpoint.sharded import ShardedCheckpointer
 from engine.checkpoint.weights import Weights
 from engine.core.config import RunConfig
 from engine.core.exit_codes import ExitCode, Outcome
+from engine.core.invocation import command
 from engine.core.registry import get_spec, make_task
 from engine.distributed.parallel import Single
 from engine.optim import device as dev
@@ -372,7 +373,7 @@ class Trainer:
         self.control.set_state({"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}
                                .get(status, "failed"), reason)
         outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)
-        resume = f"sensorlm-tui train --resume {self.run_dir}{resume_tail}" if status != "finished" and self.run_dir \
+        resume = command("train", "--resume", self.run_dir) + resume_tail if status != "finished" and self.run_dir \
             else None
         self.bus.emit(ev.RunFinished(status=status, best=self.evaluator.abort.best, steps=self.step, reason=reason,
                                      checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code),

@@ -59,9 +59,9 @@ class Tmux:
         self._tmux("new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), line)
         return int(self._tmux("display-message", "-p", "-t", session, "#{pane_pid}").stdout.strip())
 
-    def screen(self, session: str) -> str:
-        """The pane's text now ('' once the session is gone)."""
-        result = self._tmux("capture-pane", "-p", "-t", session, check=False)
+    def screen(self, session: str, joined: bool = False) -> str:
+        """The pane's text now ('' once the session is gone); ``joined``: lines the pane wrapped joined again."""
+        result = self._tmux("capture-pane", "-p", *(["-J"] if joined else []), "-t", session, check=False)
         return result.stdout if result.returncode == 0 else ""
 
     def keys(self, session: str, *keys: str) -> None:
@@ -72,12 +72,13 @@ class Tmux:
         """Kill the session: its pty closes, the viewer gets SIGHUP (a real hang-up)."""
         self._tmux("kill-session", "-t", session, check=False)
 
-    def wait_for(self, session: str, predicate, timeout: float = 60.0, what: str = "screen") -> str:
+    def wait_for(self, session: str, predicate, timeout: float = 60.0, what: str = "screen",
+                 joined: bool = False) -> str:
         """Poll the pane until ``predicate(text)`` holds; returns the text, fails with the last screen."""
         deadline = time.monotonic() + timeout
         text = ""
         while time.monotonic() < deadline:
-            text = self.screen(session)
+            text = self.screen(session, joined)
             if predicate(text):
                 return text
             time.sleep(0.2)

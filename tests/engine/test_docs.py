@@ -51,3 +51,31 @@ def test_every_document_the_program_cites_exists() -> None:
                         missing.append(f"{source.relative_to(root)}:{line}: {path}")
     assert seen >= 3, "the scan found no citations: the pattern no longer matches how the program cites"
     assert not missing, "cited but not in the repository:\n" + "\n".join(missing)
+
+
+def test_readme_commands_run_as_written_after_its_install(tmp_path: Path) -> None:
+    """The README's commands are written as its install runs them (`.venv/bin/sensorlm-tui`: the install does
+    not put the name on PATH), and the ones that need nothing made first run as written from a fresh shell in
+    the directory installed in (here: a directory whose .venv is this interpreter's)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    text = README.read_text()
+    prose = text.split("<!-- config-reference:start -->")[0] + text.split("<!-- config-reference:end -->")[1]
+    bare = [line for line in prose.splitlines()[1:] if re.search(r"(?<![\w/.-])sensorlm-tui (?!works)", line)]
+    assert not bare, "a command written `sensorlm-tui …` is 'command not found' after the README's install:\n" + \
+        "\n".join(bare)
+    written = re.findall(r"`(\.venv/bin/sensorlm-tui[^`]*)`", prose)
+    assert len(written) >= 15
+    ready = [c for c in written if not re.search(r"\[|…|\b[A-Z_]{3,}\b|\bruns/", c) and (
+        " plan " in c or c.endswith((" presets", " --help")))]
+    assert len(ready) >= 3, ready
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8",
+           "PYTHONPATH": str(README.parent)}
+    for command in ready:
+        ran = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+        assert ran.returncode == 0 and ran.stdout, f"{command}: exit {ran.returncode}\n{ran.stderr[-2000:]}"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine.run.control.launcher import launch
 from engine.run.control.requests import abort
-from tests.conftest import run_cli
+from tests.conftest import program, run_cli
 
 
 def test_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
         result = run_cli("train", "--resume", str(run), "--headless")
         assert result.returncode == 2
         assert result.stderr.strip() == (f"sensorlm-tui: error: --resume {run}: an engine is still running this run; "
-                                         f"watch it with `sensorlm-tui attach {run}`")
+                                         f"watch it with `{program()} attach {run}`")
         after = (run / "events.jsonl").read_bytes()
         assert after.startswith(before) and after.count(b'"type":"schema"') == 1
     finally:

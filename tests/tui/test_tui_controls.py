@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.core.invocation import program
 from engine.run.control.requests import Request
 from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
 from tui.dashboard.app import DashboardApp
@@ -92,7 +93,7 @@ async def test_q_detaches_at_once_saying_what_the_engine_does_and_how_to_attach_
     assert session.sent == [], "detaching sends nothing: the engine keeps running"
     assert app.return_code == 0
     assert app.summary == ("detached from demo-run at step 300; the engine keeps running (training · 2 steps/s · "
-                           "pid 4242). Attach: sensorlm-tui attach runs/demo-run · stop: kill -INT 4242 (it "
+                           f"pid 4242). Attach: {program()} attach runs/demo-run · stop: kill -INT 4242 (it "
                            "checkpoints first)")
     assert app.wait_closed(5) and session.closed.is_set()
 

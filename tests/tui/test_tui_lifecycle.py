@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 
+from engine.core.invocation import program
 from engine.run import events as ev
 from tests.tui.tui_helpers import loaded, make, pilot_test, wait_for
 from tui.dashboard.app import DashboardApp
@@ -45,7 +46,7 @@ async def test_sighup_detaches_and_closes_the_session():
         await wait_for(pilot, lambda: app.return_code is not None, "exit on hang-up")
     await_closed = session.closed.wait(5)
     assert await_closed and session.sent == []
-    assert "terminal hung up" in app.summary and "sensorlm-tui attach runs/demo-run" in app.summary
+    assert "terminal hung up" in app.summary and f"{program()} attach runs/demo-run" in app.summary
 
 
 @pilot_test
@@ -144,7 +145,7 @@ async def test_q_while_the_engine_starts_detaches_naming_its_phase_pid_and_how_t
         await wait_for(pilot, lambda: app.return_code is not None, "exit on q")
     assert app.return_code == 0
     assert app.summary == ("detached while the engine starts (importing torch · pid 4242); it keeps starting, then "
-                           "trains. Attach: sensorlm-tui attach runs/x · stop: kill -INT 4242 (it checkpoints first)")
+                           f"trains. Attach: {program()} attach runs/x · stop: kill -INT 4242 (it checkpoints first)")
     assert app.wait_closed(5) and factory.outcome == "left starting"
 
 

@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from engine.core.exit_codes import ExitCode
+from engine.core.invocation import command
 from tui.model.run_index import DEFAULT_ROOT, RunLookupError, resolve
 
 
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace, root: Path = DEFAULT_ROOT) -> int:
     if not _has_terminal():
         # A Textual app without a TTY busy-spins its input thread (research); say what works instead.
         return _error(f"attach {args.run or run_dir}: needs a terminal (stdin and stdout are not a TTY); "
-                      f"`sensorlm-tui runs` lists runs, {run_dir / 'events.jsonl'} has every event")
+                      f"`{command('runs', run_dir.parent)}` lists runs, {run_dir / 'events.jsonl'} has every event")
     return open_dashboard(run_dir, read_only=args.read_only, theme=args.theme, refresh=args.refresh, ansi=args.ansi,
                           compare=compare)
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from engine.core.exit_codes import ExitCode
+from engine.core.invocation import command
 from tui.model.format import human_count
 from tui.model.run_index import RunSummary, list_runs
 from tui.model.trend import spark, trend
@@ -135,7 +136,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps([{**r.to_json(), "trend": _trend_json(r)} for r in runs], indent=1))
         return 0
     if not runs:
-        print(f"no runs in {root}/ (start one with `sensorlm-tui train`)")
+        print(f"no runs in {root}/ (start one with `{command('train')}`)")
         return 0
     print(table(runs))
     return 0

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from engine.core.invocation import command
 from tui.dashboard.watch import Watch
 from tui.screens.confirm import QuitScreen
 
@@ -114,7 +115,7 @@ class Lifecycle:
         watch, model = self.watch, self.watch.model
         why = f" ({reason})" if reason else ""
         if not watch.detachable and not watch.read_only:
-            resume = f" · resume: sensorlm-tui train --resume {watch.run_dir}" if watch.run_dir else ""
+            resume = f" · resume: {command('train', '--resume', watch.run_dir)}" if watch.run_dir else ""
             self.leave(0, f"{watch.run_name()}: dashboard closed{why} at step {model.step}; the in-process "
                           f"run stops with it{resume}")
             return
@@ -134,10 +135,11 @@ class Lifecycle:
         return " · ".join(parts + ([f"pid {pid}"] if pid else []))
 
     def attach_or_stop(self, run_dir: str | None) -> str:
-        """"Attach: sensorlm-tui attach DIR · stop: kill -INT PID (it checkpoints first)"."""
+        """"Attach: sensorlm-tui attach DIR · stop: kill -INT PID (it checkpoints first)", the program written
+        as it runs from here (engine.core.invocation)."""
         pid = self.watch.engine_pid()
         stop = f" · stop: kill -INT {pid} (it checkpoints first)" if pid else ""
-        return f"Attach: sensorlm-tui attach {run_dir or '<run_dir>'}{stop}"
+        return f"Attach: {command('attach', run_dir) if run_dir else command('attach') + ' <run_dir>'}{stop}"
 
     def starting_line(self, verb: str) -> str:
         """The line for leaving while the engine starts ("" when nothing was started)."""

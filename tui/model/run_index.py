@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine.core.invocation import command
 from engine.core.taskspec import Capabilities
 from engine.run.rundir import RunDir, liveness, resume_command
 from tui.model.log_tail import first_event, last_events
@@ -150,13 +151,13 @@ def resolve(arg: str | None, root: Path = DEFAULT_ROOT) -> Path:
     if arg is None:
         if not root.is_dir():
             raise RunLookupError(f"attach: no run given and no {root}/ directory here; "
-                                 f"give a run directory, e.g. `sensorlm-tui attach runs/<name>`")
+                                 f"give a run directory, e.g. `{command('attach')} runs/<name>`")
         runs = list_runs(root)
         live = [r for r in runs if r.state == "live"]
         if live:
             return Path(live[0].path)
         if not runs:
-            raise RunLookupError(f"attach: no runs under {root}/; start one with `sensorlm-tui train`")
+            raise RunLookupError(f"attach: no runs under {root}/; start one with `{command('train')}`")
         raise RunLookupError(f"attach: no live run under {root}/ (runs there: {_listing(runs)}); "
                              f"give one by name to view it")
     path = Path(arg)

@@ -120,8 +120,10 @@ def _read_manifest(directory: Path) -> tuple[dict, Path]:
     try:
         manifest = read_json(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
-        raise TaskError(f"{path}: manifest not found (make one with `sensorlm-tui data gapfill --out "
-                        f"{directory}`)") from None
+        from engine.core.invocation import command
+
+        raise TaskError(f"{path}: manifest not found (make one with "
+                        f"`{command('data', 'gapfill', '--out', directory)}`)") from None
     except OSError as exc:
         raise TaskError(f"{path}: cannot read ({exc.strerror})") from None
     except ValueError as exc:

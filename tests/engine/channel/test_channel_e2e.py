@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.invocation import program
 from engine.run.control import requests as control
 from engine.run.control import wire
 from engine.run.control.launcher import LaunchError, launch
@@ -180,8 +181,8 @@ def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -
         while client.liveness() != "crashed" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert client.liveness() == "crashed"
-        assert client.resume_command() == f"sensorlm-tui train --resume {run_dir}"
-        with pytest.raises(SessionError, match=r"\(crashed\); resume with: sensorlm-tui train --resume"):
+        assert client.resume_command() == f"{program()} train --resume {run_dir}"
+        with pytest.raises(SessionError, match=r"\(crashed\); resume with: .*sensorlm-tui train --resume"):
             engine.client().send(control.pause(), timeout=2)
         assert len(client.history()) > 3, "the log of a crashed run still opens"
     finally:

@@ -12,7 +12,7 @@ import re
 import shlex
 
 from engine.training.policies import AbortPolicy
-from tests.conftest import read_events
+from tests.conftest import program, read_events
 from tests.engine.reliability.harness import TOY
 
 #: 120 steps, the first 60 warm-up, an eval every 5; the LR is 300× on steps 10-25 (in the warm-up) and 70-120.
@@ -34,10 +34,11 @@ def test_a_warm_up_dip_is_not_judged_and_a_policy_stop_resumes_with_the_printed_
     assert "since warm-up" in finished["reason"] and "--set train.abort_patience=0" in finished["reason"]
 
     printed = next(m for m in map(re.compile(r"^done\s+resume with: (.*)$").match, first.lines()) if m).group(1)
-    assert printed == finished["resume_command"] == f"sensorlm-tui train --resume {run} --set train.abort_patience=0"
-    argv = shlex.split(printed)
-    assert argv[:2] == ["sensorlm-tui", "train"]
-    resumed = engines.spawn([*argv[2:], "--threads", "1"], tmp_path / "resumed", faults=FAULTS)
+    start = program(tmp_path / "first")  # the program as it runs from the engine's directory
+    assert printed == finished["resume_command"] == f"{start} train --resume {run} --set train.abort_patience=0"
+    argv = shlex.split(printed.removeprefix(start))
+    assert argv[0] == "train"
+    resumed = engines.spawn([*argv[1:], "--threads", "1"], tmp_path / "resumed", faults=FAULTS)
     assert resumed.wait(120) == 0, resumed.stderr()
     last = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
     assert last["status"] == "finished" and last["steps"] == 120

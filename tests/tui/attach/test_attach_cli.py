@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import program, run_cli
 from tui.model.run_index import RunLookupError, resolve
 
 
@@ -52,7 +52,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert nothing.returncode == 2
     assert nothing.stderr.splitlines() == [
         "sensorlm-tui: error: attach: no run given and no runs/ directory here; "
-        "give a run directory, e.g. `sensorlm-tui attach runs/<name>`"]
+        f"give a run directory, e.g. `{program(tmp_path)} attach runs/<name>`"]
 
     _fake_run(tmp_path / "runs", "done", "finished", started=1.0)
     missing = run_cli("attach", "nosuch", cwd=tmp_path)
@@ -70,7 +70,8 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert no_tty.returncode == 2
     assert no_tty.stderr.splitlines() == [
         "sensorlm-tui: error: attach done: needs a terminal (stdin and stdout are not a TTY); "
-        f"`sensorlm-tui runs` lists runs, {tmp_path / 'runs' / 'done' / 'events.jsonl'} has every event"]
+        f"`{program(tmp_path)} runs {tmp_path / 'runs'}` lists runs, {tmp_path / 'runs' / 'done' / 'events.jsonl'} "
+        "has every event"]
     assert "Traceback" not in no_tty.stderr
 
 

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from engine.run import events as ev
-from tests.conftest import run_cli
+from tests.conftest import program, run_cli
 from tests.tui.attach.conftest import wait_for_step
 from tui.model.run_index import summarize
 
@@ -92,7 +92,7 @@ def test_empty_dir_says_no_runs(tmp_path: Path) -> None:
     (tmp_path / "not-a-run").mkdir()  # a directory without run files is not listed
     result = run_cli("runs", str(tmp_path))
     assert result.returncode == 0
-    assert result.stdout.strip() == f"no runs in {tmp_path}/ (start one with `sensorlm-tui train`)"
+    assert result.stdout.strip() == f"no runs in {tmp_path}/ (start one with `{program()} train`)"
     assert json.loads(run_cli("runs", str(tmp_path), "--json").stdout) == []
 
 
