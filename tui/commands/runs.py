@@ -7,9 +7,12 @@ best value of the run's primary metric with its unit, a sparkline of the
 primary metric (tui/model/trend.py: sampled from the log, constant cost), the
 last autotune (its gain over the settings it started from, when it is in the
 log's tail), last checkpoint's step (and its name unless it is the rolling
-``last``), age (since the run started). Sized for an 80-column terminal: a
-timestamp name, a million steps and a best with its unit fit (``--json`` has
-every field exact). Each run costs one status.json read and a 1 MiB tail of
+``last``), age (since the run started). The table fits the terminal (80
+columns into a pipe): a cell too wide for its share is shortened in the middle
+(``SHRINK``), and ``--json`` has every field exact (never a bare NaN: JSON has
+none). Names and states are shown as printable text (engine.core.fmt). Only
+the current run's facts are read: a script rerun into the same directory
+appends to the old run's log (tui/model/log_tail.py). Each run costs one status.json read and a 1 MiB tail of
 its event log (tui/model/run_index.py), so a run with a million logged steps
 lists as fast as a new one. Torch-free, textual-free.
 """
@@ -18,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from engine.core.exit_codes import ExitCode
+from engine.core.fmt import printable
 from engine.core.invocation import command
 from tui.model.format import human_count
 from tui.model.run_index import RunSummary, list_runs
@@ -31,6 +37,17 @@ from tui.model.trend import spark, trend
 _HEADERS = ("NAME", "STATE", "STEP", "BEST", "TREND", "TUNED", "CKPT", "AGE")
 #: Sparkline characters in the table (every other sampled point).
 TREND_WIDTH = 8
+#: File endings a checkpoint's name is shown without: the engine's, Lightning's, a plain loop's.
+CHECKPOINT_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")
+#: Width when standard output is not a terminal (a pipe, a file): what a terminal opens with.
+PLAIN_WIDTH = 80
+#: How a table wider than the terminal gives way, in order: each (column, floor) takes characters from that column
+#: down to the floor until the table fits. What identifies and judges a run (its name, state, step, best value)
+#: goes last; the checkpoint's name, the trend's oldest points and the best's unit first. A shortened cell loses
+#: its middle (…), or the end that matters least (``_shorten``); --json has every value whole.
+SHRINK = (("CKPT", 9), ("TREND", 6), ("BEST", 11), ("STATE", 11), ("TUNED", 6), ("CKPT", 6), ("BEST", 9),
+          ("TREND", 5), ("NAME", 15), ("STEP", 7), ("NAME", 10), ("STATE", 7), ("TUNED", 5), ("CKPT", 5),
+          ("STEP", 5), ("NAME", 8))
 
 
 def _state(run: RunSummary) -> str:
@@ -53,11 +70,15 @@ def _step(run: RunSummary) -> str:
 
 
 def _checkpoint(run: RunSummary) -> str:
-    """The newest checkpoint's step ("@20"; "best@20" when it is not the rolling ``last``)."""
+    """The newest checkpoint's step ("@20"; "best@20", "step@20" when it is not the rolling ``last``)."""
     if not run.last_checkpoint:
         return "–"
-    name = Path(run.last_checkpoint).name.removesuffix(".safetensors")
-    kind = "" if name == "last" else name
+    name = Path(run.last_checkpoint).name
+    for suffix in CHECKPOINT_SUFFIXES:
+        name = name.removesuffix(suffix)
+    if run.last_checkpoint_step is not None:  # "step-20@20", a Trainer's "checkpoint-500@500": the step once
+        name = name.removesuffix(f"-{run.last_checkpoint_step}")
+    kind = "" if name in ("last", "checkpoint") else name  # the rolling one; a Trainer's are all "checkpoint"
     return f"{kind}@{_count(run.last_checkpoint_step)}" if run.last_checkpoint_step is not None else name
 
 
@@ -112,15 +133,76 @@ def row(run: RunSummary, now: float) -> tuple[str, ...]:
             _age(run.age_s(now)))
 
 
-def table(runs: list[RunSummary], now: float | None = None) -> str:
-    """Fixed-width plain text (no colour, no box drawing: it goes to pipes and greps)."""
+def table(runs: list[RunSummary], now: float | None = None, width: int = PLAIN_WIDTH) -> str:
+    """Fixed-width plain text (no colour, no box drawing: it goes to pipes and greps), at most ``width`` columns
+    wide as far as the columns' floors allow; every cell shown as printable text (a run name is the user's, or
+    anyone's who could make a directory here: an ESC in it would colour the terminal, a newline break the table)."""
     now = time.time() if now is None else now
-    rows = [_HEADERS, *(row(r, now) for r in runs)]
+    rows = [_HEADERS, *(tuple(printable(cell) for cell in row(r, now)) for r in runs)]
     keep = [i for i, name in enumerate(_HEADERS) if name != "TUNED" or any(r.autotune for r in runs)]
     rows = [[r[i] for i in keep] for r in rows]  # no TUNED column when no run was tuned: 80 columns stay enough
-    widths = [max(len(r[i]) for r in rows) for i in range(len(keep))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    headers = rows[0]
+    widths = _fit(headers, [max(len(r[i]) for r in rows) for i in range(len(keep))], width)
+    lines = ["  ".join(_shorten(h, cell, w).ljust(w) for h, cell, w in zip(headers, r, widths)).rstrip()
+             for r in rows]
     return "\n".join(lines)
+
+
+def _fit(headers: list[str], widths: list[int], limit: int) -> list[int]:
+    """Column widths whose table (two spaces between columns) fits ``limit``, taken in SHRINK's order."""
+    widths = list(widths)
+    over = sum(widths) + 2 * (len(widths) - 1) - limit
+    for column, floor in SHRINK:
+        if over <= 0:
+            break
+        if column in headers:
+            i = headers.index(column)
+            take = max(0, min(over, widths[i] - max(floor, len(column))))  # a header stays whole
+            widths[i] -= take
+            over -= take
+    return widths
+
+
+def _shorten(column: str, cell: str, width: int) -> str:
+    """``cell`` in ``width`` characters: the middle gives way (…), except where an end carries the meaning: a
+    best keeps its number and the start of its unit, a state and a checkpoint the engine's word and the step
+    ("live (check…)", "b…@1.2M"), a step the step before the total, a trend its newest points."""
+    if len(cell) <= width:
+        return cell
+    if column == "BEST" and " " in cell:
+        number, unit = cell.split(" ", 1)
+        room = width - len(number) - 1
+        return f"{number} {_head(unit, room)}" if room >= 1 else _middle(number, width)
+    if column == "STATE" and cell.endswith(")") and " (" in cell:
+        outer, inner = cell[:-1].split(" (", 1)
+        if len(outer) + 4 <= width:
+            return f"{outer} ({_head(inner, width - len(outer) - 3)})"
+    if column == "CKPT" and "@" in cell:
+        kind, at = cell.rsplit("@", 1)
+        room = width - len(at) - 1
+        if room < 0:
+            return _middle(cell, width)
+        return f"{_head(kind, room) if room >= 3 else kind[:room]}@{at}"  # "best@…" never reads as "@…" (last)
+    if column == "STEP" and "/" in cell:
+        return _middle(cell.split("/", 1)[0], width)
+    if column == "TREND":
+        return cell[-width:]
+    if column == "TUNED":
+        return _head(cell, width)
+    return _middle(cell, width)
+
+
+def _head(text: str, width: int) -> str:
+    """``text``'s start and "…" in ``width`` characters ("…" alone at 1)."""
+    return text if len(text) <= width else text[:max(0, width - 1)] + "…"
+
+
+def _middle(text: str, width: int) -> str:
+    """``text`` with its middle replaced by "…" to fit ``width`` (both ends kept)."""
+    if len(text) <= width:
+        return text
+    head = width // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):] if width > 1 else "…"[:width]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -132,11 +214,23 @@ def main(args: argparse.Namespace) -> int:
                          f"(default ./runs)\n")
         return ExitCode.BAD_INPUT
     runs = list_runs(root)
-    if args.json:
-        print(json.dumps([{**r.to_json(), "trend": _trend_json(r)} for r in runs], indent=1))
+    if args.json:  # never a bare NaN or Infinity, which are not JSON: a value that is not finite is null
+        print(json.dumps(_finite([{**r.to_json(), "trend": _trend_json(r)} for r in runs]), indent=1,
+                         allow_nan=False))
         return 0
     if not runs:
-        print(f"no runs in {root}/ (start one with `{command('train')}`)")
+        print(f"no runs in {printable(str(root))}/ (start one with `{command('train')}`)")
         return 0
-    print(table(runs))
+    print(table(runs, width=shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns))
     return 0
+
+
+def _finite(value):
+    """``value`` with every float that is not finite (a NaN best, an infinite loss) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -38,7 +38,12 @@ def _read_range(path: Path, start: int, size: int) -> bytes:
 
 
 def last_events(path: Path, types: set[str], max_bytes: int = TAIL_BYTES) -> dict[str, ev.Event]:
-    """``{type: newest event of that type}`` among the log's last ``max_bytes``; {} when there is no log."""
+    """``{type: newest event of that type}`` among the log's last ``max_bytes``; {} when there is no log.
+
+    Only the current run's: the search stops at the newest ``run_started`` that began a fresh run (not a
+    resume). A script rerun into the same directory appends a new run to the old one's log, and the older
+    run's later step, best or ending must not be read as this one's (a rerun killed at step 43 was listed
+    at step 91 with the old run's ``finished``). A resume continues its run: what precedes it still counts."""
     try:
         size = os.path.getsize(path)
     except OSError:
@@ -54,13 +59,17 @@ def last_events(path: Path, types: set[str], max_bytes: int = TAIL_BYTES) -> dic
     found: dict[str, ev.Event] = {}
     for line in reversed(lines):
         kind = _line_type(line)
-        if kind not in types or kind in found:
+        if kind != "run_started" and (kind not in types or kind in found):
             continue
         event = ev.from_json(line.decode("utf-8", "replace"))
-        if event is not None:  # a torn last line (engine killed mid-write) is skipped
-            found[kind] = event
-            if len(found) == len(types):
-                break
+        if event is None:  # a torn last line (engine killed mid-write) is skipped
+            continue
+        if kind in types:
+            found.setdefault(kind, event)
+        if kind == "run_started" and not (event.resumed_from or event.start_step):
+            break  # a fresh run began here: what is older belongs to another run
+        if len(found) == len(types):
+            break
     return found
 
 

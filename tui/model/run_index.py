@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine.core.fmt import printable
 from engine.core.invocation import command
 from engine.core.taskspec import Capabilities
 from engine.run.rundir import RunDir, liveness, resume_command
@@ -138,7 +139,7 @@ def list_runs(root: Path) -> list[RunSummary]:
 
 
 def _listing(runs: list[RunSummary]) -> str:
-    shown = ", ".join(f"{r.name} ({r.state})" for r in runs[:8])
+    shown = ", ".join(f"{printable(r.name)} ({r.state})" for r in runs[:8])
     more = f", … {len(runs) - 8} more" if len(runs) > 8 else ""
     return shown + more
 
@@ -166,7 +167,8 @@ def resolve(arg: str | None, root: Path = DEFAULT_ROOT) -> Path:
     if "/" not in arg and is_run_dir(root / arg):
         return root / arg
     if path.is_dir():
-        raise RunLookupError(f"attach {arg}: not a run directory (no events.jsonl, status.json or config.toml)")
+        raise RunLookupError(f"attach {printable(arg)}: not a run directory (no events.jsonl, status.json or "
+                             "config.toml)")
     known = list_runs(root) if root.is_dir() else []
     hint = f"runs under {root}/: {_listing(known)}" if known else f"no runs under {root}/"
-    raise RunLookupError(f"attach {arg}: no such run ({hint})")
+    raise RunLookupError(f"attach {printable(arg)}: no such run ({hint})")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from engine.run import events as ev
-from tests.conftest import program, run_cli
+from tests.conftest import output, program, run_cli
 from tests.tui.attach.conftest import wait_for_step
 from tui.model.run_index import summarize
 
@@ -151,3 +152,107 @@ def test_the_table_fits_80_columns_and_says_interrupted_as_the_dashboard_did(mon
     assert max(map(len, lines)) <= 80, "\n".join(lines)
     assert lines[1].split()[1] == "interrupted" and lines[2].split()[1] == "aborted"
     assert "32.25 dB" in lines[1] and "264.9 perplexity" in lines[2] and lines[1].endswith("3d")
+
+
+def _write_run(root: Path, name: str, events: list[ev.Event], status: dict | None = None) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "events.jsonl").write_text("".join(ev.to_json(e) + "\n" for e in [ev.Schema(t=1.0), *events]))
+    if status is not None:
+        (run / "status.json").write_text(json.dumps(status))
+    return run
+
+
+def _dead_status(**fields) -> dict:
+    """status.json of a process that is gone (pid above pid_max's default), on this host."""
+    import socket
+
+    return {"pid": 2 ** 22 + 12345, "host": socket.gethostname(), "heartbeat": 1.0, "state": "running", **fields}
+
+
+def test_integration_runs_fit_80_columns_shortened_in_the_middle_and_whole_in_json(tmp_path: Path) -> None:
+    """The cells integration runs bring (a Trainer's `checkpoint-N` directory, a best without a unit, a long script
+    name, a live run's engine state) made the header 96 wide and every row wrap: each now gives way in its middle,
+    the best keeps its number, and --json keeps every value whole."""
+    import socket
+
+    runs = tmp_path / "runs"
+    long_name = "20261205-091031-lightning-basic-transformer"
+    checkpoint = runs / long_name / "checkpoint-1000000"
+    _write_run(runs, long_name, [
+        ev.RunStarted(t=2.0, name=long_name, task="lightning", total_steps=2_000_000),
+        ev.EvalDone(t=3.0, step=1_000_000, val_loss=0.01096, metrics={"val_loss": 0.01096}, primary="val_loss",
+                    best=0.010957),
+        ev.CheckpointSaved(t=3.0, step=1_000_000, path=str(checkpoint), kind="last"),
+        ev.AutotuneChose(t=4.0, step=10, status="cancelled")],
+        {"pid": os.getpid(), "host": socket.gethostname(), "heartbeat": time.time(), "state": "checkpointing",
+         "started": time.time() - 5, "step": 1_234_567, "total_steps": 2_000_000,
+         "last_checkpoint": str(checkpoint)})
+    _write_run(runs, "demo", [ev.RunStarted(t=2.0, name="demo", total_steps=300)],
+               _dead_status(started=time.time() - 90_000, step=42, total_steps=300))
+    table = run_cli("runs", str(runs))
+    lines = table.stdout.splitlines()
+    assert table.returncode == 0 and len(lines) == 3, output(table)
+    assert max(map(len, lines)) <= 80, "\n" + table.stdout
+    row = lines[1]
+    name = row.split()[0]  # the name gives way in its middle: both ends stay
+    assert "…" in name and long_name.startswith(name.split("…")[0]) and long_name.endswith(name.split("…")[1])
+    assert " 0.01096 " in row, "the best keeps its number whole"
+    assert "checkpoint-1000000" not in row and " @1M " in row  # a Trainer's checkpoint-N: its step, once
+    whole = {r["name"]: r for r in json.loads(run_cli("runs", str(runs), "--json").stdout)}
+    assert whole[long_name]["last_checkpoint"] == str(checkpoint) and whole[long_name]["best"] == 0.010957
+    assert whole[long_name]["best_metric"] == "val_loss" and whole[long_name]["step"] == 1_234_567
+
+
+def test_runs_json_is_json_when_a_value_is_not_finite(tmp_path: Path) -> None:
+    """A first evaluation of NaN made `best` NaN, and `runs --json` printed a bare NaN, which no JSON reader takes."""
+    runs = tmp_path / "runs"
+    _write_run(runs, "nan-best", [
+        ev.RunStarted(t=2.0, name="nan-best", total_steps=10),
+        ev.StepLogged(t=3.0, step=1, loss=float("inf")),
+        ev.EvalDone(t=3.0, step=1, val_loss=float("nan"), metrics={"val_loss": float("nan")}, primary="val_loss",
+                    best=float("nan"))], _dead_status(step=1))
+    result = run_cli("runs", str(runs), "--json")
+
+    def refuse(token: str):
+        raise AssertionError(f"not JSON: {token}")
+
+    (listed,) = json.loads(result.stdout, parse_constant=refuse)
+    assert listed["best"] is None and listed["best_metric"] == "val_loss"
+
+
+def test_run_names_are_shown_escaped_never_raw(tmp_path: Path) -> None:
+    """An ESC sequence in a run's name coloured the `runs` table and a newline broke it into two rows."""
+    runs = tmp_path / "runs"
+    hostile = "evil\x1b[31mred\nsecond-line"
+    _write_run(runs, hostile, [ev.RunStarted(t=2.0, name=hostile, total_steps=10)], _dead_status(step=1))
+    _write_run(runs, "plain", [ev.RunStarted(t=3.0, name="plain", total_steps=10)], _dead_status(step=1))
+    result = run_cli("runs", str(runs))
+    assert "\x1b" not in result.stdout and len(result.stdout.splitlines()) == 3, result.stdout
+    assert any(line.startswith("evil\\x1b[31mred\\nsecond") for line in result.stdout.splitlines())
+
+
+def test_a_fresh_rerun_into_the_same_directory_shows_only_its_own_facts(tmp_path: Path) -> None:
+    """A script run to step 91 (its best, its `finished`), then rerun fresh into the same directory and killed at
+    step 43: `runs` showed 91/860 with the first run's best and ending. It reads only the current run's events;
+    a resume, which continues its run, still counts what came before it."""
+    runs = tmp_path / "runs"
+    first = [ev.RunStarted(t=2.0, name="mine", total_steps=860)]
+    first += [ev.StepLogged(t=2.0 + i, step=i, loss=1.0 / i) for i in range(1, 92)]
+    first += [ev.EvalDone(t=95.0, step=91, val_loss=0.5, metrics={"val_loss": 0.5}, primary="val_loss", best=0.5),
+              ev.CheckpointSaved(t=95.0, step=91, path=str(runs / "mine" / "last.pt"), kind="final"),
+              ev.RunFinished(t=96.0, status="finished", steps=91, best=0.5)]
+    rerun = [ev.RunStarted(t=100.0, name="mine", total_steps=300)]
+    rerun += [ev.StepLogged(t=100.0 + i, step=i, loss=1.0 / i) for i in range(1, 44)]
+    _write_run(runs, "mine", first + rerun, _dead_status(step=40, total_steps=300))
+    (mine,) = json.loads(run_cli("runs", str(runs), "--json").stdout)
+    assert (mine["step"], mine["total_steps"], mine["state"]) == (43, 300, "crashed")
+    assert mine["best"] is None and mine["finished_as"] is None and mine["last_checkpoint"] is None
+    assert run_cli("runs", str(runs)).stdout.splitlines()[1].split()[1:3] == ["crashed", "43/300"]
+
+    resumed = rerun + [ev.CheckpointSaved(t=150.0, step=43, path=str(runs / "again" / "last.pt"), kind="last"),
+                       ev.RunStarted(t=200.0, name="again", total_steps=300, start_step=43, resumed_from="last.pt")]
+    resumed += [ev.StepLogged(t=200.0 + i, step=43 + i, loss=1.0 / i) for i in range(1, 5)]
+    _write_run(runs, "again", first + resumed, _dead_status(step=47, total_steps=300))
+    again = {r["name"]: r for r in json.loads(run_cli("runs", str(runs), "--json").stdout)}["again"]
+    assert again["step"] == 47 and again["last_checkpoint_step"] == 43 and again["finished_as"] is None
