@@ -12,9 +12,9 @@ ansi theme, none at all under NO_COLOR.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import numpy as np
 from rich.text import Text
 from textual.color import Color
 from textual.geometry import Region
@@ -177,18 +177,65 @@ def _changed_rows(before: Text, after: Text) -> list[int] | None:
     return [y for y, (a, b) in enumerate(zip(old, new)) if a.plain != b.plain or a.spans != b.spans]
 
 
-def step_ticks(plot: BrailleCanvas, lo: float, hi: float, count: int = 5) -> None:
-    """Integer step ticks (1.2k, 250 …) rather than floats (2.0, 90.2 …)."""
+def step_ticks(plot: BrailleCanvas, lo: float, hi: float, count: int = 5, width: int | None = None) -> None:
+    """Round integer step ticks inside [lo, hi], labelled as briefly as keeps each one exact (``step_labels``).
+
+    ``width`` (cells across the plot): fewer ticks when their labels would not fit side by side, so the
+    canvas never has to drop one.
+    """
     if hi <= lo:
         return
-    ticks = sorted({int(round(v)) for v in np.linspace(lo, hi, count)})
-    plot.xticks(ticks, [_short_int(t) for t in ticks])
+    while True:
+        ticks = integer_ticks(lo, hi, count)
+        labels = step_labels(ticks)
+        if width is None or count <= 2 or sum(len(label) + 2 for label in labels) <= width:
+            break
+        count -= 1
+    plot.xticks(ticks, labels)
 
 
-def _short_int(n: int) -> str:
-    for unit, size in (("M", 1_000_000), ("k", 1_000)):
-        if abs(n) >= 10 * size:
-            return f"{n / size:.0f}{unit}"
-        if abs(n) >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
+def integer_ticks(lo: float, hi: float, count: int) -> list[int]:
+    """Whole steps inside [lo, hi], 1, 2, 2.5 or 5 times a power of ten apart (never closer than one step):
+    at most ``count`` of them, at least two when the range holds two steps."""
+    first, last = math.ceil(lo), math.floor(hi)
+    if last <= first:
+        return [first] if first == last else []
+    raw = (last - first) / max(1, count - 1)
+    step = 1
+    for power in (10 ** k for k in range(0, 20)):
+        step = next((m * power for m in (1, 2, 2.5, 5) if m * power >= raw and float(m * power).is_integer()), 0)
+        if step:
+            break
+    step = int(step)
+    start = -(-first // step) * step
+    ticks = list(range(start, last + 1, step))
+    return ticks if len(ticks) >= 2 else [first, last]
+
+
+def step_labels(ticks: list[int]) -> list[str]:
+    """Labels for integer steps that read back to exactly those steps: ``250``, ``1.2k``, ``25M``, or
+    ``9999250`` where a suffix would need more characters than the plain number (a 1,000-step window at 10M
+    steps). So two ticks never share a label, at any zoom of any run length."""
+    return [_step_label(t, ticks) for t in ticks]
+
+
+def _step_label(value: int, ticks: list[int]) -> str:
+    plain = str(value)
+    biggest = max(abs(t) for t in ticks)
+    for suffix, exponent in (("G", 9), ("M", 6), ("k", 3)):
+        if biggest < 10 ** exponent:
+            continue
+        # Decimals needed so every tick is exact under this suffix (ticks are whole multiples of 10**zeros).
+        zeros = min(_trailing_zeros(t) for t in ticks if t) if any(ticks) else exponent
+        decimals = max(0, exponent - zeros)
+        short = f"{value / 10 ** exponent:.{decimals}f}{suffix}" if value else "0"
+        return short if len(short) <= len(plain) else plain
+    return plain
+
+
+def _trailing_zeros(n: int) -> int:
+    n, zeros = abs(n), 0
+    while n and n % 10 == 0:
+        n //= 10
+        zeros += 1
+    return zeros

@@ -271,7 +271,7 @@ class MetricChart(Chart):
                 plot.vertical_line(marker.step, color=self.color("marker"))
         if hi > lo:
             plot.xlim(float(lo), float(hi))
-            step_ticks(plot, float(lo), float(hi), count=5 if width >= 50 else 4)
+            step_ticks(plot, float(lo), float(hi), count=5 if width >= 50 else 4, width=width - 8)
 
 
 def _guides(model, name: str) -> list[tuple[str, float]]:
