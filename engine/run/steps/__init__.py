@@ -11,8 +11,9 @@ Reading (what a viewer uses; memory is set by what is asked for, never by the ru
     record.rows, record.first_step, record.last_step
     env = record.envelope("loss", step_lo, step_hi, columns)
     env.x, env.count, env.min, env.max, env.last, env.last_step, env.nan   # one entry per pixel column
+    env.sum, env.finite, env.mean          # the column's finite values: their sum, count and mean
     steps, values = record.window("loss", step_lo, step_hi)               # raw values (copies), a small window
-    level = record.summary("loss", k)      # every complete block of 2**k values (k >= 6): min/max/last/nan
+    level = record.summary("loss", k)      # every complete block of 2**k values (k >= 6): min/max/last/nan/sum
     record.refresh()                       # a live run: take in what was appended since (True if anything)
     record.series("loss")                  # the mapped arrays themselves (steps, values, pyramid blocks)
     read_steps(run_dir)                    # {"step": ..., name: ...} aligned: pd.DataFrame(...) / pl.DataFrame(...)

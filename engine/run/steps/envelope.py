@@ -26,7 +26,8 @@ class Envelope:
     ``min`` / ``max``: over the column's values that are not NaN, ±inf included as values; NaN when the column
     has no value or only NaN. ``nan``: the column holds at least one NaN (so ``count > 0`` with a NaN ``min``
     is a column of NaN only). ``last``: the column's last value as stored (NaN included), at step
-    ``last_step``; NaN and -1 for an empty column. ``count``: values in the column.
+    ``last_step``; NaN and -1 for an empty column. ``count``: values in the column. ``sum`` and ``finite``: the
+    sum and the count of its finite values (``mean``), for a smoothed line at any zoom.
     """
 
     x: np.ndarray
@@ -36,6 +37,14 @@ class Envelope:
     last: np.ndarray
     last_step: np.ndarray
     nan: np.ndarray
+    sum: np.ndarray
+    finite: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Per column, the mean of its finite values (NaN for a column without one)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.finite > 0, self.sum / np.maximum(self.finite, 1), np.nan)
 
 
 def column_edges(step_lo: int, step_hi: int, columns: int) -> np.ndarray:
@@ -57,21 +66,24 @@ def envelope(steps: np.ndarray, values: np.ndarray, blocks: np.ndarray, step_lo:
     lo_min = np.full(columns, np.nan)
     hi_max = np.full(columns, np.nan)
     has_nan = np.zeros(columns, bool)
-    _from_blocks(blocks, a1 >> BASE, b1 >> BASE, lo_min, hi_max, has_nan)
-    _from_raw(values, np.stack([a, b1], 1).ravel(), np.stack([a1 - a, b - b1], 1).ravel(), lo_min, hi_max,
-              has_nan)
+    total = np.zeros(columns)
+    finite = np.zeros(columns, np.int64)
+    acc = (lo_min, hi_max, has_nan, total, finite)
+    _from_blocks(blocks, a1 >> BASE, b1 >> BASE, acc)
+    _from_raw(values, np.stack([a, b1], 1).ravel(), np.stack([a1 - a, b - b1], 1).ravel(), acc)
     count = b - a
     filled = count > 0
     last = np.full(columns, np.nan)
     last_step = np.full(columns, -1, np.int64)
     last[filled] = values[b[filled] - 1]
     last_step[filled] = steps[b[filled] - 1]
-    return Envelope(edges[:-1], count, lo_min, hi_max, last, last_step, has_nan)
+    return Envelope(edges[:-1], count, lo_min, hi_max, last, last_step, has_nan, total, finite)
 
 
-def _from_blocks(blocks: np.ndarray, lo: np.ndarray, hi: np.ndarray, lo_min: np.ndarray, hi_max: np.ndarray,
-                 has_nan: np.ndarray) -> None:
-    """Fold into the accumulators the fewest pyramid blocks covering base blocks [lo, hi) of each column."""
+def _from_blocks(blocks: np.ndarray, lo: np.ndarray, hi: np.ndarray, acc: tuple) -> None:
+    """Fold into the accumulators (min, max, has-NaN, sum, finite) the fewest pyramid blocks covering base blocks
+    [lo, hi) of each column."""
+    lo_min, hi_max, has_nan, total, finite = acc
     lo, hi = lo.copy(), hi.copy()
     level = BASE
     while (lo < hi).any():
@@ -89,20 +101,22 @@ def _from_blocks(blocks: np.ndarray, lo: np.ndarray, hi: np.ndarray, lo_min: np.
                 lo_min[take] = np.fmin(lo_min[take], record["min"])
                 hi_max[take] = np.fmax(hi_max[take], record["max"])
                 has_nan[take] |= record["nan"].astype(bool)
+                total[take] += record["sum"]
+                finite[take] += record["finite"]
         lo >>= 1
         hi >>= 1
         level += 1
 
 
-def _from_raw(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, lo_min: np.ndarray,
-              hi_max: np.ndarray, has_nan: np.ndarray) -> None:
+def _from_raw(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, acc: tuple) -> None:
     """Fold into the accumulators the raw ranges ``[starts, starts + lengths)``, two per column, in order."""
-    total = int(lengths.sum())
-    if not total:
+    lo_min, hi_max, has_nan, total, finite = acc
+    n = int(lengths.sum())
+    if not n:
         return
     column = np.repeat(np.arange(len(lengths)) // 2, lengths)
     offsets = np.cumsum(lengths) - lengths
-    index = np.arange(total) - np.repeat(offsets, lengths) + np.repeat(starts, lengths)
+    index = np.arange(n) - np.repeat(offsets, lengths) + np.repeat(starts, lengths)
     raw = np.asarray(values[index], np.float64)
     per_column = lengths.reshape(-1, 2).sum(1)
     used = np.flatnonzero(per_column)
@@ -110,3 +124,6 @@ def _from_raw(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, lo_mi
     lo_min[used] = np.fmin(lo_min[used], np.fmin.reduceat(raw, first))
     hi_max[used] = np.fmax(hi_max[used], np.fmax.reduceat(raw, first))
     has_nan[used] |= np.logical_or.reduceat(np.isnan(raw), first)
+    ok = np.isfinite(raw)
+    total[used] += np.add.reduceat(np.where(ok, raw, 0.0), first)
+    finite[used] += np.add.reduceat(ok.astype(np.int64), first)

@@ -11,7 +11,7 @@ values, so numpy maps any of them without a copy:
 - ``<id>.v``: a series' values (float32, float64, int32 or uint8: ``dtype``); the header's count is how
   many are committed. A **dense** series holds one value per row from row ``start`` on (NaN where the name
   was absent); a **sparse** one holds only the steps it was logged at, in ``<id>.k`` (int64).
-- ``<id>.p``: the series' summary pyramid, one record (min, max, last, nan) per complete block of
+- ``<id>.p``: the series' summary pyramid, one record (min, max, last, nan, sum, finite) per complete block of
   ``2**k`` values for every ``k >= BASE``, in the order the blocks complete (``block_position``), so the
   file only ever grows at its end.
 
@@ -31,7 +31,7 @@ import numpy as np
 #: The record's directory inside a run directory.
 DIRNAME = "steps"
 #: First bytes of every array file (the digit is the layout's version).
-MAGIC = b"sensorlm-steps1\n"
+MAGIC = b"sensorlm-steps2\n"
 #: Bytes before the values of every array file: MAGIC, the little-endian uint64 count, zeros.
 HEADER = 64
 _COUNT_AT = len(MAGIC)
@@ -53,8 +53,11 @@ def record_dir(run_or_record: str | os.PathLike) -> Path:
 
 
 def block_dtype(dtype: np.dtype) -> np.dtype:
-    """A summary block's record for values of ``dtype``: min, max, last (that dtype) and a has-NaN flag."""
-    return np.dtype([("min", dtype), ("max", dtype), ("last", dtype), ("nan", "u1")])
+    """A summary block's record for values of ``dtype``: min, max, last (that dtype), a has-NaN flag, and the sum
+    (float64) and count of its finite values, so a viewer draws a column's mean (a smoothed line at any zoom)
+    from the same few blocks as its extremes."""
+    return np.dtype([("min", dtype), ("max", dtype), ("last", dtype), ("nan", "u1"), ("sum", "<f8"),
+                     ("finite", "<u4")])
 
 
 def series_files(directory: Path, series_id: int) -> tuple[Path, Path, Path]:

@@ -3,7 +3,9 @@
 min and max follow ``np.fmin`` / ``np.fmax``: NaN is passed over unless a block holds nothing else, and
 ±inf are values like any other. ``last`` is the block's last value, NaN or not. ``nan`` is 1 when any value of
 the block is NaN (always 0 for integer series). A block of level k+1 is its two halves combined, so only the
-base level is ever computed from raw values, and a growing series only adds blocks (``extend``).
+base level is ever computed from raw values, and a growing series only adds blocks (``extend``). ``sum`` and
+``finite`` are the sum (float64) and the count of the block's finite values (neither NaN nor ±inf): with them a
+viewer draws a column's mean, a smoothed line at any zoom, from the blocks its extremes come from.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ def base_blocks(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     out["max"] = np.fmax.reduce(rows, axis=1)
     out["last"] = rows[:, -1]
     out["nan"] = np.isnan(rows).any(axis=1) if dtype.kind == "f" else 0
+    finite = np.isfinite(rows)
+    out["sum"] = np.where(finite, rows, 0).sum(axis=1, dtype=np.float64)
+    out["finite"] = finite.sum(axis=1)
     return out
 
 
@@ -33,6 +38,8 @@ def combine(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     out["max"] = np.fmax(left["max"], right["max"])
     out["last"] = right["last"]
     out["nan"] = left["nan"] | right["nan"]
+    out["sum"] = left["sum"] + right["sum"]
+    out["finite"] = left["finite"] + right["finite"]
     return out
 
 

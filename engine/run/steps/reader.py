@@ -82,7 +82,8 @@ class Series:
 
 @dataclass(frozen=True)
 class Summary:
-    """The complete blocks of one pyramid level: each block's first step and its min / max / last / has-NaN."""
+    """The complete blocks of one pyramid level: each block's first step, its min / max / last / has-NaN, and
+    the sum and count of its finite values."""
 
     level: int
     first_step: np.ndarray
@@ -90,6 +91,8 @@ class Summary:
     max: np.ndarray
     last: np.ndarray
     nan: np.ndarray
+    sum: np.ndarray
+    finite: np.ndarray
 
 
 class StepRecord:
@@ -209,7 +212,8 @@ class StepRecord:
         blocks = series.blocks[block_position(level, np.arange(len(series.values) >> level))]
         firsts = series.steps[np.arange(len(blocks)) << level]
         return Summary(level, np.array(firsts), blocks["min"].astype(np.float64), blocks["max"].astype(np.float64),
-                       blocks["last"].astype(np.float64), blocks["nan"].astype(bool))
+                       blocks["last"].astype(np.float64), blocks["nan"].astype(bool), np.array(blocks["sum"]),
+                       blocks["finite"].astype(np.int64))
 
     def columns(self, names: list[str] | None = None, step_lo: int | None = None,
                 step_hi: int | None = None) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ import pytest
 
 from engine.run.steps import StepWriter, open_record
 from engine.run.steps.envelope import column_edges
-from engine.run.steps.layout import BASE, block_position, total_blocks
+from engine.run.steps.layout import BASE, block_dtype, block_position, total_blocks
 
 
 def _random_values(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -27,14 +27,16 @@ def _random_values(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _brute(steps: np.ndarray, values: np.ndarray, edges: np.ndarray):
-    """Per column [edges[i], edges[i+1]): count, nanmin, nanmax, last, has-NaN, by a plain pass over its values."""
+    """Per column [edges[i], edges[i+1]): count, nanmin, nanmax, last, has-NaN, sum and count of the finite values,
+    by a plain pass over its values."""
     out = []
     bounds = np.searchsorted(steps, edges, "left")
     for a, b in zip(bounds[:-1], bounds[1:]):
         inside = values[a:b]
         finite = inside[~np.isnan(inside)]
         out.append((len(inside), finite.min() if len(finite) else np.nan, finite.max() if len(finite) else np.nan,
-                    inside[-1] if len(inside) else np.nan, bool(np.isnan(inside).any())))
+                    inside[-1] if len(inside) else np.nan, bool(np.isnan(inside).any()),
+                    float(inside[np.isfinite(inside)].sum()), int(np.isfinite(inside).sum())))
     return out
 
 
@@ -93,6 +95,8 @@ def test_the_envelope_equals_brute_force_over_random_windows_with_nan_and_inf(tm
             np.testing.assert_array_equal(got.max, [w[2] for w in want])
             np.testing.assert_array_equal(got.last, [w[3] for w in want])
             assert got.nan.tolist() == [w[4] for w in want]
+            assert got.finite.tolist() == [w[6] for w in want]
+            np.testing.assert_allclose(got.sum, [w[5] for w in want], rtol=1e-9, atol=1e-300)
             checked += 1
     assert checked or n == 0
 
@@ -111,8 +115,7 @@ def test_a_wide_column_reads_pyramid_blocks_not_raw_values(tmp_path):
     assert exact.max.tolist() == [float(values[i:j].max()) for i, j in ((0, 100_000), (100_000, 200_000),
                                                                         (200_000, n))]
     summary = tmp_path / "0.p"
-    blocks = np.memmap(summary, np.dtype([("min", "<f4"), ("max", "<f4"), ("last", "<f4"), ("nan", "u1")]), "r+",
-                       64, (total_blocks(n),))
+    blocks = np.memmap(summary, block_dtype(np.dtype("<f4")), "r+", 64, (total_blocks(n),))
     blocks["max"][block_position(BASE + 10, np.array([2]))] = 1e9  # steps 131,073–196,608: inside column 2
     blocks.flush()
     del blocks
