@@ -42,6 +42,17 @@ most the builds already running (``DataLoader`` drains what was in flight when
 it is iterated again). Until every worker is up (spawn and import torch: 1-3 s,
 more on a busy box) the loop builds inline and never waits on them.
 
+Signals from the terminal. Ctrl-C and a hang-up go to the terminal's whole foreground process group, the
+workers included. What they mean is the trainer's to decide (engine.app.signals: checkpoint and stop, or
+train on); a worker that took them itself died, with a ``KeyboardInterrupt`` traceback from the middle of
+``import torch`` when it was still starting, and the trainer then failed the run ("DataLoader worker exited
+unexpectedly", exit 1) instead of checkpointing it (exit 130). So the workers are spawned with SIGINT and
+SIGHUP blocked (``_terminal_signals_blocked``): a blocked signal stays blocked across fork and exec, and
+Python leaves the mask as it finds it, so a worker never receives them. The trainer's thread blocks them
+only for the few milliseconds of the spawn; one arriving then is held and delivered as the block ends (this
+is how multiprocessing starts its own resource tracker). A worker still ends with its trainer (DataLoader's
+shutdown, ``_exit_with_parent``).
+
 A worker's exit. At shutdown DataLoader tells a worker to stop while its
 queue's feeder thread (multiprocessing's ``QueueFeederThread``, a daemon) may
 still be pickling a batch it built ahead: pickling moves the tensors' storage
@@ -61,6 +72,7 @@ import atexit
 import contextlib
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -69,6 +81,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
+#: Signals a terminal sends its whole foreground process group, which the workers never receive (module docstring).
+TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
 #: Longest a worker's exit waits for its queue feeder to finish the batch it is sending (s); DataLoader waits
 #: 5 s for a worker to exit before it terminates it.
 FEEDER_JOIN_S = 2.0
@@ -158,6 +172,23 @@ def _stdio_for_spawn():
             yield True
         finally:
             sys.stdout, sys.stderr = saved
+
+
+@contextlib.contextmanager
+def _terminal_signals_blocked():
+    """TERMINAL_SIGNALS blocked in this thread inside (what a process spawned here inherits), restored after.
+
+    multiprocessing's resource tracker is started first: starting it (on the first spawn) blocks SIGINT around
+    its own spawn and then *unblocks* it rather than restoring the mask, which let SIGINT through to every worker
+    spawned after it."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _silence_stdio() -> None:
@@ -271,7 +302,7 @@ class WorkerBatches:
         """Start the workers (first call), or re-cut the sampler at ``upcoming()`` once they are all up."""
         if self._iter is None:
             self.sampler.cut(upcoming())
-            with _stdio_for_spawn() as replaced:
+            with _stdio_for_spawn() as replaced, _terminal_signals_blocked():
                 self.dataset.silent = replaced  # pickled into each worker as it spawns
                 self._iter = iter(self.loader)  # spawns the workers: RuntimeError / OSError / ValueError if it cannot
             self._recut = False

@@ -206,3 +206,54 @@ def test_a_worker_exiting_while_its_feeder_sends_a_batch_ends_cleanly() -> None:
                                 [(t.returncode, t.stderr[-300:]) for t in tries])
     joined = run("joined")
     assert joined.returncode == 0 and "terminate called" not in joined.stderr, joined.stderr[-2000:]
+
+
+def _blocked(pid: int) -> set[int]:
+    """The signals process ``pid`` blocks (its SigBlk mask)."""
+    from pathlib import Path
+
+    mask = int(Path(f"/proc/{pid}/status").read_text().split("SigBlk:")[1].split()[0], 16)
+    return {n for n in range(1, 64) if mask >> (n - 1) & 1}
+
+
+def test_ctrl_c_while_the_workers_start_checkpoints_and_stops_without_a_traceback(tmp_path) -> None:
+    """Ctrl-C reaches the terminal's whole process group. Early in a run it found the data workers importing
+    torch: each printed a KeyboardInterrupt traceback from multiprocessing/spawn.py, and the trainer, its workers
+    gone, failed the run (exit 1) instead of checkpointing it. The workers block the terminal's signals (the
+    parent owns the stop): the run checkpoints, exits 130 and prints no traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.conftest import ROOT, cli_env, read_events
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "train", "--headless", "--task", "toy", "--threads", "1",
+                             "--max-steps", "100000", "--run-dir", str(run), "--set", "train.data_workers=2"],
+                            cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: a terminal's
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("state running"):
+            break
+    deadline = time.monotonic() + 60
+    while True:  # spawned by the first step, then importing torch for seconds: the moment a Ctrl-C found them
+        workers = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        if len(workers) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(workers) == 2, lines
+    assert all({signal.SIGINT, signal.SIGHUP} <= _blocked(w.pid) for w in workers)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group, workers included
+    rest = proc.communicate(timeout=120)[0]
+    said = "".join(lines) + rest
+    assert proc.returncode == 130, said[-3000:]
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said[-3000:]
+    finished = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
+    saved = [e for e in read_events(run) if e["type"] == "checkpoint"][-1]
+    assert finished["status"] == "aborted" and saved["step"] == finished["steps"]
