@@ -4,7 +4,8 @@ Each column's values are split into a ragged left edge (up to the next multiple 
 base blocks, and a ragged right edge. The blocks are covered by the fewest pyramid blocks (at most two per
 level, as a segment tree walks bottom-up), and the edges (at most 63 values on each side) are read raw. So a
 column costs about 2·log2(width) block records and ≤ 126 raw values, whatever the run's length, and the
-result equals a pass over every raw value of the column.
+result equals a pass over every raw value of the column. Values the pyramid does not cover yet (the writer
+brings it up to date every few thousand values) are read raw too.
 """
 
 from __future__ import annotations
@@ -54,15 +55,16 @@ def column_edges(step_lo: int, step_hi: int, columns: int) -> np.ndarray:
     return int(step_lo) + (np.arange(columns + 1, dtype=np.int64) * span) // max(1, columns)
 
 
-def envelope(steps: np.ndarray, values: np.ndarray, blocks: np.ndarray, step_lo: int, step_hi: int,
-             columns: int) -> Envelope:
-    """The envelope of one series (``steps`` increasing, ``values`` beside them, ``blocks`` its pyramid
-    records covering every complete block of ``len(values)``) over ``columns`` columns of [step_lo, step_hi]."""
+def envelope(steps: np.ndarray, values: np.ndarray, blocks: np.ndarray, summarised: int, step_lo: int,
+             step_hi: int, columns: int) -> Envelope:
+    """The envelope of one series (``steps`` increasing, ``values`` beside them, ``blocks`` its pyramid records
+    covering every complete block of its first ``summarised`` values) over ``columns`` columns of [step_lo,
+    step_hi]; values past ``summarised`` are read raw."""
     edges = column_edges(step_lo, step_hi, columns)
     bounds = np.searchsorted(steps, edges, "left")
     a, b = bounds[:-1], bounds[1:]
     a1 = np.minimum((a + _ALIGN - 1) & -_ALIGN, b)  # left edge: [a, a1)
-    b1 = np.maximum(a1, b & -_ALIGN)  # right edge: [b1, b); between them whole base blocks
+    b1 = np.maximum(a1, np.minimum(b, summarised) & -_ALIGN)  # right edge: [b1, b); between: summarised blocks
     lo_min = np.full(columns, np.nan)
     hi_max = np.full(columns, np.nan)
     has_nan = np.zeros(columns, bool)

@@ -13,7 +13,8 @@ values, so numpy maps any of them without a copy:
   was absent); a **sparse** one holds only the steps it was logged at, in ``<id>.k`` (int64).
 - ``<id>.p``: the series' summary pyramid, one record (min, max, last, nan, sum, finite) per complete block of
   ``2**k`` values for every ``k >= BASE``, in the order the blocks complete (``block_position``), so the
-  file only ever grows at its end.
+  file only ever grows at its end. Its header's count is how many of the series' values it covers: the
+  writer brings it up to date every few thousand values, and a reader takes the ones past it raw.
 
 Files never shrink while a run lives: a redo (a resumed run, a rollback) lowers the counts and later
 writes overwrite what lies past them. A reader that maps a file therefore never faults on a page that

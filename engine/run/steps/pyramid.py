@@ -10,11 +10,12 @@ viewer draws a column's mean, a smoothed line at any zoom, from the blocks its e
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import numpy as np
 
-from engine.run.steps.layout import BASE, block_dtype, block_position, total_blocks
+from engine.run.steps.layout import BASE, HEADER, block_dtype, block_position, total_blocks, write_count
 
 
 def base_blocks(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -71,3 +72,21 @@ def extend(dtype: np.dtype, old: int, new: int, raw: np.ndarray,
         pairs = 2 * (hi_k - lo_k)
         level = combine(children[0:pairs:2], children[1:pairs:2])
         out[block_position(k, np.arange(lo_k, hi_k)) - first] = level
+
+
+def catch_up(values_fd: int, summary_fd: int, dtype: np.dtype, old: int, new: int) -> None:
+    """Extend a series' pyramid file from covering ``old`` values to ``new``: its blocks, then its count."""
+    base = (old >> BASE) << BASE
+    size = dtype.itemsize
+    data = os.pread(values_fd, (new - base) * size, HEADER + base * size)
+    raw = np.frombuffer(data, dtype, len(data) // size)
+    blocks = block_dtype(dtype)
+
+    def old_block(level: int, index: int) -> np.ndarray:
+        at = int(block_position(level, np.array([index]))[0])
+        return np.frombuffer(os.pread(summary_fd, blocks.itemsize, HEADER + at * blocks.itemsize), blocks)
+
+    records = extend(dtype, old, new, raw, old_block)
+    if len(records):
+        os.pwrite(summary_fd, records.tobytes(), HEADER + total_blocks(old) * blocks.itemsize)
+    write_count(summary_fd, new)

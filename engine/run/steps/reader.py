@@ -78,6 +78,8 @@ class Series:
     steps: np.ndarray
     values: np.ndarray
     blocks: np.ndarray
+    #: Values the pyramid covers (from the first); the rest, a few thousand at most, are read raw.
+    summarised: int
 
 
 @dataclass(frozen=True)
@@ -175,10 +177,11 @@ class StepRecord:
             steps = steps[: int(np.searchsorted(steps, self.last_step, "right"))] if len(steps) else steps
             values = values_map.array(dtype, len(steps))
             steps = steps[: len(values)]
-        blocks = blocks_map.array(block_dtype(dtype), total_blocks(len(values)))
-        if len(blocks) < total_blocks(len(values)):  # (never, from a writer that follows the layout)
-            raise OSError(f"{self.directory}: the summary of {name!r} is shorter than its values")
-        return Series(name, entry["kind"], dtype, steps, values, blocks)
+        summarised = min(blocks_map.count(), len(values))
+        blocks = blocks_map.array(block_dtype(dtype), total_blocks(summarised))
+        if len(blocks) < total_blocks(summarised):  # (never from a writer that follows the layout): all raw
+            summarised, blocks = 0, blocks[:0]
+        return Series(name, entry["kind"], dtype, steps, values, blocks, summarised)
 
     def _maps_of(self, series_id: int) -> tuple[_Map, _Map, _Map]:
         maps = self._maps.pop(series_id, None)
@@ -195,7 +198,7 @@ class StepRecord:
         exactly what a pass over every raw value would give (engine.run.steps.envelope.Envelope says how NaN and
         inf count), from summary blocks inside each column and raw values only at its edges."""
         series = self.series(name)
-        return envelope(series.steps, series.values, series.blocks, step_lo, step_hi, columns)
+        return envelope(series.steps, series.values, series.blocks, series.summarised, step_lo, step_hi, columns)
 
     def window(self, name: str, step_lo: int, step_hi: int) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values (copies, float64) of ``name`` at ``step_lo <= step <= step_hi``."""
@@ -205,11 +208,12 @@ class StepRecord:
         return np.array(series.steps[lo:hi]), np.asarray(series.values[lo:hi], np.float64)
 
     def summary(self, name: str, level: int) -> Summary:
-        """Every complete block of ``2**level`` values of ``name`` (``level >= layout.BASE``)."""
+        """Every block of ``2**level`` values of ``name`` the pyramid holds (``level >= layout.BASE``; the newest
+        values, up to engine.run.steps.writer.SUMMARY_EVERY, wait for the writer's next catch-up)."""
         if level < layout.BASE:
             raise ValueError(f"summary level {level}: the pyramid starts at level {layout.BASE}")
         series = self.series(name)
-        blocks = series.blocks[block_position(level, np.arange(len(series.values) >> level))]
+        blocks = series.blocks[block_position(level, np.arange(series.summarised >> level))]
         firsts = series.steps[np.arange(len(blocks)) << level]
         return Summary(level, np.array(firsts), blocks["min"].astype(np.float64), blocks["max"].astype(np.float64),
                        blocks["last"].astype(np.float64), blocks["nan"].astype(bool), np.array(blocks["sum"]),

@@ -4,7 +4,8 @@ A row is a step and any numbers by name. Rows are buffered by ``append`` and wri
 drainer calls it once a pass: ~200 rows every 0.2 s at 1,000 steps/s), or handed over as whole columns by
 ``append_columns`` (conversion, benches). Writing one batch:
 
-1. each series' new values, then its pyramid blocks, then its committed count;
+1. each series' new values, then its committed count (its pyramid catches up in one pass once
+   ``SUMMARY_EVERY`` values are new: blocks, then the pyramid's own count);
 2. the rows' steps, then the step file's count: the **commit**. A row is in the record once this count
    covers it; whatever a SIGKILL left past a count is never read, and the next writer overwrites it.
 
@@ -47,6 +48,9 @@ FIELD_DTYPES = {"t": "<f8", "epoch": "<i4", "batch_size": "<i4", "skipped": "u1"
                 "mfu": "<f4"}
 #: Rows a bulk append writes at a time (bounds its memory).
 BULK_ROWS = 1 << 20
+#: Values a series' pyramid may lag behind it: the pyramid is brought up to date once this many are new (and on
+#: close), in one pass; a reader takes the values past it raw (a few thousand at most).
+SUMMARY_EVERY = 4096
 #: Array files a writer keeps open (a run logging 10,000 names reopens the rest when it touches them).
 OPEN_FILES = 256
 _INT24 = float(1 << 24)
@@ -60,6 +64,7 @@ class _Series:
     kind: str  # "dense" or "sparse"
     start: int = 0  # dense: the row of its first value
     count: int = 0
+    summarised: int = 0  # values the pyramid covers (its own count): up to SUMMARY_EVERY behind ``count``
     first_step: int | None = None  # sparse: its first and last steps
     last_step: int | None = None
     next_check: int = 1 << layout.BASE  # sparse: the count at which promotion is looked at again
@@ -163,6 +168,10 @@ class StepWriter:
         if count != read_count(fd):
             write_count(fd, count)
         series.count = count
+        summary_fd = self._files(series.files[2])
+        series.summarised = min(read_count(summary_fd), count)
+        if stored(summary_fd, block_dtype(series.dtype).itemsize) < total_blocks(series.summarised):
+            series.summarised = 0  # (never from a writer that follows the layout) rebuilt from the values
 
     # ------------------------------------------------------------------ appending
     def append(self, step: int, values: Mapping[str, float]) -> None:
@@ -204,8 +213,11 @@ class StepWriter:
             self._cut(step + 1)
 
     def close(self) -> None:
-        """Write what is buffered, sync every open file and close them."""
+        """Write what is buffered, bring every pyramid up to date, sync every open file and close them."""
         self.flush()
+        for series in self._series.values():
+            if series.summarised < series.count:
+                self._summarise(series)
         self._files.sync_and_close()
         os.close(self._catalog)
 
@@ -295,7 +307,7 @@ class StepWriter:
             data[at - old] = self._cast(series, values)
         fd = self._values_fd(series)
         os.pwrite(fd, data.tobytes(), HEADER + old * series.dtype.itemsize)
-        self._grow(series, fd, old, new, data)
+        self._grow(series, fd, new)
 
     def _write_sparse(self, series: _Series, steps: np.ndarray, values: np.ndarray) -> None:
         old = series.count
@@ -307,24 +319,20 @@ class StepWriter:
         if series.first_step is None or old == 0:
             series.first_step = int(steps[0])
         series.last_step = int(steps[-1])
-        self._grow(series, fd, old, old + len(data), data)
+        self._grow(series, fd, old + len(data))
 
-    def _grow(self, series: _Series, fd: int, old: int, new: int, fresh: np.ndarray) -> None:
-        """The pyramid blocks the new values complete, then the series' count (its commit)."""
-        base = (old >> layout.BASE) << layout.BASE
-        raw = np.concatenate([_read(fd, series.dtype, base, old), fresh]) if base < old else fresh
-        summary_fd = self._files(series.files[2])
-        blocks = block_dtype(series.dtype)
-
-        def old_block(level: int, index: int) -> np.ndarray:
-            at = int(layout.block_position(level, np.array([index]))[0])
-            return np.frombuffer(os.pread(summary_fd, blocks.itemsize, HEADER + at * blocks.itemsize), blocks)
-
-        records = pyramid.extend(series.dtype, old, new, raw, old_block)
-        if len(records):
-            os.pwrite(summary_fd, records.tobytes(), HEADER + total_blocks(old) * blocks.itemsize)
+    def _grow(self, series: _Series, fd: int, new: int) -> None:
+        """Commit the series' new count; its pyramid catches up once SUMMARY_EVERY values are new."""
         series.count = new
         write_count(fd, new)
+        if new - series.summarised >= SUMMARY_EVERY:
+            self._summarise(series)
+
+    def _summarise(self, series: _Series) -> None:
+        """Bring a series' pyramid up to its count: the blocks, then the pyramid's own count."""
+        pyramid.catch_up(self._values_fd(series), self._files(series.files[2]), series.dtype, series.summarised,
+                         series.count)
+        series.summarised = series.count
 
     # ------------------------------------------------------------------ redo and promotion
     def _steps(self, start: int, stop: int) -> np.ndarray:
@@ -355,6 +363,9 @@ class StepWriter:
             if keep != series.count:
                 series.count = keep
                 write_count(self._values_fd(series), keep)
+            if series.summarised > keep:
+                series.summarised = keep
+                write_count(self._files(series.files[2]), keep)
 
     def _maybe_promote(self, series: _Series) -> None:
         """A sparse series that has been on every row since its first becomes dense (module docstring)."""
@@ -366,15 +377,17 @@ class StepWriter:
         old_values, _, old_summary = series.files
         values = _read(self._files(old_values), series.dtype, 0, series.count)
         blocks = block_dtype(series.dtype)
-        summary = os.pread(self._files(old_summary), total_blocks(series.count) * blocks.itemsize, HEADER)
+        summary = os.pread(self._files(old_summary), total_blocks(series.summarised) * blocks.itemsize, HEADER)
         dense = self._named(self._next_id, series.name, series.dtype, "dense", start)
         self._next_id += 1
         new_values, _, new_summary = dense.files
-        os.pwrite(self._files(new_summary), summary, HEADER)
+        summary_fd = self._files(new_summary)
+        os.pwrite(summary_fd, summary, HEADER)
+        write_count(summary_fd, series.summarised)
         fd = self._files(new_values)
         os.pwrite(fd, values.tobytes(), HEADER)
         write_count(fd, series.count)
-        dense.count = series.count
+        dense.count, dense.summarised = series.count, series.summarised
         os.write(self._catalog, layout.catalog_line(dense.entry()))  # readers switch once it is complete
         self._series[series.name] = dense
 

@@ -14,6 +14,7 @@ import pytest
 from engine.run.steps import StepWriter, open_record
 from engine.run.steps.envelope import column_edges
 from engine.run.steps.layout import BASE, block_dtype, block_position, total_blocks
+from engine.run.steps.writer import SUMMARY_EVERY
 
 
 def _random_values(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -40,8 +41,9 @@ def _brute(steps: np.ndarray, values: np.ndarray, edges: np.ndarray):
     return out
 
 
-def _write(tmp_path, rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """A record of ``n`` rows with gaps in the steps: a dense field, a sparse name, a name from mid-run."""
+def _write(tmp_path, rng: np.random.Generator, n: int, close: bool):
+    """A record of ``n`` rows with gaps in the steps: a dense field, a sparse name, a name from mid-run. Left
+    open (``close`` false), the pyramids lag the values by up to SUMMARY_EVERY, as while a run writes."""
     steps = np.cumsum(rng.integers(1, 4, n)).astype(np.int64)
     loss = _random_values(rng, n).astype(np.float32)
     sparse_rows = np.flatnonzero(rng.random(n) < 0.3)
@@ -62,17 +64,21 @@ def _write(tmp_path, rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict
             writer.append(int(steps[row]), values)
         writer.flush()
         i += batch
-    writer.close()
+    if close:
+        writer.close()
     truth = {"loss": (steps, loss), "sparse": (steps[sparse_rows], sparse), "late": (steps[late_from:], late)}
-    return steps, truth
+    return steps, truth, writer
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_the_envelope_equals_brute_force_over_random_windows_with_nan_and_inf(tmp_path, seed):
     rng = np.random.default_rng(seed)
-    n = int(rng.choice([0, 1, 63, 64, 65, int(rng.integers(100, 3000)), int(rng.integers(5000, 40000))]))
-    steps, truth = _write(tmp_path, rng, n)
+    n = [0, 1, 64, 65, int(rng.integers(100, 3000)), int(rng.integers(100, 3000)), int(rng.integers(5000, 40000)),
+         int(rng.integers(5000, 40000))][seed]
+    steps, truth, writer = _write(tmp_path, rng, n, close=seed % 2 == 0)
     record = open_record(tmp_path)
+    if seed % 2 and n > SUMMARY_EVERY:
+        assert record.series("loss").summarised < n  # the live case: raw values past the pyramid
     assert record.rows == n
     checked = 0
     for _ in range(25):
@@ -99,6 +105,7 @@ def test_the_envelope_equals_brute_force_over_random_windows_with_nan_and_inf(tm
             np.testing.assert_allclose(got.sum, [w[5] for w in want], rtol=1e-9, atol=1e-300)
             checked += 1
     assert checked or n == 0
+    writer.close()
 
 
 def test_a_wide_column_reads_pyramid_blocks_not_raw_values(tmp_path):
