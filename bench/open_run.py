@@ -45,13 +45,14 @@ _STEP = ('{{"type":"step","t":{t!r},"step":{step},"epoch":{epoch},"loss":{loss!r
 
 
 def write_run(root: Path, steps: int, seed: int = 0) -> Path:
-    """A run directory with ``steps`` step events (plus a few others) in events.jsonl; returns the file."""
+    """A run directory with ``steps`` step events (plus a few others) in events.jsonl, in the form of a run from
+    before the step record (schema 2: every step a line, no ``steps/``); returns the file."""
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     path = root / "events.jsonl"
     t0 = 1.7e9
     with open(path, "w", encoding="utf-8") as out:
-        out.write(ev.to_json(ev.Schema(t=t0)) + "\n")
+        out.write(ev.to_json(ev.Schema(t=t0, version=2)) + "\n")  # every step a line: the schema before the record
         out.write(ev.to_json(ev.RunStarted(t=t0, name=root.name, task="toy", total_steps=steps)) + "\n")
         lines = []
         for step in range(1, steps + 1):

@@ -39,8 +39,8 @@ import numpy as np
 
 from bench.common import ROOT, smoke
 from engine.run.steps import StepWriter, open_record
+from engine.run.steps.fields import FIELD_DTYPES
 from engine.run.steps.layout import total_blocks
-from engine.run.steps.writer import FIELD_DTYPES
 
 METRICS = [name for name in FIELD_DTYPES]  # t, epoch, …: the 11 fields; the 12th value column is the component
 COLUMNS = {"step": "<i8", **FIELD_DTYPES, "components.mse": "<f4"}

@@ -110,5 +110,16 @@ def status(record: dict) -> dict:
     return out
 
 
+#: The event schema from which a run keeps every step in its step record (``steps/``) and its events.jsonl may
+#: hold step lines only at a cadence. A run of an earlier schema has every step in its log alone: its record is
+#: converted from the log once (engine.run.steps.convert), which never changes the log.
+STEP_RECORD_SCHEMA = 3
+
+
+def steps_in_log(schema: int) -> bool:
+    """Whether a log of event schema ``schema`` holds every step of its run (so a record is built from it)."""
+    return schema < STEP_RECORD_SCHEMA
+
+
 #: The name engine.run.history.store applies to every record it reads.
 migrate_record = event

@@ -24,8 +24,10 @@ from engine.run.event_base import Event
 
 #: Version of the event schema written in the first record of events.jsonl. 2: EvalDone carries ``metrics`` and
 #: ``primary`` only (schema 1's per-task fields are migrated on read, engine.core.migrate), RunStarted carries
-#: ``capabilities`` and a typed ``budget``.
-SCHEMA_VERSION = 2
+#: ``capabilities`` and a typed ``budget``. 3: every step is in the run's step record (``steps/``,
+#: engine.run.steps) and the log may hold step lines only at a cadence; a log of schema ≤ 2 holds every step,
+#: and its record is converted from it once (engine.run.steps.convert; migrate.STEP_RECORD_SCHEMA).
+SCHEMA_VERSION = 3
 
 #: Run states, as carried by StateChanged and the status record.
 STATES = ("starting", "running", "paused", "checkpointing", "aborting", "finished", "aborted", "failed")

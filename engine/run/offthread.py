@@ -21,8 +21,13 @@ Nothing about what reaches the sinks changes:
 - **Bounded.** A queue longer than ``max_queue`` events is drained on the
   emitting thread too, so a starved drainer costs speed, never memory.
 - **Isolation.** A sink that raises is dropped with a message, as on the bus.
+- **Batches.** A sink with a ``drained`` method hears it after each pass (the step
+  record writes a pass's rows as one batch then, engine.run.steps.sink).
 - **Ends.** ``flush`` and ``close`` drain first; what a SIGKILL loses is what
   the log file's one-second buffer already risked, plus at most ``interval``.
+
+The step record is one of these sinks (``run_records``): every step event goes into
+``<run>/steps/`` from this thread, never from the training thread.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Callable, Iterable
 
 from engine.run.rundir import RunDir, StatusWriter
 from engine.run.sinks import URGENT, EventBus, status_sink
+from engine.run.steps import record_dir
+from engine.run.steps.sink import RecordSink
 
 #: Seconds between the drainer's passes: a viewer sees a step event at most this much later.
 DRAIN_INTERVAL_S = 0.2
@@ -47,6 +54,7 @@ class OffThreadSinks:
                  urgent: Iterable[str] = URGENT, max_queue: int = MAX_QUEUE) -> None:
         self.sinks = [sink for sink in sinks if sink is not None]
         self._bus = EventBus(self.sinks)  # its per-sink isolation: a failing sink is detached, the rest go on
+        self._batched = [sink.drained for sink in self.sinks if callable(getattr(sink, "drained", None))]
         self._urgent = frozenset(urgent)
         self._max_queue = max_queue
         self._interval = interval
@@ -74,8 +82,12 @@ class OffThreadSinks:
                 return
             self._draining = True
             try:
+                delivered = bool(self._queue)
                 while self._queue:
                     self._bus.emit(self._queue.popleft())
+                if delivered:
+                    for drained in self._batched:
+                        drained()
             finally:
                 self._draining = False
 
@@ -103,9 +115,19 @@ class OffThreadSinks:
 
 def run_records(run_dir: RunDir, jsonl: Callable, console: Callable | None = None
                 ) -> tuple[StatusWriter, OffThreadSinks]:
-    """A run directory's records behind one drainer: the log (``jsonl``), status.json's fields, the console; and
-    the status writer, whose heartbeat (started by the caller) flushes the drainer every second."""
+    """A run directory's records behind one drainer: the log (``jsonl``), the step record (``steps/``),
+    status.json's fields, the console; and the status writer, whose heartbeat (started by the caller) flushes
+    the drainer every second. The engine, the three integrations and a job's rank 0 all come through here, so
+    they all write the same record. A step record that cannot be opened is a warning in the log, never a
+    stopped run: the steps then live in events.jsonl alone."""
     status = StatusWriter(run_dir)
-    records = OffThreadSinks([jsonl, status_sink(status), console]).start()
+    warn = getattr(jsonl, "warn", None)
+    try:
+        record = RecordSink(record_dir(run_dir.root), warn=lambda text: warn(text) if warn else None)
+    except OSError as exc:
+        record = None
+        if warn is not None:
+            warn(f"{record_dir(run_dir.root)}: cannot open the step record ({exc.strerror or exc})")
+    records = OffThreadSinks([jsonl, record, status_sink(status), console]).start()
     status.on_beat = records.flush
     return status, records

@@ -23,6 +23,11 @@ from engine.core.taskspec import Capabilities
 from engine.run import autotune_events
 from engine.run import events as ev
 
+#: Seconds between two step lines in events.jsonl (JsonlSink's default cadence); 0 writes every step's line.
+#: Every step is in the step record (``steps/``, engine.run.steps) either way. While a viewer still follows a run's
+#: steps through events.jsonl (the dashboard's live curves, RunClient.poll), every line is kept; set to 1.0
+#: once every viewer reads step curves from the record, and the log shrinks to a line a second at any speed.
+STEP_LINE_S = 0.0
 #: Event types written through to disk immediately (everything else within a second).
 URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "export", "state", "setting",
           "refused", "warning", "run_finished"}
@@ -92,11 +97,20 @@ class JsonlSink:
     disk; ``os.write`` returns the bytes written, so a retry continues exactly where the disk stopped.
     Past the bound, step events are dropped (and counted in the recovery warning); everything else
     (evals, checkpoints, state changes, run_finished) is always kept: there are few of them.
+
+    Step lines at a cadence: with ``step_every_s`` > 0 a step event gets a line when that many seconds (of
+    its own time) have passed since the last step line, and always when it is the run's first or last
+    step or a skipped one; ``grep``, ``jq`` and ``tail -f`` see the run's progress at a bounded size, and the
+    step record (engine.run.steps) holds every step.
     """
 
     def __init__(self, path: Path, flush_interval: float = 1.0, *, max_backlog: int = 64 << 20,
-                 retry_interval: float = 1.0, warn: Callable[[str], None] | None = None) -> None:
+                 retry_interval: float = 1.0, warn: Callable[[str], None] | None = None,
+                 step_every_s: float | None = None) -> None:
         self.path = Path(path)
+        self.step_every_s = STEP_LINE_S if step_every_s is None else step_every_s
+        self._step_line_t = float("-inf")  # the time of the last step line written
+        self._total_steps = 0
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._lock = threading.Lock()
@@ -120,12 +134,23 @@ class JsonlSink:
                     self._pending_bytes += 1
         self(ev.Schema())
 
+    def _step_line_due(self, event: ev.StepLogged) -> bool:
+        """Whether a step event gets a line at the cadence (the class docstring)."""
+        if event.skipped or event.step == self._total_steps or event.t - self._step_line_t >= self.step_every_s:
+            self._step_line_t = event.t
+            return True
+        return False
+
     @property
     def backlog(self) -> int:
         """Bytes accepted but not yet on disk."""
         return self._pending_bytes
 
     def __call__(self, event: ev.Event) -> None:
+        if event.type == "step" and self.step_every_s > 0 and not self._step_line_due(event):
+            return
+        if event.type == "run_started":
+            self._total_steps = event.total_steps
         line = (ev.to_json(event) + "\n").encode()
         with self._lock:
             if self._fd is None:

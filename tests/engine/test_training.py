@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from engine.run.steps import open_record
 from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_cli
 
 TOY = ["train", "--task", "toy", "--threads", "1", "--headless"]
@@ -27,7 +30,10 @@ def test_toy_learns_and_prints_plain_lines(tmp_path: Path) -> None:
     assert any(line.startswith("eval  step 120") for line in result.stdout.splitlines())
     assert result.stdout.strip().splitlines()[-1].startswith("done  finished at step 120")
     events = read_events(tmp_path / "r")
-    assert events[0]["type"] == "schema" and events[0]["version"] == 2
+    assert events[0]["type"] == "schema" and events[0]["version"] == 3
+    record = open_record(tmp_path / "r")  # every step in the step record, as the log's step lines say
+    assert record.steps().tolist() == list(range(1, 121))
+    assert record.window("loss", 1, 120)[1].tolist() == [np.float32(loss) for loss in _steps(events).values()]
 
 
 def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
@@ -45,6 +51,9 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
     assert [e["step"] for e in after] == list(range(21, 41))
     assert {e["step"]: e["loss"] for e in after} == {s: reference[s] for s in range(21, 41)}
     assert _last_digest(events) == _last_digest(read_events(tmp_path / "whole"))
+    steps, loss = open_record(run).window("loss", 0, 100)  # the record keeps the resumed attempt of 21..40
+    assert steps.tolist() == list(range(1, 41))
+    assert loss[20:].tolist() == [np.float32(reference[s]) for s in range(21, 41)]
 
 
 def test_abort_policy_fires_on_psnr_drop(tmp_path: Path) -> None:

@@ -30,8 +30,6 @@ count, which float32 would round). Values past float32's range become ±inf.
 from __future__ import annotations
 
 import dataclasses
-import math
-import operator
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -40,12 +38,9 @@ from typing import Mapping
 import numpy as np
 
 from engine.run.steps import layout, pyramid
+from engine.run.steps.fields import FIELD_DTYPES, event_columns, event_row
 from engine.run.steps.layout import HEADER, STEP_DTYPE, block_dtype, read_count, stored, total_blocks, write_count
 
-#: Stored type of each StepLogged field (``step`` is the step column).
-FIELD_DTYPES = {"t": "<f8", "epoch": "<i4", "batch_size": "<i4", "skipped": "u1", "loss": "<f4", "lr": "<f4",
-                "grad_norm": "<f4", "samples_per_s": "<f4", "steps_per_s": "<f4", "tokens_per_s": "<f4",
-                "mfu": "<f4"}
 #: Rows a bulk append writes at a time (bounds its memory).
 BULK_ROWS = 1 << 20
 #: Values a series' pyramid may lag behind it: the pyramid is brought up to date once this many are new (and on
@@ -122,11 +117,11 @@ class StepWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._files = _Files()
         self._step_fd = self._files(self.directory / layout.STEP_FILE)
-        self.rows = min(read_count(self._step_fd), stored(self._step_fd, 8))
-        self.last_step: int | None = int(self._steps(self.rows - 1, self.rows)[0]) if self.rows else None
+        self.rows, self.last_step = 0, None
         self._series: dict[str, _Series] = {}
         self._next_id = 0
         self._open_catalog()
+        self._reload()
         self._pending: list[tuple] = []  # (step, a mapping or a StepLogged event, whether an event)
 
     # ------------------------------------------------------------------ opening
@@ -145,8 +140,6 @@ class StepWriter:
             self._next_id = max(self._next_id, entry["id"] + 1)
             self._series[entry["name"]] = self._named(entry["id"], entry["name"], np.dtype(entry["dtype"]),
                                                       entry["kind"], int(entry.get("start", 0)))
-        for series in self._series.values():
-            self._recover(series)
 
     def _named(self, series_id: int, name: str, dtype: np.dtype, kind: str, start: int) -> _Series:
         return _Series(series_id, name, dtype, kind, start, files=layout.series_files(self.directory, series_id))
@@ -182,14 +175,28 @@ class StepWriter:
         """Buffer a StepLogged event's row: its numeric fields, and its components as ``components.<name>``."""
         self._pending.append((int(event.step), event, True))
 
+    @property
+    def pending(self) -> int:
+        """Rows buffered and not yet written."""
+        return len(self._pending)
+
     def flush(self) -> None:
-        """Write the buffered rows (a row whose step is not above the previous one starts a redo)."""
+        """Write the buffered rows (a row whose step is not above the previous one starts a redo).
+
+        A write that fails (OSError: a full disk) leaves the rows not yet committed buffered, in order, and the
+        writer as the files say (``_reload``): the next flush retries them from the last commit.
+        """
         rows, self._pending = self._pending, []
         start = 0
-        for i in range(1, len(rows) + 1):
-            if i == len(rows) or rows[i][0] <= rows[i - 1][0]:
-                self._commit_rows(rows[start:i])
-                start = i
+        try:
+            for i in range(1, len(rows) + 1):
+                if i == len(rows) or rows[i][0] <= rows[i - 1][0]:
+                    self._commit_rows(rows[start:i])
+                    start = i
+        except OSError:
+            self._pending = rows[start:] + self._pending
+            self._reload()
+            raise
 
     def append_columns(self, steps: np.ndarray, columns: Mapping[str, np.ndarray]) -> None:
         """Write whole columns at once (every name dense; NaN where absent): the bulk path.
@@ -210,7 +217,18 @@ class StepWriter:
         """Drop every row past ``step`` (a resumed run's start step; its next rows carry on from there)."""
         self.flush()
         if self.last_step is not None and self.last_step > step:
-            self._cut(step + 1)
+            try:
+                self._cut(step + 1)
+            except OSError:
+                self._reload()
+                raise
+
+    def _reload(self) -> None:
+        """Take the commit and every series' counts from the files again (after a write that failed midway)."""
+        self.rows = min(read_count(self._step_fd), stored(self._step_fd, 8))
+        self.last_step = int(self._steps(self.rows - 1, self.rows)[0]) if self.rows else None
+        for series in self._series.values():
+            self._recover(series)
 
     def close(self) -> None:
         """Write what is buffered, bring every pyramid up to date, sync every open file and close them."""
@@ -228,12 +246,12 @@ class StepWriter:
         steps = np.fromiter((row[0] for row in rows), np.int64, len(rows))
         if all(row[2] for row in rows):
             try:
-                return self._commit(steps, _event_columns([row[1] for row in rows]))
+                return self._commit(steps, event_columns([row[1] for row in rows]))
             except (TypeError, ValueError):  # a value that is not a number: row by row below, without it
                 pass
         by_name: dict[str, tuple[list[int], list[float]]] = {}
         for i, (_, values, is_event) in enumerate(rows):
-            for name, value in (_event_row(values) if is_event else values).items():
+            for name, value in (event_row(values) if is_event else values).items():
                 try:
                     value = float(value)
                 except (TypeError, ValueError):
@@ -391,24 +409,3 @@ class StepWriter:
         os.write(self._catalog, layout.catalog_line(dense.entry()))  # readers switch once it is complete
         self._series[series.name] = dense
 
-
-def _event_row(event) -> dict[str, float]:
-    """A StepLogged event's row by name: its numeric fields, its components as ``components.<name>``."""
-    body = event.__dict__
-    row = {name: body[name] for name in FIELD_DTYPES}
-    for name, value in body["components"].items():
-        row["components." + name] = value
-    return row
-
-
-def _event_columns(events: list) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The columns of many StepLogged events at once (a drain's worth: one C-level pass per field)."""
-    n = len(events)
-    every = np.arange(n)
-    out = {name: (every, np.fromiter(map(operator.attrgetter(name), events), np.float64, n)) for name in FIELD_DTYPES}
-    parts = [event.components for event in events]
-    for name in dict.fromkeys(key for part in parts for key in part):
-        values = np.fromiter((part.get(name, math.nan) for part in parts), np.float64, n)
-        present = np.fromiter((name in part for part in parts), bool, n)
-        out["components." + name] = (every, values) if present.all() else (every[present], values[present])
-    return out
