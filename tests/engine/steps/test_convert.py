@@ -57,9 +57,9 @@ def test_the_v1_fixture_runs_convert_and_a_resumed_log_keeps_the_last_attempt(tm
         assert open_record(run).steps().tolist() == steps == [1, 2, 3, 4]
     run = tmp_path / "resumed"
     run.mkdir()
-    lines = [ev.to_json(ev.Schema(version=2))] + \
-        [ev.to_json(ev.StepLogged(step=s, loss=1.0)) for s in range(1, 121)] + \
-        [ev.to_json(ev.RunStarted(start_step=100))] + [ev.to_json(ev.StepLogged(step=s, loss=2.0)) for s in range(101, 151)]
+    first = [ev.StepLogged(step=s, loss=1.0) for s in range(1, 121)]
+    second = [ev.RunStarted(start_step=100)] + [ev.StepLogged(step=s, loss=2.0) for s in range(101, 151)]
+    lines = [ev.to_json(event) for event in [ev.Schema(version=2), *first, *second]]
     (run / "events.jsonl").write_text("\n".join(lines) + "\n")
     convert(run)
     steps, loss = open_record(run).window("loss", 0, 1000)
@@ -74,7 +74,8 @@ def test_a_record_the_engine_wrote_is_left_alone_and_a_schema_3_log_is_known(tmp
     assert ev.SCHEMA_VERSION == migrate.STEP_RECORD_SCHEMA == 3 and not log_holds_every_step(tmp_path)
     assert not needs_conversion(tmp_path)
     convert(tmp_path)
-    assert open_record(tmp_path).window("loss", 0, 9)[1].tolist() == [5.0] and not (tmp_path / "steps" / MARKER).exists()
+    assert open_record(tmp_path).window("loss", 0, 9)[1].tolist() == [5.0]
+    assert not (tmp_path / "steps" / MARKER).exists()
 
 
 # Small chunks: a conversion is ~1,000 commits, so a kill lands inside one whatever the machine's speed.
