@@ -17,6 +17,7 @@ from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, liveness
+from engine.run.steps import open_record
 from tests.integrations.conftest import kinds, read_events, send, status_step, wait_until
 from tests.tui.attach.conftest import screen_text, until
 from tui.commands.plot import render
@@ -84,6 +85,7 @@ def test_hf_trainer_run_is_listed_attached_steered_and_plotted(tmp_path: Path, s
     finished = read_events(run)[-1]
     assert finished["type"] == "run_finished" and finished["status"] == "aborted" and finished["exit_code"] == 0
     assert liveness(RunDir(run)) == "aborted"
+    assert open_record(run).steps().tolist() == sorted({e["step"] for e in kinds(run, "step")})  # every logged step
 
     assert "val_loss" in render([run], "val_loss", 80, 20)
     assert "loss" in render([run], "loss", 80, 20)

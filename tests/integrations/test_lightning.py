@@ -14,6 +14,7 @@ from pathlib import Path
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.rundir import RunDir, liveness
+from engine.run.steps import open_record
 from tests.integrations.conftest import kinds, read_events, send, status_step, wait_until
 from tui.commands.plot import render
 from tui.model.run_index import list_runs
@@ -77,6 +78,7 @@ def test_lightning_run_is_listed_steered_and_plotted(tmp_path: Path, started_scr
     assert finished["type"] == "run_finished" and finished["status"] == "aborted" and finished["exit_code"] == 0
     assert liveness(RunDir(run)) == "aborted"
     assert not (run / "control.sock").exists()
+    assert open_record(run).steps().tolist() == sorted({e["step"] for e in kinds(run, "step")})  # every logged step
 
     chart = render([run], None, 80, 20)
     assert "val_loss" in chart and "step" in chart

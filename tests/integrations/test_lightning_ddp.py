@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.run import events as ev
 from engine.run.control import requests as rq
+from engine.run.steps import open_record
 from tests.integrations.conftest import kinds, read_events, send, status_step, wait_until
 
 
@@ -43,3 +44,4 @@ def test_a_pause_lands_on_both_ranks_at_one_step(tmp_path: Path, started_scripts
     final = [e for e in kinds(run, "checkpoint") if e["kind"] == "final"]
     assert len(final) == 1 and Path(final[0]["path"]).is_file()
     assert read_events(run)[-1]["status"] == "aborted"
+    assert open_record(run).steps().tolist() == sorted({e["step"] for e in kinds(run, "step")})  # rank 0's record

@@ -15,12 +15,14 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, liveness
+from engine.run.steps import open_record
 from tests.integrations.conftest import read_events, send, status_step, wait_until
 from tests.tui.attach.conftest import screen_text, until
 from tui.commands.plot import render
@@ -100,3 +102,7 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "aborted"
     assert liveness(RunDir(run)) == "aborted"
     assert "val_loss" in render([run], "val_loss", 80, 20)
+    # the step record: the killed attempt's steps up to its save, then the resumed attempt's, each once
+    kept = {step: loss for step, loss in before.items() if step <= saved_step} | _losses(events[len(killed):])
+    steps, losses = open_record(run).window("loss", 0, 10**9)
+    assert steps.tolist() == sorted(kept) and losses.tolist() == [np.float32(kept[s]) for s in sorted(kept)]
