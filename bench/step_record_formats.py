@@ -269,7 +269,7 @@ class ParquetParts:
 class Sqlite:
     name = "sqlite (WAL)"
     imports = "import sqlite3"
-    installed = ["../lib-dynload/_sqlite3*", "/usr/lib/x86_64-linux-gnu/libsqlite3.so*"]
+    installed = ["{dynload}/_sqlite3*", "/usr/lib/x86_64-linux-gnu/libsqlite3.so.*"]
     one_liners = {"pandas": "pd.read_sql('SELECT * FROM steps', sqlite3.connect(path / 'steps.db'))",
                   "polars": "pl.read_database('SELECT * FROM steps', sqlite3.connect(path / 'steps.db'))",
                   "duckdb": None}
@@ -330,7 +330,7 @@ class Sqlite:
 class DuckDB:
     name = "duckdb"
     imports = "import duckdb"
-    installed = ["duckdb"]
+    installed = ["duckdb", "_duckdb*"]
     one_liners = {"pandas": "duckdb.connect(str(path / 'steps.duckdb')).sql('FROM steps').df()",
                   "polars": "duckdb.connect(str(path / 'steps.duckdb')).sql('FROM steps').pl()",
                   "duckdb": "duckdb.connect(str(path / 'steps.duckdb')).sql('FROM steps').fetchall()"}
@@ -437,6 +437,15 @@ def disk_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in files)
 
 
+def warm(path: Path) -> None:
+    """Read every file of a store once, so the timings are of files in the page cache (as a viewer's are after
+    its first look), not of the disk."""
+    for file in [p for p in path.rglob("*") if p.is_file()] + list(path.parent.glob(f"{path.name}-summary*")):
+        with open(file, "rb") as handle:
+            while handle.read(16 << 20):
+                pass
+
+
 def window_cost(kind: str, path: Path, n: int, trials: int, seed: int) -> float:
     rng = np.random.default_rng(seed)
     fmt = FORMATS[kind](path)
@@ -471,9 +480,14 @@ def import_seconds(statement: str, repeat: int = 5) -> float:
 
 
 def installed_bytes(patterns: list[str]) -> int:
+    """Bytes of the files a format's library installs (site-packages names, or absolute paths)."""
+    import sysconfig
+
     site = Path(np.__file__).parents[1]
+    dynload = Path(sysconfig.get_paths()["platstdlib"]) / "lib-dynload"
     total = 0
     for pattern in patterns:
+        pattern = pattern.format(dynload=dynload)
         base = Path(pattern) if pattern.startswith("/") else site / pattern
         for path in base.parent.glob(base.name):
             files = path.rglob("*") if path.is_dir() else [path]
@@ -617,6 +631,7 @@ def report_size(kinds: list[str], root: Path, n: int) -> None:
         path = root / f"{kind}-{n}"
         seconds = bulk(kind, path, n)
         size = disk_bytes(path)
+        warm(path)
         window = window_cost(kind, path, n, trials, 3)
         summary, values = summary_cost(kind, path, n, max(3, trials // 6))
         print(f"| {FORMATS[kind].name} | {seconds:.1f} | {size / n:.1f} | {window * 1e3:.2f} | "

@@ -15,7 +15,8 @@ Reading (what a viewer uses; memory is set by what is asked for, never by the ru
     steps, values = record.window("loss", step_lo, step_hi)               # raw values (copies), a small window
     level = record.summary("loss", k)      # every complete block of 2**k values (k >= 6): min/max/last/nan/sum
     record.refresh()                       # a live run: take in what was appended since (True if anything)
-    record.series("loss")                  # the mapped arrays themselves (steps, values, pyramid blocks)
+    record.series("loss")                  # its columns (steps, values, pyramid blocks), read by position
+    convert(run_dir, progress=callback)    # an older run (schema <= 2): its record built once from events.jsonl
     read_steps(run_dir)                    # {"step": ..., name: ...} aligned: pd.DataFrame(...) / pl.DataFrame(...)
 
 ``envelope(name, step_lo, step_hi, columns)`` splits the steps ``step_lo ≤ step ≤ step_hi`` into ``columns``
@@ -25,6 +26,9 @@ NaN (±inf count as values; NaN when the column has none), ``nan`` whether any v
 a NaN ``min`` is a column of NaN only), ``last`` the last raw value (NaN included) at ``last_step``, and
 ``count``. It reads pyramid blocks inside each column (about two per level) and raw values only at the
 ragged edges (at most 63 on each side): kilobytes, at any zoom, whatever the run's length.
+
+Nothing is memory-mapped (engine.run.steps.column says why): values are read by position, and the reader
+keeps a coarse index of each sorted column (1/4096 of it).
 
 Writing (the engine's drainer, the integrations, conversion)::
 
@@ -44,5 +48,21 @@ from engine.run.steps.layout import DIRNAME, record_dir
 from engine.run.steps.reader import Series, StepRecord, Summary, open_record, read_steps
 from engine.run.steps.writer import StepWriter
 
-__all__ = ["DIRNAME", "Envelope", "Series", "StepRecord", "StepWriter", "Summary", "open_record", "read_steps",
-           "record_dir"]
+
+def convert(run_dir, progress=None, **options):
+    """engine.run.steps.convert.convert, imported when first called (it brings msgspec and the event log's
+    reader, which a viewer of a new run never needs)."""
+    from engine.run.steps.convert import convert as build
+
+    return build(run_dir, progress, **options)
+
+
+def needs_conversion(run_dir, into=None) -> bool:
+    """engine.run.steps.convert.needs_conversion, imported when first called."""
+    from engine.run.steps.convert import needs_conversion as check
+
+    return check(run_dir, into)
+
+
+__all__ = ["DIRNAME", "Envelope", "Series", "StepRecord", "StepWriter", "Summary", "convert", "needs_conversion",
+           "open_record", "read_steps", "record_dir"]

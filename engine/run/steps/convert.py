@@ -1,8 +1,9 @@
 """``convert``: the step record of a run written before it existed, built once from its events.jsonl.
 
 An older run (event schema ≤ 2, engine.core.migrate.STEP_RECORD_SCHEMA) has every step as a line of its log
-and no ``steps/``. ``convert(run_dir, progress)`` reads the log in chunks of whole lines (mapped, never
-copied whole), decodes a chunk's step lines in one msgspec call, and appends them as columns
+and no ``steps/``. ``convert(run_dir, progress)`` reads the log a chunk of whole lines at a time (read by
+position: neither held whole nor mapped, so a viewer converting a 2.6 GB log stays small), decodes a chunk's
+step lines in one msgspec call, and appends them as columns
 (StepWriter.append_columns): a 10M-step log is a few seconds of decoding, not a viewer's gigabytes.
 
 - **The old log is only read.** Everything is written under ``steps/`` (or ``into``).
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import mmap
 import operator
 import os
 import re
@@ -111,34 +111,35 @@ def convert(run_dir: str | os.PathLike, progress: Callable[[int, int], None] | N
             size = os.fstat(handle.fileno()).st_size
             if progress is not None:
                 progress(offset, size)
-            if size > offset:
-                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                    _convert_from(mapped, offset, min(size, len(mapped)), writer, (target, head), progress,
-                                  chunk_bytes)
+            _convert_from(handle.fileno(), offset, size, writer, (target, head), progress, chunk_bytes)
     finally:
         writer.close()
     return target
 
 
-def _convert_from(mapped, offset: int, size: int, writer: StepWriter, marker: tuple[Path, str],
+def _convert_from(fd: int, offset: int, size: int, writer: StepWriter, marker: tuple[Path, str],
                   progress: Callable[[int, int], None] | None, chunk_bytes: int) -> None:
+    want = chunk_bytes
     while offset < size:
-        cut = mapped.rfind(b"\n", offset, min(size, offset + chunk_bytes))
-        if cut < 0:  # a line longer than a chunk, or the torn tail
-            cut = mapped.find(b"\n", offset, size)
-            if cut < 0:
+        data = os.pread(fd, min(want, size - offset), offset)
+        cut = data.rfind(b"\n")
+        if cut < 0:  # a line longer than a chunk (read more), or the torn tail (done)
+            if offset + len(data) >= size:
                 break
-        steps, columns = _chunk_columns(mapped, offset, cut + 1)
+            want *= 2
+            continue
+        want = chunk_bytes
+        steps, columns = _chunk_columns(data[:cut + 1])
         _append(writer, steps, columns)
-        offset = cut + 1
+        offset += cut + 1
         _mark(*marker, offset)
         if progress is not None:
             progress(offset, size)
 
 
-def _chunk_columns(mapped, start: int, stop: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The step rows of the complete lines in ``mapped[start:stop]``, as columns."""
-    lines = mapped[start:stop].split(b"\n")
+def _chunk_columns(data: bytes) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The step rows of the complete lines in ``data``, as columns."""
+    lines = data.split(b"\n")
     fast = [line for line in lines if line.startswith(STEP_PREFIX)]
     try:
         rows = _ROWS.decode(b"[" + b",".join(fast) + b"]")

@@ -55,13 +55,13 @@ def column_edges(step_lo: int, step_hi: int, columns: int) -> np.ndarray:
     return int(step_lo) + (np.arange(columns + 1, dtype=np.int64) * span) // max(1, columns)
 
 
-def envelope(steps: np.ndarray, values: np.ndarray, blocks: np.ndarray, summarised: int, step_lo: int,
-             step_hi: int, columns: int) -> Envelope:
-    """The envelope of one series (``steps`` increasing, ``values`` beside them, ``blocks`` its pyramid records
-    covering every complete block of its first ``summarised`` values) over ``columns`` columns of [step_lo,
-    step_hi]; values past ``summarised`` are read raw."""
+def envelope(steps, values, blocks, summarised: int, step_lo: int, step_hi: int, columns: int) -> Envelope:
+    """The envelope of one series over ``columns`` columns of [step_lo, step_hi]: ``steps`` (increasing) and
+    ``values`` side by side and ``blocks``, its pyramid records covering every complete block of its first
+    ``summarised`` values (engine.run.steps.column.Column each: read by ``take`` and ``searchsorted``); values
+    past ``summarised`` are read raw."""
     edges = column_edges(step_lo, step_hi, columns)
-    bounds = np.searchsorted(steps, edges, "left")
+    bounds = steps.searchsorted(edges, "left")
     a, b = bounds[:-1], bounds[1:]
     a1 = np.minimum((a + _ALIGN - 1) & -_ALIGN, b)  # left edge: [a, a1)
     b1 = np.maximum(a1, np.minimum(b, summarised) & -_ALIGN)  # right edge: [b1, b); between: summarised blocks
@@ -77,40 +77,43 @@ def envelope(steps: np.ndarray, values: np.ndarray, blocks: np.ndarray, summaris
     filled = count > 0
     last = np.full(columns, np.nan)
     last_step = np.full(columns, -1, np.int64)
-    last[filled] = values[b[filled] - 1]
-    last_step[filled] = steps[b[filled] - 1]
+    last[filled] = values.take(b[filled] - 1)
+    last_step[filled] = steps.take(b[filled] - 1)
     return Envelope(edges[:-1], count, lo_min, hi_max, last, last_step, has_nan, total, finite)
 
 
-def _from_blocks(blocks: np.ndarray, lo: np.ndarray, hi: np.ndarray, acc: tuple) -> None:
+def _from_blocks(blocks, lo: np.ndarray, hi: np.ndarray, acc: tuple) -> None:
     """Fold into the accumulators (min, max, has-NaN, sum, finite) the fewest pyramid blocks covering base blocks
-    [lo, hi) of each column."""
+    [lo, hi) of each column (the blocks a segment tree takes bottom-up: at most one on each side a level), read
+    together in one pass."""
     lo_min, hi_max, has_nan, total, finite = acc
     lo, hi = lo.copy(), hi.copy()
     level = BASE
+    columns, positions = [], []
     while (lo < hi).any():
-        for side in (0, 1):
-            if side == 0:
-                take = ((lo & 1) == 1) & (lo < hi)
-                index = lo[take]
-                lo += take
-            else:
-                take = ((hi & 1) == 1) & (lo < hi)
-                hi -= take
-                index = hi[take]
-            if take.any():
-                record = blocks[block_position(level, index)]
-                lo_min[take] = np.fmin(lo_min[take], record["min"])
-                hi_max[take] = np.fmax(hi_max[take], record["max"])
-                has_nan[take] |= record["nan"].astype(bool)
-                total[take] += record["sum"]
-                finite[take] += record["finite"]
+        left = ((lo & 1) == 1) & (lo < hi)
+        columns.append(np.flatnonzero(left))
+        positions.append(block_position(level, lo[left]))
+        lo += left
+        right = ((hi & 1) == 1) & (lo < hi)
+        hi -= right
+        columns.append(np.flatnonzero(right))
+        positions.append(block_position(level, hi[right]))
         lo >>= 1
         hi >>= 1
         level += 1
+    where = np.concatenate(columns) if columns else np.zeros(0, np.int64)
+    if not where.size:
+        return
+    record = blocks.take(np.concatenate(positions))
+    np.fmin.at(lo_min, where, record["min"].astype(np.float64))
+    np.fmax.at(hi_max, where, record["max"].astype(np.float64))
+    np.logical_or.at(has_nan, where, record["nan"].astype(bool))
+    np.add.at(total, where, record["sum"])
+    np.add.at(finite, where, record["finite"].astype(np.int64))
 
 
-def _from_raw(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, acc: tuple) -> None:
+def _from_raw(values, starts: np.ndarray, lengths: np.ndarray, acc: tuple) -> None:
     """Fold into the accumulators the raw ranges ``[starts, starts + lengths)``, two per column, in order."""
     lo_min, hi_max, has_nan, total, finite = acc
     n = int(lengths.sum())
@@ -119,7 +122,7 @@ def _from_raw(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, acc: 
     column = np.repeat(np.arange(len(lengths)) // 2, lengths)
     offsets = np.cumsum(lengths) - lengths
     index = np.arange(n) - np.repeat(offsets, lengths) + np.repeat(starts, lengths)
-    raw = np.asarray(values[index], np.float64)
+    raw = values.take(index).astype(np.float64)
     per_column = lengths.reshape(-1, 2).sum(1)
     used = np.flatnonzero(per_column)
     first = np.searchsorted(column, used, "left")

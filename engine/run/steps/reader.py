@@ -1,19 +1,19 @@
-"""StepRecord: a read-only view of a step record, every file memory-mapped, nothing read before it is asked for.
+"""StepRecord: a read-only view of a step record; nothing is read before it is asked for.
 
-Opening reads the step file's header and the catalogue (names only). A series is mapped the first time it is
-asked for, and its values are read by numpy straight from the page cache: a window reads its own pages, an
-envelope a few pyramid records and the raw edges of each column. A reader holds what it was asked for, never a
-whole column as Python objects, so its memory is set by the screen and not by the run.
+Opening reads the step file's header and the catalogue (names only). A series' files are opened the first
+time it is asked for, and its values are read by position (engine.run.steps.column): a window reads its own
+values, an envelope a few pyramid records and the raw edges of each column, a search one slab a key. A reader
+holds what it was asked for and a coarse index of each sorted column (1/4096 of it), never a whole column, so
+its memory is set by the screen and not by the run.
 
 Consistency: ``refresh()`` takes a snapshot of the commit (rows, last step) and the catalogue's new lines;
 every call until the next refresh answers for that snapshot, clamping each series to it (a writer appending
-meanwhile adds values past it, which are ignored until then). Files never shrink (engine.run.steps.layout), so
-a mapped page never goes away under a reader.
+meanwhile adds values past it, which are ignored until then). A refresh that finds the writer redid steps (a
+resumed run) drops the coarse indexes, whose values may have changed.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,62 +22,25 @@ from pathlib import Path
 import numpy as np
 
 from engine.run.steps import layout
+from engine.run.steps.column import Column
 from engine.run.steps.envelope import Envelope, envelope
-from engine.run.steps.layout import HEADER, STEP_DTYPE, block_dtype, block_position, total_blocks
+from engine.run.steps.layout import STEP_DTYPE, block_dtype, block_position, read_count, stored, total_blocks
 
-#: Series kept mapped at once (a run with 10,000 names maps the ones a viewer draws).
-MAPPED_SERIES = 512
-
-
-class _Map:
-    """A read-only map of one array file, remapped when a count asks for more than it covers."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._map: mmap.mmap | None = None
-
-    def _cover(self, nbytes: int) -> bool:
-        if self._map is not None and len(self._map) >= nbytes:
-            return True
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            if os.fstat(fd).st_size < HEADER:
-                return False
-            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        return True
-
-    def count(self) -> int:
-        """The committed count in the header (0 for a missing file)."""
-        if not self._cover(HEADER) or self._map[: len(layout.MAGIC)] != layout.MAGIC:
-            return 0
-        return int.from_bytes(self._map[len(layout.MAGIC): len(layout.MAGIC) + 8], "little")
-
-    def array(self, dtype: np.dtype, count: int) -> np.ndarray:
-        """The first ``count`` values (fewer if the file holds fewer), mapped, not copied."""
-        if count <= 0:
-            return np.zeros(0, dtype)
-        self._cover(HEADER + count * dtype.itemsize)  # a file shorter than its count gives what it holds
-        if self._map is None:
-            return np.zeros(0, dtype)
-        count = min(count, (len(self._map) - HEADER) // dtype.itemsize)
-        return np.frombuffer(self._map, dtype, count, HEADER)
+#: Series whose files stay open at once (a run with 10,000 names keeps the ones a viewer draws).
+OPEN_SERIES = 128
 
 
 @dataclass(frozen=True)
 class Series:
-    """One name's values as of the reader's snapshot: ``steps`` and ``values`` side by side (mapped)."""
+    """One name as of the reader's snapshot: ``steps`` and ``values`` side by side, and its pyramid ``blocks``
+    (engine.run.steps.column.Column each: ``slice``, ``take``, ``searchsorted``; ``np.asarray`` reads it all)."""
 
     name: str
     kind: str
     dtype: np.dtype
-    steps: np.ndarray
-    values: np.ndarray
-    blocks: np.ndarray
+    steps: Column
+    values: Column
+    blocks: Column
     #: Values the pyramid covers (from the first); the rest, a few thousand at most, are read raw.
     summarised: int
 
@@ -97,6 +60,13 @@ class Summary:
     finite: np.ndarray
 
 
+def _open(path: Path):
+    try:
+        return open(path, "rb", buffering=0)  # closed when the last Column reading it is gone
+    except FileNotFoundError:
+        return None
+
+
 class StepRecord:
     """Read a step record (module docstring). ``path``: a run directory or its ``steps/`` directory."""
 
@@ -104,14 +74,15 @@ class StepRecord:
         self.directory = layout.record_dir(path)
         if not (self.directory / layout.STEP_FILE).exists():
             raise FileNotFoundError(f"{self.directory}: no step record here")
-        self._step_map = _Map(self.directory / layout.STEP_FILE)
+        self._step_file = _open(self.directory / layout.STEP_FILE)
         self._catalog_at = 0
         self._entries: dict[str, dict] = {}
-        self._maps: OrderedDict[int, tuple[_Map, _Map, _Map]] = OrderedDict()
+        self._files: OrderedDict[int, tuple] = OrderedDict()
+        self._samples: dict[str, list] = {}  # a coarse index per sorted file (Column's ``sample``), by name
         self.rows = 0
         self.last_step: int | None = None
         self.first_step: int | None = None
-        self._step_column = np.zeros(0, np.int64)
+        self._step_column = Column(None, STEP_DTYPE, 0)
         self.refresh()
 
     def __enter__(self) -> "StepRecord":
@@ -121,22 +92,26 @@ class StepRecord:
         self.close()
 
     def close(self) -> None:
-        """Drop every map (arrays handed out keep theirs alive)."""
-        self._maps.clear()
-        self._step_map = _Map(self._step_map.path)
+        """Let go of every file (columns handed out keep theirs open until they are gone)."""
+        self._files.clear()
+        self._samples.clear()
 
     # ------------------------------------------------------------------ following
     def refresh(self) -> bool:
         """Take in what the writer committed since the last look: new rows and new names (read from where the
         last look stopped; nothing else). True when anything changed."""
         added = self._read_catalog()
-        rows = self._step_map.count()
-        column = self._step_map.array(STEP_DTYPE, rows)
-        rows = len(column)
-        changed = added or rows != self.rows or (rows and int(column[-1]) != self.last_step)
-        self.rows, self._step_column = rows, column
-        self.first_step = int(column[0]) if rows else None
-        self.last_step = int(column[-1]) if rows else None
+        fd = self._step_file.fileno()
+        rows = min(read_count(fd), stored(fd, STEP_DTYPE.itemsize))
+        column = Column(self._step_file, STEP_DTYPE, rows, 0, self._samples.setdefault(layout.STEP_FILE, []))
+        last = int(column.slice(rows - 1, rows)[0]) if rows else None
+        seen = self.rows and rows >= self.rows and int(column.slice(self.rows - 1, self.rows)[0]) == self.last_step
+        if self.rows and not seen:  # the writer redid steps: what was read of the files may have changed
+            self._samples.clear()
+            column = Column(self._step_file, STEP_DTYPE, rows, 0, self._samples.setdefault(layout.STEP_FILE, []))
+        changed = added or rows != self.rows or last != self.last_step
+        self.rows, self._step_column, self.last_step = rows, column, last
+        self.first_step = int(column.slice(0, 1)[0]) if rows else None
         return bool(changed)
 
     def _read_catalog(self) -> bool:
@@ -159,38 +134,40 @@ class StepRecord:
         return list(self._entries)
 
     def steps(self) -> np.ndarray:
-        """The step of every row (mapped)."""
-        return self._step_column
+        """The step of every row (read whole: a tool's call, not a viewer's)."""
+        return self._step_column.slice(0, self.rows)
 
     def series(self, name: str) -> Series:
         """One name's steps, values and pyramid as of the snapshot (KeyError for a name not in the record)."""
         entry = self._entries[name]
-        values_map, steps_map, blocks_map = self._maps_of(entry["id"])
+        values_file, steps_file, blocks_file = self._files_of(entry["id"])
         dtype = np.dtype(entry["dtype"])
-        count = values_map.count()
+        count = min(read_count(values_file.fileno()), stored(values_file.fileno(), dtype.itemsize)) \
+            if values_file is not None else 0
         if entry["kind"] == "dense":
             start = int(entry.get("start", 0))
-            values = values_map.array(dtype, min(count, max(0, self.rows - start)))
-            steps = self._step_column[start:start + len(values)]
+            count = min(count, max(0, self.rows - start))
+            steps = self._step_column.view(start, count)
         else:
-            steps = steps_map.array(STEP_DTYPE, count if self.rows else 0)
-            steps = steps[: int(np.searchsorted(steps, self.last_step, "right"))] if len(steps) else steps
-            values = values_map.array(dtype, len(steps))
-            steps = steps[: len(values)]
-        summarised = min(blocks_map.count(), len(values))
-        blocks = blocks_map.array(block_dtype(dtype), total_blocks(summarised))
-        if len(blocks) < total_blocks(summarised):  # (never from a writer that follows the layout): all raw
-            summarised, blocks = 0, blocks[:0]
-        return Series(name, entry["kind"], dtype, steps, values, blocks, summarised)
+            count = min(count, stored(steps_file.fileno(), 8)) if steps_file is not None and self.rows else 0
+            steps = Column(steps_file, STEP_DTYPE, count, 0, self._samples.setdefault(f"{entry['id']}.k", []))
+            count = int(steps.searchsorted(np.array([self.last_step]), "right")[0]) if count else 0
+            steps = steps.view(0, count)
+        summarised = min(read_count(blocks_file.fileno()), count) if blocks_file is not None else 0
+        kind = block_dtype(dtype)
+        if blocks_file is None or stored(blocks_file.fileno(), kind.itemsize) < total_blocks(summarised):
+            summarised = 0  # (never from a writer that follows the layout): every value read raw
+        return Series(name, entry["kind"], dtype, steps, Column(values_file, dtype, count),
+                      Column(blocks_file, kind, total_blocks(summarised)), summarised)
 
-    def _maps_of(self, series_id: int) -> tuple[_Map, _Map, _Map]:
-        maps = self._maps.pop(series_id, None)
-        if maps is None:
-            maps = tuple(_Map(path) for path in layout.series_files(self.directory, series_id))
-            while len(self._maps) >= MAPPED_SERIES:
-                self._maps.popitem(last=False)
-        self._maps[series_id] = maps
-        return maps
+    def _files_of(self, series_id: int) -> tuple:
+        files = self._files.pop(series_id, None)
+        if files is None:
+            files = tuple(_open(path) for path in layout.series_files(self.directory, series_id))
+            while len(self._files) >= OPEN_SERIES:
+                self._files.popitem(last=False)
+        self._files[series_id] = files
+        return files
 
     # ------------------------------------------------------------------ reading
     def envelope(self, name: str, step_lo: int, step_hi: int, columns: int) -> Envelope:
@@ -201,11 +178,10 @@ class StepRecord:
         return envelope(series.steps, series.values, series.blocks, series.summarised, step_lo, step_hi, columns)
 
     def window(self, name: str, step_lo: int, step_hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """Steps and values (copies, float64) of ``name`` at ``step_lo <= step <= step_hi``."""
+        """Steps and values (float64) of ``name`` at ``step_lo <= step <= step_hi``."""
         series = self.series(name)
-        lo = int(np.searchsorted(series.steps, step_lo, "left"))
-        hi = int(np.searchsorted(series.steps, step_hi, "right"))
-        return np.array(series.steps[lo:hi]), np.asarray(series.values[lo:hi], np.float64)
+        lo, hi = _range(series.steps, step_lo, step_hi)
+        return series.steps.slice(lo, hi), series.values.slice(lo, hi).astype(np.float64)
 
     def summary(self, name: str, level: int) -> Summary:
         """Every block of ``2**level`` values of ``name`` the pyramid holds (``level >= layout.BASE``; the newest
@@ -213,32 +189,40 @@ class StepRecord:
         if level < layout.BASE:
             raise ValueError(f"summary level {level}: the pyramid starts at level {layout.BASE}")
         series = self.series(name)
-        blocks = series.blocks[block_position(level, np.arange(series.summarised >> level))]
-        firsts = series.steps[np.arange(len(blocks)) << level]
-        return Summary(level, np.array(firsts), blocks["min"].astype(np.float64), blocks["max"].astype(np.float64),
-                       blocks["last"].astype(np.float64), blocks["nan"].astype(bool), np.array(blocks["sum"]),
-                       blocks["finite"].astype(np.int64))
+        index = np.arange(series.summarised >> level)
+        blocks = series.blocks.take(block_position(level, index))
+        return Summary(level, series.steps.take(index << level), blocks["min"].astype(np.float64),
+                       blocks["max"].astype(np.float64), blocks["last"].astype(np.float64), blocks["nan"].astype(bool),
+                       np.array(blocks["sum"]), blocks["finite"].astype(np.int64))
 
     def columns(self, names: list[str] | None = None, step_lo: int | None = None,
                 step_hi: int | None = None) -> dict[str, np.ndarray]:
         """Rows ``step_lo <= step <= step_hi`` (all by default) as ``{"step": ..., name: ...}``, every name
         aligned on the rows: NaN where a row lacks it. What pandas and polars take in one line."""
-        lo = 0 if step_lo is None else int(np.searchsorted(self._step_column, step_lo, "left"))
-        hi = self.rows if step_hi is None else int(np.searchsorted(self._step_column, step_hi, "right"))
-        rows = np.array(self._step_column[lo:hi])
+        rows = self._step_column.slice(*_range(self._step_column, step_lo, step_hi))
         out: dict[str, np.ndarray] = {"step": rows}
         for name in self.names() if names is None else names:
-            series = self.series(name)
-            at = np.searchsorted(series.steps, rows, "left")
-            found = at < len(series.steps)
-            found[found] = series.steps[at[found]] == rows[found]
-            if found.all():
-                out[name] = np.array(series.values[at])
-            else:
-                column = np.full(len(rows), np.nan, np.float32 if series.dtype == np.float32 else np.float64)
-                column[found] = series.values[at[found]]
-                out[name] = column
+            out[name] = _aligned(self.series(name), rows)
         return out
+
+
+def _range(steps: Column, step_lo: int | None, step_hi: int | None) -> tuple[int, int]:
+    """The positions ``[lo, hi)`` of a sorted column's steps in ``step_lo ≤ step ≤ step_hi`` (None: no bound)."""
+    lo = 0 if step_lo is None else int(steps.searchsorted(np.array([step_lo]), "left")[0])
+    hi = len(steps) if step_hi is None else int(steps.searchsorted(np.array([step_hi]), "right")[0])
+    return lo, max(lo, hi)
+
+
+def _aligned(series: Series, rows: np.ndarray) -> np.ndarray:
+    """A series' values on ``rows`` (steps): NaN where it has none."""
+    first, last = _range(series.steps, rows[0], rows[-1]) if len(rows) else (0, 0)
+    steps, values = series.steps.slice(first, last), series.values.slice(first, last)
+    at = np.searchsorted(rows, steps)
+    if len(steps) == len(rows):
+        return values.copy()
+    column = np.full(len(rows), np.nan, np.float32 if series.dtype == np.float32 else np.float64)
+    column[at] = values
+    return column
 
 
 def open_record(path: str | os.PathLike) -> StepRecord:

@@ -38,6 +38,7 @@ from typing import Mapping
 import numpy as np
 
 from engine.run.steps import layout, pyramid
+from engine.run.steps.column import Column
 from engine.run.steps.fields import FIELD_DTYPES, event_columns, event_row
 from engine.run.steps.layout import HEADER, STEP_DTYPE, block_dtype, read_count, stored, total_blocks, write_count
 
@@ -152,10 +153,10 @@ class StepWriter:
             count = min(count, max(0, self.rows - series.start))
         elif count:
             steps_fd = self._files(series.files[1])
-            steps = _read(steps_fd, STEP_DTYPE, 0, min(count, stored(steps_fd, 8)))
-            count = int(np.searchsorted(steps, self.last_step, "right")) if self.last_step is not None else 0
+            steps = Column(steps_fd, STEP_DTYPE, min(count, stored(steps_fd, 8)))
+            count = int(steps.searchsorted(np.array([self.last_step]), "right")[0]) if self.last_step is not None else 0
             if count:
-                series.first_step, series.last_step = int(steps[0]), int(steps[count - 1])
+                series.first_step, series.last_step = int(steps.slice(0, 1)[0]), int(steps.slice(count - 1, count)[0])
             while series.next_check <= count:
                 series.next_check *= 2
         if count != read_count(fd):
@@ -231,13 +232,16 @@ class StepWriter:
             self._recover(series)
 
     def close(self) -> None:
-        """Write what is buffered, bring every pyramid up to date, sync every open file and close them."""
+        """Write what is buffered, bring every pyramid up to date, sync every open file and close them (once)."""
+        if self._catalog is None:
+            return
         self.flush()
         for series in self._series.values():
             if series.summarised < series.count:
                 self._summarise(series)
         self._files.sync_and_close()
         os.close(self._catalog)
+        self._catalog = None
 
     # ------------------------------------------------------------------ one batch
     def _commit_rows(self, rows: list) -> None:
@@ -357,10 +361,8 @@ class StepWriter:
         return _read(self._step_fd, STEP_DTYPE, start, stop)
 
     def _row_of(self, step: int) -> int:
-        """The first row whose step is ``step`` or more (a binary search of the step file, read a page at a time)."""
-        view = np.memmap(self.directory / layout.STEP_FILE, STEP_DTYPE, "r", HEADER, (self.rows,)) \
-            if self.rows else np.zeros(0, np.int64)
-        return int(np.searchsorted(view, step, "left"))
+        """The first row whose step is ``step`` or more (a search of the step file, read by position)."""
+        return int(Column(self._step_fd, STEP_DTYPE, self.rows).searchsorted(np.array([step]))[0])
 
     def _cut(self, step: int) -> None:
         """Drop every row from ``step`` on: the commit first, then each series' count."""
@@ -372,10 +374,9 @@ class StepWriter:
             if series.kind == "dense":
                 keep = min(series.count, max(0, rows - series.start))
             elif series.count and series.last_step is not None and series.last_step >= step:
-                steps_fd = self._files(series.files[1])
-                steps = _read(steps_fd, STEP_DTYPE, 0, series.count)
-                keep = int(np.searchsorted(steps, step, "left"))
-                series.last_step = int(steps[keep - 1]) if keep else None
+                steps = Column(self._files(series.files[1]), STEP_DTYPE, series.count)
+                keep = int(steps.searchsorted(np.array([step]))[0])
+                series.last_step = int(steps.slice(keep - 1, keep)[0]) if keep else None
             else:
                 continue
             if keep != series.count:

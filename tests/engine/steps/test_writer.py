@@ -89,10 +89,10 @@ def test_names_can_appear_mid_run_and_sparse_names_keep_only_their_steps(tmp_pat
     record = open_record(tmp_path)
     assert record.names() == ["loss", *(f"layer{i}.norm" for i in range(50)), "components.late"]
     late = record.series("components.late")
-    assert late.kind == "dense" and late.steps.tolist() == list(range(400, 1001))
-    assert late.values.tolist() == list(map(float, range(400, 1001)))
+    assert late.kind == "dense" and np.asarray(late.steps).tolist() == list(range(400, 1001))
+    assert np.asarray(late.values).tolist() == list(map(float, range(400, 1001)))
     sparse = record.series("layer7.norm")
-    assert sparse.kind == "sparse" and sparse.steps.tolist() == list(range(97, 1001, 97))
+    assert sparse.kind == "sparse" and np.asarray(sparse.steps).tolist() == list(range(97, 1001, 97))
     assert record.envelope("layer7.norm", 1, 1000, 2).max.tolist() == [485 + 7, 970 + 7]
     table = record.columns(["loss", "layer7.norm"], 96, 98)
     assert table["step"].tolist() == [96, 97, 98]
