@@ -13,7 +13,7 @@ Reading (what a viewer uses; memory is set by what is asked for, never by the ru
     env.x, env.count, env.min, env.max, env.last, env.last_step, env.nan   # one entry per pixel column
     env.sum, env.finite, env.mean          # the column's finite values: their sum, count and mean
     steps, values = record.window("loss", step_lo, step_hi)               # raw values (copies), a small window
-    level = record.summary("loss", k)      # every complete block of 2**k values (k >= 6): min/max/last/nan/sum
+    level = record.summary("loss", k)      # every complete block of 2**k values (k >= 7): min/max/last/nan/sum
     record.refresh()                       # a live run: take in what was appended since (True if anything)
     record.series("loss")                  # its columns (steps, values, pyramid blocks), read by position
     convert(run_dir, progress=callback)    # an older run (schema <= 2): its record built once from events.jsonl
@@ -25,7 +25,7 @@ column, exactly what a pass over the raw values there gives: ``min`` / ``max`` o
 NaN (±inf count as values; NaN when the column has none), ``nan`` whether any value is NaN (``count > 0`` with
 a NaN ``min`` is a column of NaN only), ``last`` the last raw value (NaN included) at ``last_step``, and
 ``count``. It reads pyramid blocks inside each column (about two per level) and raw values only at the
-ragged edges (at most 63 on each side): kilobytes, at any zoom, whatever the run's length.
+ragged edges (at most 127 on each side): kilobytes, at any zoom, whatever the run's length.
 
 Nothing is memory-mapped (engine.run.steps.column says why): values are read by position, and the reader
 keeps a coarse index of each sorted column (1/4096 of it).

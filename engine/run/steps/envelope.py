@@ -2,8 +2,8 @@
 
 Each column's values are split into a ragged left edge (up to the next multiple of 2**BASE), whole aligned
 base blocks, and a ragged right edge. The blocks are covered by the fewest pyramid blocks (at most two per
-level, as a segment tree walks bottom-up), and the edges (at most 63 values on each side) are read raw. So a
-column costs about 2·log2(width) block records and ≤ 126 raw values, whatever the run's length, and the
+level, as a segment tree walks bottom-up), and the edges (at most 127 values on each side) are read raw. So a
+column costs about 2·log2(width) block records and ≤ 254 raw values, whatever the run's length, and the
 result equals a pass over every raw value of the column. Values the pyramid does not cover yet (the writer
 brings it up to date every few thousand values) are read raw too.
 """

@@ -32,15 +32,17 @@ import numpy as np
 #: The record's directory inside a run directory.
 DIRNAME = "steps"
 #: First bytes of every array file (the digit is the layout's version).
-MAGIC = b"sensorlm-steps2\n"
+MAGIC = b"sensorlm-steps3\n"
 #: Bytes before the values of every array file: MAGIC, the little-endian uint64 count, zeros.
 HEADER = 64
 _COUNT_AT = len(MAGIC)
 #: The first line of catalog.jsonl.
 FORMAT = {"format": "sensorlm-tui step record", "version": 1}
-#: log2 of the smallest summary block: 64 values. Raw values are read only at the ragged edges of a
-#: pixel column (at most 63 on each side); the pyramid costs 1/32 of a block record per value.
-BASE = 6
+#: log2 of the smallest summary block: 128 values. Raw values are read only at the ragged edges of a pixel
+#: column (at most 127 on each side, half a kilobyte of float32); the pyramid costs 1/64 of a block record per
+#: value: 25 bytes for a float32 series (min, max, last, nan, sum, finite), 0.4 bytes a step, which keeps the
+#: default metrics' record under 64 bytes a step (docs/STEP_RECORD.md).
+BASE = 7
 #: The step column's file and the catalogue's.
 STEP_FILE = "step.i8"
 CATALOG = "catalog.jsonl"

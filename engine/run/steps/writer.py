@@ -17,9 +17,9 @@ and the last of two rows logged for one step wins. ``truncate_after`` drops rows
 **Dense or sparse.** The StepLogged fields are dense from their first row: one value a row, NaN (0 for the
 integer fields) where a row lacked it. Any other name starts sparse (its own steps, 12 bytes a value in
 float32) and is promoted to dense (4 bytes) once it has been on every row since it first appeared, checked
-at 64, 128, 256… values; a promoted series gets a new id with the same values and pyramid, and the old
-files stay for a reader that still maps them. So an integration's 10,000 names logged every hundredth step
-cost their own values only, and a component logged every step costs what a field does.
+at 128, 256, 512… values (2**BASE, doubling); a promoted series gets a new id with the same values and
+pyramid, and the old files stay for a reader that still reads them. So an integration's 10,000 names logged
+every hundredth step cost their own values only, and a component logged every step costs what a field does.
 
 **Types.** Per field (docs/STEP_RECORD.md measures what float32 loses): ``t`` float64 (float32 at 1.7e9 s
 is 128 s coarse), ``epoch`` and ``batch_size`` int32, ``skipped`` uint8, every other field float32 (relative

@@ -73,7 +73,7 @@ def _write(tmp_path, rng: np.random.Generator, n: int, close: bool):
 @pytest.mark.parametrize("seed", range(8))
 def test_the_envelope_equals_brute_force_over_random_windows_with_nan_and_inf(tmp_path, seed):
     rng = np.random.default_rng(seed)
-    n = [0, 1, 64, 65, int(rng.integers(100, 3000)), int(rng.integers(100, 3000)), int(rng.integers(5000, 40000)),
+    n = [0, 1, 128, 129, int(rng.integers(100, 3000)), int(rng.integers(100, 3000)), int(rng.integers(5000, 40000)),
          int(rng.integers(5000, 40000))][seed]
     steps, truth, writer = _write(tmp_path, rng, n, close=seed % 2 == 0)
     record = open_record(tmp_path)
@@ -109,7 +109,7 @@ def test_the_envelope_equals_brute_force_over_random_windows_with_nan_and_inf(tm
 
 
 def test_a_wide_column_reads_pyramid_blocks_not_raw_values(tmp_path):
-    """Over 300,000 values in 3 columns the envelope touches a few dozen block records and ≤ 126 raw values per
+    """Over 300,000 values in 3 columns the envelope touches a few dozen block records and ≤ 254 raw values per
     column; a pyramid made wrong (a block's max set too high) shows up in the answer, so the blocks are used."""
     n = 300_000
     rng = np.random.default_rng(7)
@@ -123,7 +123,7 @@ def test_a_wide_column_reads_pyramid_blocks_not_raw_values(tmp_path):
                                                                         (200_000, n))]
     summary = tmp_path / "0.p"
     blocks = np.memmap(summary, block_dtype(np.dtype("<f4")), "r+", 64, (total_blocks(n),))
-    blocks["max"][block_position(BASE + 10, np.array([2]))] = 1e9  # steps 131,073–196,608: inside column 2
+    blocks["max"][block_position(16, np.array([2]))] = 1e9  # steps 131,073–196,608: inside column 2, and used
     blocks.flush()
     del blocks
     assert open_record(tmp_path).envelope("loss", 1, n, 3).max.tolist() == [exact.max[0], 1e9, exact.max[2]]
@@ -135,5 +135,5 @@ def test_block_positions_follow_the_order_blocks_complete_in():
         index = np.array([i for level, i in order if level == k])
         expected = [p for p, (level, _) in enumerate(order) if level == k]
         assert block_position(k, index).tolist() == expected
-    assert [total_blocks(n) for n in (0, 63, 64, 128, 20_000)] == \
-        [sum(1 for k, i in order if (i + 1) << k <= n) for n in (0, 63, 64, 128, 20_000)]
+    sizes = (0, (1 << BASE) - 1, 1 << BASE, 2 << BASE, 20_000)
+    assert [total_blocks(n) for n in sizes] == [sum(1 for k, i in order if (i + 1) << k <= n) for n in sizes]

@@ -79,7 +79,7 @@ def test_names_can_appear_mid_run_and_sparse_names_keep_only_their_steps(tmp_pat
     for step in range(1, 1001):
         values = {"loss": 1.0 / step}
         if step >= 400:
-            values["components.late"] = step * 1.0  # every row from 400 on: promoted to dense at 64 values
+            values["components.late"] = step * 1.0  # every row from 400 on: promoted to dense at 128 values
         if step % 97 == 0:
             values.update({f"layer{i}.norm": step + i for i in range(50)})  # many names, sparse
         writer.append(step, values)
