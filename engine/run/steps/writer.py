@@ -117,13 +117,21 @@ class StepWriter:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._files = _Files()
-        self._step_fd = self._files(self.directory / layout.STEP_FILE)
+        self._step_path = self.directory / layout.STEP_FILE
+        self._files(self._step_path)
         self.rows, self.last_step = 0, None
         self._series: dict[str, _Series] = {}
         self._next_id = 0
         self._open_catalog()
         self._reload()
         self._pending: list[tuple] = []  # (step, a mapping or a StepLogged event, whether an event)
+
+    @property
+    def _step_fd(self) -> int:
+        """The step file's descriptor, through the open-file cache like every other (a batch touching more than
+        OPEN_FILES files closes the least recently used: a descriptor kept from before would then be closed, or
+        another file's)."""
+        return self._files(self._step_path)
 
     # ------------------------------------------------------------------ opening
     def _open_catalog(self) -> None:

@@ -147,3 +147,20 @@ def test_counts_are_committed_in_each_file_header(tmp_path):
     os.close(fd)
     lines = [json.loads(line) for line in (tmp_path / "catalog.jsonl").read_text().splitlines()]
     assert lines[0]["format"] and lines[1] == {"id": 0, "name": "loss", "dtype": "<f4", "kind": "dense", "start": 0}
+
+
+def test_a_batch_of_more_series_than_open_files_commits_every_row(tmp_path):
+    """A thousand names in one batch open more files than the writer keeps open: the step file's descriptor is
+    closed and reopened like the others, and every row is committed (the commit went to a closed descriptor)."""
+    from engine.run.steps.writer import OPEN_FILES
+
+    names = [f"layer{i}.grad" for i in range(OPEN_FILES)]
+    writer = StepWriter(tmp_path)
+    writer.append_columns(np.arange(1, 301), {name: np.full(300, i, np.float32) for i, name in enumerate(names)})
+    for step in range(301, 311):
+        writer.append(step, {name: float(step) for name in names})
+    writer.close()
+    record = open_record(tmp_path)
+    assert record.rows == 310 and record.last_step == 310
+    steps, values = record.window(names[-1], 1, 310)
+    assert steps.tolist() == list(range(1, 311)) and values[:300].tolist() == [OPEN_FILES - 1.0] * 300
