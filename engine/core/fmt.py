@@ -19,6 +19,17 @@ def human(n: int | float | None) -> str:
     return f"{int(n)} B"
 
 
+def number(value: float | None, digits: int = 3) -> str:
+    """A measured quantity (a rate, a throughput) as a person reads it: ``digits`` significant figures, whole
+    numbers from ``10 ** (digits - 1)`` up with thousands separated, never an exponent in the range rates take:
+    18,610 (not 1.861e+04), 464, 14.5, 1.13, 0.0312. "–" for None or a value that is not finite."""
+    if value is None or value != value or value in (float("inf"), float("-inf")):
+        return "–"
+    if abs(value) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
 def gib(n: int | float) -> str:
     """Bytes as GiB with two decimals ('80.00 GiB'), for budgets the user typed in GiB."""
     return f"{n / GIB:.2f} GiB"

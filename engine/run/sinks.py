@@ -18,10 +18,11 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from engine.core.fmt import format_mfu
+from engine.core.fmt import format_mfu, number
 from engine.core.taskspec import Capabilities
 from engine.run import autotune_events
 from engine.run import events as ev
+from engine.run.pace import Pace, Rates, of_event, per_step
 
 #: Seconds between two step lines in events.jsonl (JsonlSink's default cadence); 0 writes every step's line.
 #: Every step is in the step record (``steps/``, engine.run.steps) either way. While a viewer still follows a run's
@@ -256,7 +257,9 @@ class ConsoleSink:
     the clock last as ``key value`` fields. ``elapsed`` counts from the run_started event (this engine
     of a resumed run); ``at`` is the event's local wall-clock time (the start line also gives the date);
     printed step lines carry ``eta`` at the rate over the last ``RATE_WINDOW`` step events, so the first
-    step's warm-up and an eval pause fade out of it instead of skewing it for the whole run.
+    step's warm-up and an eval pause fade out of it instead of skewing it for the whole run. The line's
+    steps/s, samples/s and tokens/s are that same window's (engine.run.pace), so they agree with each other
+    and with the ETA; a resume, a pause or a batch change starts a new window.
     """
 
     #: Step events the ETA's rate is measured over.
@@ -269,16 +272,22 @@ class ConsoleSink:
         isatty = getattr(self.stream, "isatty", lambda: False)()
         self.colour = isatty and "NO_COLOR" not in os.environ
         self._start_t: float | None = None
-        self._recent: deque[tuple[float, int]] = deque(maxlen=self.RATE_WINDOW)
+        self._pace = Pace(self.RATE_WINDOW)
         self._event: ev.Event | None = None  # the event being printed: its time stamps the line
+
+    def _rates(self, event: ev.StepLogged) -> Rates:
+        """The recent window's pace; the step's own before the window has two steps."""
+        found = self._pace.rates()
+        if found is not None:
+            return found
+        samples, tokens = per_step(event.samples_per_s, event.steps_per_s, event.tokens_per_s, event.batch_size)
+        rate = event.steps_per_s
+        return Rates(rate, samples * rate if samples is not None else None, tokens * rate if tokens is not None
+                     else None)
 
     def _eta(self, event: ev.StepLogged) -> str:
         """Time left at the recent rate ("?" without a total or a rate yet)."""
-        rate = event.steps_per_s
-        if len(self._recent) >= 2:
-            (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
-            if t1 > t0 and s1 > s0:
-                rate = (s1 - s0) / (t1 - t0)
+        rate = self._rates(event).steps_per_s
         return clock((self.total - event.step) / rate) if self.total and rate > 0 else "?"
 
     def _clock_fields(self, event: ev.Event) -> str:
@@ -306,7 +315,10 @@ class ConsoleSink:
         kind = event.type
         self._event = event
         if kind == "step":
-            self._recent.append((event.t, event.step))
+            self._pace.extend([of_event(event)])
+        elif kind == "run_started" or (kind == "state" and event.state == "running") or \
+                (kind == "setting" and event.name in ("batch_size", "grad_accum")):
+            self._pace.forget_before(event.t)  # a new engine, the end of a pause, a new batch: a new pace
         if kind == "run_started":
             self.total = event.total_steps
             self.primary = Capabilities.from_dict(event.capabilities).primary
@@ -319,7 +331,7 @@ class ConsoleSink:
             elif event.step % self.print_every == 0 or event.step == self.total:
                 self._out("step ", f"{event.step:>7}/{self.total} epoch {event.epoch} loss {event.loss:.5f} "
                           f"lr {event.lr:.2e} gnorm {_fmt(event.grad_norm, '.3f')} "
-                          f"{event.steps_per_s:.2f} steps/s {event.samples_per_s:.1f} samples/s{_tokens(event)}")
+                          f"{_throughput(self._rates(event), event)}")
         elif kind == "eval":
             primary = getattr(self, "primary", None)
             unit = f" {primary.unit}" if primary is not None and primary.name == event.primary and primary.unit else ""
@@ -384,9 +396,17 @@ def model_summary(event: ev.RunStarted) -> str:
     return "".join(parts)
 
 
-def _tokens(event: ev.StepLogged) -> str:
-    """" 812 tok/s MFU 41.2 %" for a task that counts tokens ("–" where MFU is unknown), else ""."""
-    return f" {event.tokens_per_s:.0f} tok/s MFU {format_mfu(event.mfu)}" if event.tokens_per_s else ""
+def _throughput(rates: Rates, event: ev.StepLogged) -> str:
+    """"14.5 steps/s 464 samples/s" (" 59,392 tok/s MFU 41.2 %" after it for a task that counts tokens; no
+    samples/s where the run does not count them): one window's numbers. MFU is the step's, scaled to the
+    window's tokens/s ("–" where it is unknown)."""
+    text = f"{number(rates.steps_per_s)} steps/s"
+    if rates.samples_per_s is not None:
+        text += f" {number(rates.samples_per_s)} samples/s"
+    if rates.tokens_per_s is not None:
+        mfu = event.mfu * rates.tokens_per_s / event.tokens_per_s if event.tokens_per_s else 0.0
+        text += f" {number(rates.tokens_per_s)} tok/s MFU {format_mfu(mfu)}"
+    return text
 
 
 class LineCapture(io.TextIOBase):

@@ -280,8 +280,8 @@ class Trainer:
             return
         self.bus.emit(ev.StepLogged(
             step=step, epoch=self.order.epoch, loss=loss, lr=lr, grad_norm=grad_norm,
-            samples_per_s=n / elapsed, steps_per_s=1.0 / elapsed, batch_size=self.settings.batch_size,
-            components=parts, skipped=skipped, **self.rates.rates(n, elapsed)))
+            batch_size=self.settings.batch_size, components=parts, skipped=skipped,
+            **self.rates.rates(n, elapsed)))  # steps/s, samples/s, tokens/s: one step's, from one window
         sample = self.budget.sample(step)
         if sample is not None:
             self.bus.emit(sample)

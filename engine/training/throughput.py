@@ -1,4 +1,8 @@
-"""Tokens/s and model FLOPs utilisation for the step events, from what the task declares. Torch-free.
+"""A step event's rates: steps/s, samples/s, tokens/s and model FLOPs utilisation, from one window. Torch-free.
+
+All four come from the same steps, samples and seconds (``Throughput.rates``), so they agree: samples/s is
+steps/s times the samples a step trained, tokens/s that times the tokens a sample holds. A viewer averaging
+over several steps does the same over its window (engine.run.pace).
 
 A task that trains on tokens says how many a sample holds
 (``Task.tokens_per_sample()``) and what one costs to train
@@ -39,7 +43,7 @@ def peak_flops(device_name: str) -> float | None:
 
 
 class Throughput:
-    """Turns a step's samples and seconds into ``tokens_per_s`` and ``mfu`` (module docstring)."""
+    """Turns steps, their samples and their seconds into a step event's rates (module docstring)."""
 
     def __init__(self, task, model, device_name: str, world: int = 1) -> None:
         """``world`` processes train together; the step's sample count is theirs together."""
@@ -54,11 +58,15 @@ class Throughput:
 
         return cls(trainer.task, trainer.model, dev.describe(trainer.device), trainer.parallel.world)
 
-    def rates(self, samples: int, seconds: float) -> dict[str, float]:
-        """{"tokens_per_s", "mfu"} for ``samples`` trained in ``seconds``; {} for a task without tokens."""
-        tokens = self.task.tokens_per_sample()
-        if not tokens or seconds <= 0:
+    def rates(self, samples: int, seconds: float, steps: int = 1) -> dict[str, float]:
+        """{"steps_per_s", "samples_per_s"[, "tokens_per_s", "mfu"]} for ``steps`` that trained ``samples`` in
+        ``seconds`` (tokens and MFU only for a task that counts tokens); {} without time."""
+        if seconds <= 0:
             return {}
-        per_s = samples * tokens / seconds
-        flops = self.task.flops_per_token(self.model) if self.peak else 0.0
-        return {"tokens_per_s": per_s, "mfu": per_s * flops / self.peak if flops else 0.0}
+        out = {"steps_per_s": steps / seconds, "samples_per_s": samples / seconds}
+        tokens = self.task.tokens_per_sample()
+        if tokens:
+            per_s = samples * tokens / seconds
+            flops = self.task.flops_per_token(self.model) if self.peak else 0.0
+            out.update(tokens_per_s=per_s, mfu=per_s * flops / self.peak if flops else 0.0)
+        return out

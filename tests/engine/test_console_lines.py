@@ -54,3 +54,44 @@ def test_eta_without_a_total_or_rate_is_a_question_mark() -> None:
 
 def test_clock_format() -> None:
     assert [clock(s) for s in (0, 59.9, 61, 3600, 36000 + 61)] == ["0:00", "0:59", "1:01", "1:00:00", "10:01:01"]
+
+
+def _rates(line: str) -> dict[str, float]:
+    """{"steps/s": …, "samples/s": …, "tok/s": …} as a step line prints them."""
+    return {unit: float(value.replace(",", "")) for value, unit in
+            re.findall(r"([\d.,]+) (steps/s|samples/s|tok/s)", line)}
+
+
+def test_a_step_lines_rates_come_from_one_window_and_agree() -> None:
+    """steps/s, samples/s and tokens/s are the recent window's, the pace the ETA uses: 10 steps/s when a step
+    computes in 10 ms but one starts every 100 ms (data, evals between), and samples/s = steps/s × the batch,
+    tokens/s = samples/s × the tokens a sample holds. The line printed the last step's own 100 steps/s."""
+    batch, tokens = 32, 128
+    events = [ev.RunStarted(t=T0, name="r", total_steps=1000)]
+    events += [ev.StepLogged(t=T0 + 0.1 * i, step=i, loss=0.5, steps_per_s=100.0 * (1 + 0.3 * (i % 3)),
+                             samples_per_s=100.0 * (1 + 0.3 * (i % 3)) * batch, batch_size=batch,
+                             tokens_per_s=100.0 * (1 + 0.3 * (i % 3)) * batch * tokens, mfu=0.1)
+               for i in range(1, 41)]
+    last = [line for line in _lines(events) if line.startswith("step ")][-1]
+    rates = _rates(last)
+    assert abs(rates["steps/s"] - 10.0) < 0.1, last
+    assert abs(rates["samples/s"] / (rates["steps/s"] * batch) - 1) < 0.05, last
+    assert abs(rates["tok/s"] / (rates["samples/s"] * tokens) - 1) < 0.05, last
+    assert " eta 1:36 " in last  # 960 steps at the same 10 steps/s
+
+
+def test_a_run_that_does_not_count_its_samples_prints_no_samples_rate() -> None:
+    """A plain loop that never said its batch size logs samples_per_s 0: that is unknown, not "0 samples/s"."""
+    events = [ev.RunStarted(t=T0, name="mine", total_steps=100)]
+    events += [ev.StepLogged(t=T0 + 0.5 * i, step=i, loss=0.5, steps_per_s=2.0 if i > 1 else 0.0)
+               for i in range(1, 21)]
+    steps = [line for line in _lines(events) if line.startswith("step ")]
+    assert steps and all("samples/s" not in line and " 2 steps/s " in line for line in steps), steps
+
+
+def test_large_rates_are_written_out_never_in_exponent_form() -> None:
+    events = [ev.RunStarted(t=T0, name="lm", total_steps=100)]
+    events += [ev.StepLogged(t=T0 + 0.1 * i, step=i, loss=0.5, steps_per_s=10.0, samples_per_s=160.0, batch_size=16,
+                             tokens_per_s=18_610.0) for i in range(1, 11)]
+    last = [line for line in _lines(events) if line.startswith("step ")][-1]
+    assert " 10 steps/s 160 samples/s 18,610 tok/s MFU – " in last, last

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from engine.core.fmt import number
 from engine.core.invocation import command
 from tui.dashboard.watch import Watch
 from tui.screens.confirm import QuitScreen
@@ -130,7 +131,7 @@ class Lifecycle:
         if model.starting_up:
             state = model.startup.phases[-1].phase
         rate = model.steps_per_s() if model.state == "running" else None
-        parts = [state] + ([f"{rate:.3g} steps/s"] if rate else [])
+        parts = [state] + ([f"{number(rate)} steps/s"] if rate else [])
         pid = self.watch.engine_pid()
         return " · ".join(parts + ([f"pid {pid}"] if pid else []))
 

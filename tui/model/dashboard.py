@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from engine.run import events as ev
+from engine.run.pace import Sample, of_event
 from tui.model import metrics as mx
 from tui.model import settings
 from tui.model.autotune import AutotuneState
@@ -32,7 +33,7 @@ from tui.model.format import short_float
 from tui.model.history import Ring
 from tui.model.history_fold import STEP_FIELDS, HistoryFold, StepRings
 from tui.model.phases import Phases, clock, model_summary
-from tui.model.rates import Rates
+from tui.model.rates import Rates, Throughput, pace_samples
 from tui.model.settings import Marker
 from tui.model.step_series import StepSeries, step_columns
 
@@ -166,7 +167,8 @@ class RunModel:
                 c.split(".", 1)[1] for c in listed if c.startswith("components.")]
             names = list(STEP_FIELDS) + [f"components.{k}" for k in dict.fromkeys(components)]
             first = (float(t[0]), int(step[0]))
-            rates = zip(t[recent].tolist(), step[recent].astype(np.int64).tolist())
+            rates = pace_samples(t[recent], step[recent], *(history.column("step", name)[recent] for name in (
+                "samples_per_s", "steps_per_s", "tokens_per_s")))
             if not self.series.empty:  # steps already folded: append (and rewind) as a live batch does
                 extra = {name.rpartition(".")[2]: history.column("step", name) for name in names}
                 self.series.append(step, history.column("step", "loss"), extra)
@@ -194,10 +196,9 @@ class RunModel:
     def _ingest_steps(self, steps: list[ev.StepLogged]) -> None:
         step, loss, extra = step_columns(steps, self.series.component_names(self.capabilities, steps[-1], steps[0]))
         self.series.append(step, loss, extra)
-        self._stepped(steps[-1], (steps[0].t, steps[0].step),
-                      ((s.t, s.step) for s in steps[-self.rates.samples.maxlen:]))
+        self._stepped(steps[-1], (steps[0].t, steps[0].step), map(of_event, steps[-self.rates.samples.maxlen:]))
 
-    def _stepped(self, last: ev.StepLogged, first: tuple[float, int], recent: Iterable[tuple[float, int]]) -> None:
+    def _stepped(self, last: ev.StepLogged, first: tuple[float, int], recent: Iterable[Sample]) -> None:
         """After steps went into the rings: the newest step, the rate samples, running, the panels to redraw."""
         self.last_step = last
         self.last_t = last.t
@@ -274,6 +275,11 @@ class RunModel:
     def steps_per_s(self) -> float | None:
         """Recent steps/s from event timestamps (deterministic for replayed runs)."""
         return self.rates.steps_per_s(self.last_step)
+
+    def throughput(self) -> Throughput | None:
+        """Recent steps/s, samples/s and tokens/s, from one window so they agree (steps/s × batch = samples/s);
+        samples/s or tokens/s is None where the run does not count them (an integration given no batch size)."""
+        return self.rates.throughput(self.last_step)
 
     def eta_seconds(self) -> float | None:
         """Seconds to the last step, only after warm-up (≥10 steps and >10 s since the first step)."""

@@ -1,37 +1,46 @@
-"""The run's pace: recent steps/s and the ETA, from event timestamps (deterministic for a replayed run).
+"""The run's pace: recent steps/s, samples/s and tokens/s and the ETA, from event timestamps (deterministic for a
+replayed run).
 
-A resume, a pause or a batch change starts a new pace, so the samples are kept
-by time and ``restart`` forgets the older ones; mixing the old pace in made
-steps/s and the ETA wrong for a whole window.
+The three rates come from one window of the newest steps (engine.run.pace), so they agree: steps/s × the batch
+= samples/s. (The dashboard once showed a smoothed steps/s beside the last step's own samples/s.) A resume, a
+pause or a batch change starts a new pace, so the samples are kept by time and ``restart`` forgets the older
+ones; mixing the old pace in made steps/s and the ETA wrong for a whole window.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Iterable
 
 from engine.run import events as ev
+from engine.run.pace import Pace, Sample, per_step
+from engine.run.pace import Rates as Throughput
 
 #: Warm-up before an ETA is shown (Burn's rule: at least 10 steps and more than 10 s).
 ETA_MIN_STEPS = 10
 ETA_MIN_SECONDS = 10.0
-#: (t, step) samples kept for steps/s: the newest this many steps.
+#: Logged steps kept for the rates: the newest this many.
 RATE_WINDOW = 256
 
 
 class Rates:
-    """The newest (t, step) samples and the first (t, step) of the current engine, for steps/s and the ETA."""
+    """The newest step samples (engine.run.pace) and the first (t, step) of the current engine, for the rates and
+    the ETA."""
 
     def __init__(self) -> None:
-        self.samples: deque[tuple[float, int]] = deque(maxlen=RATE_WINDOW)
+        self.pace = Pace(RATE_WINDOW)
         #: (t, step) the ETA's warm-up counts from (None until a step arrives).
         self.first: tuple[float, int] | None = None
 
-    def add(self, first: tuple[float, int], recent: Iterable[tuple[float, int]]) -> None:
-        """Steps arrived: ``first`` is the oldest of them, ``recent`` the newest (t, step) samples."""
+    @property
+    def samples(self):
+        """The window's samples, oldest first: (t, step, samples a step, tokens a step)."""
+        return self.pace.samples
+
+    def add(self, first: tuple[float, int], recent: Iterable[Sample]) -> None:
+        """Steps arrived: ``first`` is the oldest of them, ``recent`` the newest as engine.run.pace samples."""
         if self.first is None:
             self.first = first
-        self.samples.extend(recent)
+        self.pace.extend(recent)
 
     def restart(self, since: float, warm_up: bool = False) -> None:
         """Forget samples older than ``since`` (an event's time); ``warm_up`` (a new engine) also restarts the
@@ -40,20 +49,25 @@ class Rates:
         Filtering by time rather than clearing keeps this right when a whole history is folded in (every
         step goes in before the other events): samples after ``since`` stay.
         """
-        keep = [(t, s) for t, s in self.samples if t >= since]
-        self.samples.clear()
-        self.samples.extend(keep)
+        self.pace.forget_before(since)
         if warm_up:
-            self.first = keep[0] if keep else None
+            self.first = tuple(self.samples[0][:2]) if self.samples else None
+
+    def throughput(self, last_step: ev.StepLogged | None) -> Throughput | None:
+        """Recent steps/s, samples/s and tokens/s, all from one window (None for what the run does not count);
+        with fewer than two samples the engine's own figures on ``last_step``."""
+        found = self.pace.rates()
+        if found is not None or len(self.samples) >= 2 or last_step is None or not last_step.steps_per_s:
+            return found
+        rate = last_step.steps_per_s
+        samples, tokens = per_step(last_step.samples_per_s, rate, last_step.tokens_per_s, last_step.batch_size)
+        return Throughput(rate, samples * rate if samples is not None else None,
+                          tokens * rate if tokens is not None else None)
 
     def steps_per_s(self, last_step: ev.StepLogged | None) -> float | None:
-        """Recent steps/s; with fewer than two samples the engine's own figure on ``last_step``."""
-        if len(self.samples) < 2:
-            return last_step.steps_per_s or None if last_step else None
-        (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
-        if t1 <= t0 or s1 <= s0:
-            return None
-        return (s1 - s0) / (t1 - t0)
+        """Recent steps/s (``throughput``'s)."""
+        found = self.throughput(last_step)
+        return found.steps_per_s if found is not None else None
 
     def eta_seconds(self, last_step: ev.StepLogged | None, total_steps: int) -> float | None:
         """Seconds to ``total_steps``, only after warm-up (≥10 steps and >10 s since the first step)."""
@@ -66,3 +80,10 @@ class Rates:
         if not rate:
             return None
         return max(0, total_steps - last_step.step) / rate
+
+
+def pace_samples(t, step, samples_per_s, steps_per_s, tokens_per_s) -> list[Sample]:
+    """The window's samples from a history's step columns (arrays of one length), as ``of_event`` makes them from
+    step events."""
+    columns = (t.tolist(), step.tolist(), samples_per_s.tolist(), steps_per_s.tolist(), tokens_per_s.tolist())
+    return [(when, int(at), *per_step(samples, steps, tokens)) for when, at, samples, steps, tokens in zip(*columns)]
