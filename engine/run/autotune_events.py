@@ -51,6 +51,9 @@ class AutotuneCandidate(Event):
     warmup: int = 0
     #: The search's best so far: the fastest beyond the noise, or a choice nearly as fast that needs less memory.
     best: bool = False
+    #: Why it is the best so far ("faster beyond the noise", "same speed within the noise (…), 12.0 MiB less
+    #: memory", the first measured); "" when it is not.
+    why: str = ""
     #: "halfway" when the window ended at its halfway look (a steady rate, or a clear loser); "" when it ran out.
     ended: str = ""
 
@@ -83,7 +86,7 @@ def settings_text(settings: dict) -> str:
 
 def line(event: Event, unit: str = "samples/s") -> str:
     """The one console line for an autotune event (``unit``: the search's, from its AutotuneStarted)."""
-    from engine.core.fmt import human
+    from engine.core.fmt import human, number
 
     if isinstance(event, AutotuneStarted):
         space = "; ".join(f"{name} {'|'.join(map(str, values))}" for name, values in event.space.items())
@@ -91,12 +94,13 @@ def line(event: Event, unit: str = "samples/s") -> str:
         return (f"started ({event.reason}) at step {event.step}: {event.candidates} combinations fit, "
                 f"{event.refused} predicted not to fit (never tried); space {space}{note}")
     if isinstance(event, AutotuneCandidate):
-        return (f"{settings_text(event.settings)}: {event.rate:.4g} {unit} ±{event.noise:.0%} ({event.steps} steps "
-                f"timed after {event.warmup}) peak {human(event.measured)} predicted {human(event.predicted)}"
-                f"{' (best so far)' if event.best else ''}")
+        best = f" (best so far: {event.why})" if event.best and event.why else " (best so far)" if event.best else ""
+        return (f"{settings_text(event.settings)}: {number(event.rate, 4)} {unit} ±{event.noise:.0%} ({event.steps} "
+                f"steps timed after {event.warmup}) peak {human(event.measured)} predicted {human(event.predicted)}"
+                f"{best}")
     if isinstance(event, AutotuneChose):
         gain = (f", x{event.rate / event.start_rate:.2f} the start" if event.rate and event.start_rate else "")
-        rate = f": {event.rate:.4g} {unit}{gain}" if event.rate else ""
+        rate = f": {number(event.rate, 4)} {unit}{gain}" if event.rate else ""
         why = f" ({event.reason})" if event.reason else ""
         return (f"{event.status} {settings_text(event.settings)}{rate} after {len(event.table)} candidates in "
                 f"{event.seconds:.1f} s{why}")

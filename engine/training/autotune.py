@@ -256,10 +256,10 @@ class Autotuner:
 
     def _record(self, window: Window, shared: dict) -> None:
         measure = Measure(shared["rate"], shared["noise"])
-        best = self.search.record(window.settings, measure)
+        why = self.search.record(window.settings, measure)
         row = dict(step=self.run.step, settings=window.settings, predicted=window.predicted,
                    measured=shared["measured"], rate=shared["rate"], steps_per_s=shared["steps_per_s"],
-                   noise=shared["noise"], steps=shared["steps"], warmup=shared["warmup"], best=best,
+                   noise=shared["noise"], steps=shared["steps"], warmup=shared["warmup"], best=bool(why), why=why,
                    ended=shared.get("ended", ""))
         self.table.append(row)
         self.window = None

@@ -110,6 +110,30 @@ def test_a_choice_as_fast_but_lighter_takes_the_place_and_opens_a_larger_micro_b
     assert run(lambda s: peak[(s["grad_accum"], s["backend"])]) == {"grad_accum": 4, "backend": "math"}
 
 
+def test_a_candidate_line_says_why_it_is_the_best_and_writes_its_rate_out() -> None:
+    """A candidate slower than the best but lighter within the noise was printed "(best so far)", which read as a
+    bug; an LM's rate was printed 1.861e+04 tokens/s. Each best now says why it won, with the numbers."""
+    from engine.run import events as ev
+    from engine.run.autotune_events import line
+
+    dims = [Dimension("backend", ("math", "sdpa"))]
+    peak = {"math": 16 << 20, "sdpa": 11 << 20}
+    search = CoordinateSearch(dims, {"backend": "math"}, lambda s: True, 50, peak=lambda s: peak[s["backend"]])
+    reasons = {}
+    while (candidate := search.next()) is not None:
+        rate = {"math": 18_610.0, "sdpa": 18_240.0}[candidate["backend"]]  # 2 % slower, inside the 3 % noise
+        reasons[candidate["backend"]] = search.record(candidate, Measure(rate, 0.03))
+    assert reasons["math"] == "the first measured, the rate to beat"
+    assert reasons["sdpa"] == "same speed within the noise (-2% against ±3%), 5.0 MiB less memory"
+    said = line(ev.AutotuneCandidate(settings={"backend": "sdpa"}, rate=18_240.0, noise=0.03, steps=6, warmup=2,
+                                     best=True, why=reasons["sdpa"]), "tokens/s")
+    assert said.startswith("backend sdpa: 18,240 tokens/s ±3% ") and "e+0" not in said
+    assert said.endswith("(best so far: same speed within the noise (-2% against ±3%), 5.0 MiB less memory)")
+    chose = line(ev.AutotuneChose(settings={"backend": "sdpa"}, rate=18_240.0, start_rate=18_610.0, table=[{}, {}]),
+                 "tokens/s")
+    assert ": 18,240 tokens/s, x0.98 the start" in chose
+
+
 def test_the_space_keeps_the_math_unless_asked() -> None:
     from engine.core.registry import get_spec
 
