@@ -24,6 +24,8 @@ that a process group's timeout would kill. Changing settings is refused with
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import shlex
 import sys
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.app.integrations import ranks
+from engine.app.integrations.numbers import Numbers
 from engine.app.integrations.ranks import Group
 from engine.core.taskspec import Capabilities, Metric
 from engine.run import events as ev
@@ -94,6 +97,8 @@ class Cockpit:
         self._rate: tuple[float, int] | None = None  # (time, step) of the previous logged step
         self._paused = False  # what the last boundary agreed
         self._logged_at = float("-inf")  # time.monotonic() of the last step event
+        #: Reads the user's values; an unreadable one is dropped and said once (engine.app.integrations.numbers).
+        self.numbers = Numbers(self.warn)
 
     @property
     def owner(self) -> bool:
@@ -154,6 +159,11 @@ class Cockpit:
         if self.bus is not None:
             self.bus.emit(event)
 
+    def warn(self, text: str) -> None:
+        """One line for the user: in their terminal (logging, ``sensorlm_tui``) and in the run's log."""
+        logging.getLogger("sensorlm_tui").warning(text)
+        self.emit(ev.Warning(text=text, step=self.step))
+
     def set_state(self, state: str, reason: str = "") -> None:
         """Change the run state (one StateChanged when it really changes)."""
         if state != self.state:
@@ -182,10 +192,17 @@ class Cockpit:
             return step % every == 0
         return time.monotonic() - self._logged_at >= STEP_EVENT_S
 
-    def logged(self, step: int, loss: float, **fields) -> None:
-        """StepLogged for ``step`` (``fields``: lr, epoch, components, grad_norm, batch_size); the pace is the
-        wall time since the previous logged step."""
+    def logged(self, step: int, loss: Any, components: dict | None = None, **fields) -> None:
+        """StepLogged for ``step``: ``loss`` and ``components`` as the user gave them (read here: what is not a
+        number is dropped, said once), ``fields`` its lr, epoch, grad_norm, batch_size; the pace is the wall time
+        since the previous logged step."""
         self.step = step
+        loss = self.numbers.loss(loss)
+        components = self.numbers.read_all(components or {})
+        for name in ("lr", "grad_norm"):  # the framework's own numbers, or a user's optimizer's tensor lr
+            if name in fields:
+                number = self.numbers.read(name, fields[name])
+                fields[name] = number if number is not None else (0.0 if name == "lr" else math.nan)
         self._logged_at = time.monotonic()
         now = time.time()
         rate = 0.0
@@ -193,16 +210,19 @@ class Cockpit:
             rate = (step - self._rate[1]) / (now - self._rate[0])
         self._rate = (now, step)
         batch = fields.get("batch_size") or 0
-        self.emit(ev.StepLogged(step=step, loss=loss, steps_per_s=rate, samples_per_s=rate * batch, t=now, **fields))
+        self.emit(ev.StepLogged(step=step, loss=loss, steps_per_s=rate, samples_per_s=rate * batch, t=now,
+                                components=components, **fields))
 
-    def evaluated(self, step: int, metrics: dict[str, float], seconds: float = 0.0) -> ev.EvalDone | None:
-        """EvalDone of a validation pass's numbers, with the best of the primary metric so far."""
-        values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    def evaluated(self, step: int, metrics: dict[str, Any], seconds: float = 0.0) -> ev.EvalDone | None:
+        """EvalDone of a validation pass's numbers (what is not a number is dropped, said once), with the best of
+        the primary metric so far. A NaN is never the best: it compares false with everything, so a first eval
+        of NaN would stay "best" for the rest of the run (and status.json would hold a bare NaN)."""
+        values = self.numbers.read_all(metrics)
         if not values:
             return None
         name = self.primary.name if self.primary.name in values else next(iter(values))
         value, better = values[name], self.primary.higher_is_better
-        is_best = self.best is None or (value > self.best if better else value < self.best)
+        is_best = not math.isnan(value) and (self.best is None or (value > self.best if better else value < self.best))
         if is_best:
             self.best = value
         event = ev.EvalDone(step=step, val_loss=values.get("val_loss", float("nan")), metrics=values, primary=name,

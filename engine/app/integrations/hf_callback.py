@@ -119,11 +119,11 @@ class CockpitCallback(TrainerCallback):
         logs = logs or {}
         if self.cockpit is None or "loss" not in logs:  # evaluations come through on_evaluate
             return
-        components = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                      and k not in ("loss", "grad_norm", "learning_rate", "epoch") and not k.startswith("eval_")}
-        self.cockpit.logged(state.global_step, float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)),
-                            grad_norm=float(logs.get("grad_norm", float("nan"))), epoch=int(state.epoch or 0),
-                            components=components, batch_size=args.per_device_train_batch_size * args.world_size)
+        components = {k: v for k, v in logs.items()
+                      if k not in ("loss", "grad_norm", "learning_rate", "epoch") and not k.startswith("eval_")}
+        self.cockpit.logged(state.global_step, logs["loss"], components, lr=logs.get("learning_rate", 0.0),
+                            grad_norm=logs.get("grad_norm", float("nan")), epoch=int(state.epoch or 0),
+                            batch_size=args.per_device_train_batch_size * args.world_size)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self.cockpit is None or not metrics:

@@ -37,6 +37,7 @@ from typing import Any
 
 from engine.app.integrations.core import Cockpit, Decision
 from engine.app.integrations.memory import StepMemory
+from engine.app.integrations.numbers import as_float
 from engine.app.integrations.ranks import Group, torch_group
 from engine.core.taskspec import Metric
 
@@ -162,9 +163,9 @@ class CockpitCallback(pl.Callback):
         components = {k: v for k, v in _scalars(trainer.callback_metrics).items()
                       if k not in self._val_keys and k != "loss"}
         optimizers = trainer.optimizers
-        self.cockpit.logged(step, float(loss) if loss is not None else float("nan"), epoch=trainer.current_epoch,
-                            lr=float(optimizers[0].param_groups[0]["lr"]) if optimizers else 0.0,
-                            components=components, batch_size=_batch_size(batch))
+        self.cockpit.logged(step, loss, components, epoch=trainer.current_epoch,
+                            lr=optimizers[0].param_groups[0]["lr"] if optimizers else 0.0,
+                            batch_size=_batch_size(batch))
 
     def _obey(self, trainer, decision: Decision) -> None:
         if decision.stop == "graceful":
@@ -275,14 +276,13 @@ def _trainer_config(trainer) -> dict:
 
 
 def _scalars(metrics: dict) -> dict[str, float]:
-    """The one-number entries of Lightning's metrics (each ``float`` of a GPU tensor is a sync)."""
+    """The one-number entries of Lightning's metrics (each read of a GPU tensor is a sync); Lightning's ``self.log``
+    takes only scalars, so anything else here is not the user's and is passed over without a word."""
     out = {}
     for name, value in metrics.items():
-        try:
-            if getattr(value, "numel", lambda: 1)() == 1:
-                out[name] = float(value)
-        except (TypeError, ValueError, RuntimeError):
-            continue
+        number, _ = as_float(value)
+        if number is not None:
+            out[name] = number
     return out
 
 

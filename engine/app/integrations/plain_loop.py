@@ -160,8 +160,7 @@ class Run:
                     cockpit.emit(sample)
             if cockpit.due(step, self.log_every):  # the numbers are read (a device sync) only when logged
                 lr = self.optimizer.param_groups[0].get("lr", 0.0) if self.optimizer is not None else 0.0
-                cockpit.logged(step, _number(loss), lr=float(lr),
-                               components={k: _number(v) for k, v in metrics.items()})
+                cockpit.logged(step, loss, metrics, lr=lr)
         if self.save_every and step % self.save_every == 0:
             self._save([], "last")
         decision = cockpit.boundary(step, lambda ids: self._save(ids, "manual"))
@@ -175,8 +174,9 @@ class Run:
         return step
 
     def eval(self, **metrics: Any) -> None:
-        """A validation pass's numbers at the current step (``val_loss`` and whatever else you measure)."""
-        self.cockpit.evaluated(self.step_count, {k: _number(v) for k, v in metrics.items()})
+        """A validation pass's numbers at the current step (``val_loss`` and whatever else you measure); a value
+        that is not a number is dropped, said once."""
+        self.cockpit.evaluated(self.step_count, metrics)
 
     def checkpoint(self) -> str | None:
         """Save now (your ``save``, or the default); the path written, None when it failed."""
@@ -237,11 +237,3 @@ class Run:
             self.optimizer.load_state_dict(state["optimizer"])
         self.start_step = self.step_count = int(state.get("step", 0))
         self._resumed_from = self.cockpit.last_checkpoint = str(path)
-
-
-def _number(value: Any) -> float:
-    """A float of a number or a one-element tensor (NaN for None)."""
-    if value is None:
-        return float("nan")
-    item = getattr(value, "item", None)
-    return float(item() if item is not None else value)
