@@ -8,7 +8,10 @@ a batch. So this traces in the process, on fake copies of them:
 - each parameter and buffer becomes a FakeTensor of the same shape, dtype and
   device (tied weights stay tied: one fake per tensor), swapped into the real
   module only for the call (``torch.func.functional_call``), so the real
-  weights, their gradients and the optimizer's state are never touched;
+  weights, their gradients and the optimizer's state are never touched; and
+  whatever else the step changes in the module (a mask or a positional table
+  built on the first forward, a cache, a lazily registered buffer) is put back
+  afterwards (engine.budget.untouched): no fake outlives the trace;
 - the optimizer is a new instance of the same class over the fakes with the
   same param groups (learning rates, betas, fused/foreach flags), so its state
   appears on the first ``step()`` as it did for the real one;
@@ -34,6 +37,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from engine.budget.untouched import untouched
 from engine.core.estimate import Estimate
 
 #: The user's step up to its loss: ``loss_of(model, batch)`` → a scalar tensor (or a dict/tuple holding one first).
@@ -125,7 +129,7 @@ def trace_step(model: nn.Module, optimizer: torch.optim.Optimizer | None, loss_o
     start = time.perf_counter()
     was_training = model.training
     try:
-        with _rng_kept(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        with untouched(model), _rng_kept(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
             state, by_id = _fakes(mode, model)
             fake_optimizer = _fake_optimizer(optimizer, by_id)
             fake_batch = tree_map(lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v, batch)

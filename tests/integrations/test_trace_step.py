@@ -77,3 +77,74 @@ def test_a_step_that_reads_a_value_is_measured_only_with_the_reason() -> None:
     memory.predict(reads, torch.randn(2, 4))
     summary = memory.summary()
     assert memory.predicted is None and summary.source == "measured" and "could not be traced" in summary.note
+
+
+class BuildsOnFirstForward(nn.Module):
+    """State made by the first forward, as Lightning's basic transformer example makes ``src_mask`` and its
+    positional table: a tensor attribute, a cache dict (and one nested in it), a lazily registered buffer, a
+    counter and a list a forward appends to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        self.head = nn.Linear(8, 1)
+        self.src_mask = None
+        self.cache: dict = {"by_length": {}}
+        self.calls = 0
+        self.lengths: list[int] = []
+
+    def forward(self, x):
+        self.calls += 1
+        self.lengths.append(x.shape[0])
+        if self.src_mask is None or self.src_mask.shape[0] != x.shape[-1]:
+            self.src_mask = torch.ones(x.shape[-1], device=x.device)
+        self.cache.setdefault("scale", torch.full((1,), 0.5, device=x.device))
+        self.cache["by_length"].setdefault(x.shape[0], torch.arange(float(x.shape[-1]), device=x.device))
+        if not hasattr(self, "table"):
+            self.register_buffer("table", torch.zeros(x.shape[-1], device=x.device), persistent=False)
+        hidden = self.net(x * self.src_mask * self.cache["scale"] + self.table + self.cache["by_length"][x.shape[0]])
+        return self.head(hidden)
+
+
+def _identities(model: nn.Module) -> dict:
+    """Every submodule's attributes, parameters and buffers as (type, identity), and its containers' items."""
+    out = {}
+    for prefix, module in model.named_modules():
+        for name, value in vars(module).items():
+            out[f"{prefix}.{name}"] = (type(value), id(value))
+            if isinstance(value, dict):
+                out[f"{prefix}.{name}[]"] = sorted((str(k), type(v), id(v)) for k, v in value.items())
+                for key, inner in value.items():
+                    if isinstance(inner, dict):
+                        out[f"{prefix}.{name}[{key}][]"] = sorted((str(k), id(v)) for k, v in inner.items())
+            elif isinstance(value, list):
+                out[f"{prefix}.{name}[]"] = [id(v) for v in value]
+        for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            out[f"{prefix}:{name}"] = (type(tensor), id(tensor), tensor.grad is None)
+    return out
+
+
+@pytest.mark.parametrize("first_real_forward", [False, True], ids=["traced-first", "real-first"])
+def test_the_trace_leaves_every_submodule_as_it_was_even_one_that_builds_state_on_its_first_forward(
+        first_real_forward) -> None:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    torch.manual_seed(0)
+    model = BuildsOnFirstForward()
+    optimizer = torch.optim.AdamW(model.parameters())
+    batch = torch.randn(4, 8)
+    loss_of = lambda m, b: m(b).pow(2).mean()  # noqa: E731
+    if first_real_forward:  # a resume: the state exists, real, before the trace (then the trace must not swap it)
+        loss_of(model, batch).backward()
+        optimizer.zero_grad(set_to_none=True)
+    before = _identities(model)
+    memory = StepMemory(model, lambda: optimizer, "cpu")
+    memory.predict(loss_of, batch)
+    assert memory.why == "" and memory.predicted > 0
+    assert _identities(model) == before
+    leaked = [f"{p}.{n}" for p, m in model.named_modules() for n, v in vars(m).items() if isinstance(v, FakeTensor)]
+    assert not leaked and not any(isinstance(v, FakeTensor) for v in model.cache.values())
+    loss = loss_of(model, batch)  # the next real forward, and a value read from it
+    loss.backward()
+    optimizer.step()
+    assert loss.item() > 0 and model.calls == 2 - (not first_real_forward) and model.lengths == [4] * model.calls
