@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.core import config as cfg
 from engine.core.cli_args import explain_flag_error, overrides_from
+from engine.core.fmt import printable
 from engine.run.rundir import RunDir, default_name
 
 #: Longest file name (bytes) Linux file systems take; a run name becomes a directory name.
@@ -115,6 +116,13 @@ def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) ->
 
         raise UsageError(f"--resume {root}: an engine is still running this run; watch it with "
                          f"`{command('attach', root)}`")
+    from engine.app.integrations.ownership import integration_of
+
+    own = integration_of(run_dir)
+    if own is not None:  # its config.toml is the user's script's, not an engine config: say whose it is
+        framework, own_command = printable(own.get("framework"))[:40], printable(own.get("command"))[:300]
+        raise UsageError(f"--resume {root}: a run of your own training script ({framework}), which only that "
+                         f"script can resume: run it again ({own_command})")
     try:
         config = cfg.load_resolved(run_dir.config)  # validates the file even when the checkpoint's copy wins
     except cfg.ConfigError as exc:

@@ -152,15 +152,16 @@ def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], ke
         raise CheckpointWriteError(f"{path}: {exc}") from None
 
 
-def remove_stale_temps(directory: Path) -> int:
-    """Delete temp files that killed writers left behind (their pid is gone); returns how many.
+def remove_stale_temps(directory: Path, pattern: str = ".*.safetensors.tmp-*") -> int:
+    """Delete temp files (``pattern``, ending in ``-<pid>``) that killed writers left behind (their pid is gone);
+    returns how many.
 
     A SIGKILL or power cut mid-write leaves ``.<name>.tmp-<pid>``: never loaded, but a
     checkpoint's worth of disk each, so a run killed often would fill the disk with them.
-    Costs one directory listing per save.
+    Costs one directory listing per save. (The plain-loop integration's ``last.pt`` has its own pattern.)
     """
     removed = 0
-    for tmp in Path(directory).glob(".*.safetensors.tmp-*"):
+    for tmp in Path(directory).glob(pattern):
         pid = tmp.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
             continue

@@ -27,7 +27,8 @@ FAST = ["--threads", "1", "--set", "train.max_steps=2"]
 
 @dataclass
 class Invocation:
-    """How a case is run: argv of ``entry`` ("engine": python -m engine; "cli": sensorlm-tui)."""
+    """How a case is run: argv of ``entry`` ("engine": python -m engine; "cli": sensorlm-tui; "loop": a user's
+    plain loop with the cockpit, tests/integrations/user_loop.py)."""
 
     argv: list[str]
     entry: str = "engine"
@@ -324,3 +325,12 @@ BUILDERS: dict[str, Callable[[Path, Bases], Invocation]] = {
     "rendezvous_never_completes": _launch("--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1",
                                           "--rdzv-endpoint", "127.0.0.1:29519", "--rdzv-timeout", "1"),
 }
+
+
+def _integration_builders() -> dict[str, Callable[[Path, Bases], Invocation]]:
+    from tests.hostile.integration_builders import INTEGRATION_BUILDERS
+
+    return INTEGRATION_BUILDERS
+
+
+BUILDERS.update(_integration_builders())  # a user's own loop in the cockpit: tests/hostile/integration_builders.py

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.app.integrations import ranks
+from engine.app.integrations import ownership, ranks
 from engine.app.integrations.numbers import Numbers
 from engine.app.integrations.ranks import Group
 from engine.core.taskspec import Capabilities, Metric
@@ -64,6 +64,8 @@ class Decision:
     checkpoints: tuple[str, ...] = ()
     #: None, "graceful" (save, then stop) or "now" (stop without a save).
     stop: str | None = None
+    #: Still paused: only a boundary that lets the framework save first (``save_later``) returns paused.
+    paused: bool = False
 
 
 #: The decision of a boundary where nothing was asked.
@@ -106,9 +108,12 @@ class Cockpit:
         return self.rank == 0
 
     # ------------------------------------------------------------------ opening
-    def open(self, config: dict | None = None) -> "Cockpit":
+    def open(self, config: dict | None = None, prepare: Callable[[], None] | None = None) -> "Cockpit":
         """Rank 0: lock and create the directory, write config.toml (a fresh run), start the log, heartbeat and
-        control socket. A directory another live run holds is CockpitError (one line); nothing is written then."""
+        control socket. CockpitError (one line), with nothing written, for a directory another live run holds,
+        one holding another kind of run (``ownership.foreign``: an engine run, another framework's), or when
+        ``prepare`` (called first, before anything is written: the plain loop reads its saved state there)
+        raises CockpitError."""
         if not self.owner:
             return self
         from engine.run.control.channel import ControlServer
@@ -118,6 +123,13 @@ class Cockpit:
         from engine.run.sinks import EventBus, JsonlSink
 
         try:
+            # read-only first, so a refusal leaves the directory exactly as it was (files are replaced by atomic
+            # renames, so what is read is whole even if a live run holds the lock: the lock then refuses)
+            problem = ownership.foreign(self.run_dir, self.framework)
+            if problem:
+                raise RunDirError(problem)
+            if prepare is not None:
+                prepare()
             self.lock = RunLock.acquire(self.run_dir)
             fresh = not self.run_dir.events.exists()
             self.run_dir.create()
@@ -132,7 +144,7 @@ class Cockpit:
             self.status.update(resume_command=resume_command())
             self.status.start()
             self.server = ControlServer(self.run_dir, self.controls, self.bus).start()
-        except (RunDirError, ChannelError, OSError) as exc:
+        except (RunDirError, ChannelError, CockpitError, OSError) as exc:
             self._close_quietly()
             raise CockpitError(str(exc) if not isinstance(exc, OSError) else
                                f"{self.run_dir.root}: cannot write the run directory ({exc.strerror})") from None
@@ -230,18 +242,27 @@ class Cockpit:
         self.emit(event)
         return event
 
-    def saved(self, step: int, path: str, kind: str, request_ids: list[str] = ()) -> None:
-        """A checkpoint the framework wrote (its own file): CheckpointSaved, and the acks of requests it answers."""
-        self.last_checkpoint = str(path)
+    def saved(self, step: int, path: str | Path, kind: str, request_ids: list[str] = (), seconds: float = 0.0) -> None:
+        """A checkpoint the framework wrote (its own file, named by its absolute path: the run may be viewed from
+        another directory), how long the write took; CheckpointSaved, and the acks of requests it answers."""
+        path = str(Path(path).absolute())
+        self.last_checkpoint = path
         try:
             size = _size(Path(path))
         except OSError:
             size = 0
         ids = list(request_ids)
-        self.emit(ev.CheckpointSaved(step=step, path=str(path), kind=kind, bytes=size,
+        self.emit(ev.CheckpointSaved(step=step, path=path, kind=kind, bytes=size, seconds=max(0.0, seconds),
                                      request_id=ids[0] if ids else None))
         for rid in ids:
-            self.emit(ev.SettingChanged(name="checkpoint", old=None, new=str(path), step=step, request_id=rid))
+            self.emit(ev.SettingChanged(name="checkpoint", old=None, new=path, step=step, request_id=rid))
+
+    def already_saved(self, step: int, path: str, request_ids: list[str]) -> None:
+        """Checkpoint requests answered by a checkpoint already on disk that holds this very state (asked for
+        while paused right after a save: nothing has trained since)."""
+        for rid in request_ids:
+            self.emit(ev.SettingChanged(name="checkpoint", old=None, new=path, step=step, request_id=rid,
+                                        reason="paused since this checkpoint was written: it holds this step"))
 
     def save_failed(self, step: int, error: str, request_ids: list[str] = ()) -> None:
         """A save the framework could not make: CheckpointFailed, and a refusal for each request it answers."""
@@ -251,11 +272,13 @@ class Cockpit:
                                  request_id=rid))
 
     # ------------------------------------------------------------------ controls (every rank)
-    def boundary(self, step: int, save: Callable[[list[str]], None]) -> Decision:
+    def boundary(self, step: int, save: Callable[[list[str]], None], save_later: bool = False) -> Decision:
         """Apply controls at ``step`` on every rank alike (module docstring); blocks while paused.
 
         ``save(request_ids)`` writes a checkpoint with the framework's own save (called on every rank, even
-        while paused) and answers those requests through ``saved`` / ``save_failed``.
+        while paused) and answers those requests through ``saved`` / ``save_failed``. ``save_later``: the
+        framework saves only after this returns (the transformers Trainer, after its step-end hook), so a save
+        asked for while paused returns at once with ``paused`` set, and the caller pauses again after it.
         """
         self.step = step
         if self.status is not None:
@@ -270,8 +293,8 @@ class Cockpit:
             self._paused = decision["paused"]
             if decision["checkpoints"]:
                 save(list(decision["checkpoints"]))
-            if decision["stop"] or not decision["paused"]:
-                return Decision(tuple(decision["checkpoints"]), decision["stop"])
+            if decision["stop"] or not decision["paused"] or (save_later and decision["checkpoints"]):
+                return Decision(tuple(decision["checkpoints"]), decision["stop"], decision["paused"])
             if self.owner:
                 self.controls.wait(PAUSE_POLL_S)
 

@@ -12,17 +12,18 @@
 - pause blocks inside it (every rank of a torch.distributed job at the same step);
 - checkpoint now calls your ``save()`` (which returns the path it wrote), or
   without one writes ``{"model", "optimizer", "step"}`` state dicts atomically
-  to ``checkpoints/last.pt`` (temporary file, fsync, rename: a crash never
-  leaves half of it);
+  to ``checkpoints/last.pt``, the previous one kept as ``last.prev.pt``
+  (engine.app.integrations.state_file);
 - a graceful abort saves the same way, then ``run.step`` raises ``StopRun``,
   which the ``with`` block swallows: the code after it runs and the script
   exits 0. Abort now raises it without a save;
 - settings are refused: the loop is yours.
 
 Resume: run the same script again on the same directory. With the default
-save, ``cockpit`` loads ``checkpoints/last.pt`` into the model and optimizer
-and ``run.start_step`` is its step (``resume=False`` starts afresh into the
-same log); with your own ``save``, restore your file yourself and pass
+save, ``cockpit`` loads ``checkpoints/last.pt`` (``last.prev.pt`` when that one
+does not load; neither: CockpitError, one line naming them) into the model and
+optimizer and ``run.start_step`` is its step (``resume=False`` starts afresh
+into the same log); with your own ``save``, restore your file yourself and pass
 ``start_step``. A crash (even SIGKILL) leaves the directory a run that
 ``runs`` lists as crashed, with this script as its resume command.
 
@@ -32,16 +33,14 @@ Memory: measured every run; predicted when ``loss_fn(model, batch)`` and an
 
 from __future__ import annotations
 
-import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.app.integrations.core import Cockpit
+from engine.app.integrations.core import Cockpit, CockpitError
 from engine.app.integrations.ranks import torch_group
+from engine.app.integrations.state_file import StateFile, StateFileError
 from engine.core.taskspec import Metric
-
-#: The default save's file name, under the run directory's checkpoints/.
-LAST = "last.pt"
 
 
 class StopRun(Exception):
@@ -79,7 +78,9 @@ class Run:
         #: The last step logged so far.
         self.step_count = self.start_step
         self.memory = None
+        self.state_file = StateFile(self.cockpit.run_dir.checkpoints)
         self._resumed_from: str | None = None
+        self._passed_over: list[str] = []  # saved states newer than the one resumed, that did not load
 
     @property
     def run_dir(self) -> Path:
@@ -93,11 +94,16 @@ class Run:
 
     # ------------------------------------------------------------------ with
     def __enter__(self) -> "Run":
+        restore = self.resume and self.user_save is None
+        # rank 0 reads its saved state before a byte of the directory is written: a state that cannot be read
+        # refuses the run and leaves the directory as it was
         self.cockpit.open({"train": {"total_steps": self.total_steps, "save_every": self.save_every},
-                           **(self.config or {})})
-        if self.resume and self.user_save is None:
+                           **(self.config or {})}, prepare=self._restore if restore else None)
+        if restore and not self.cockpit.owner:
             self._restore()
         if self.cockpit.owner:
+            for line in self._passed_over:
+                self.cockpit.warn(f"resume: {line}; resumed from {self._resumed_from}")
             self._announce()
         return self
 
@@ -185,55 +191,49 @@ class Run:
     # ------------------------------------------------------------------ saving and restoring
     def _save(self, request_ids: list[str], kind: str) -> str | None:
         step = self.step_count
+        started = time.perf_counter()
         try:
             if self.user_save is not None:
                 written = self.user_save()
                 path = str(written) if written is not None else None
             else:
-                path = self._save_state() if self.cockpit.owner else None
+                path = str(self.state_file.write(self._state())) if self.cockpit.owner else None
         except Exception as exc:  # a full disk must not end the run; the request (if any) gets the reason
             self.cockpit.save_failed(step, f"{type(exc).__name__}: {exc}", request_ids)
             return None
         if path is not None:
-            self.cockpit.saved(step, path, kind, request_ids)
+            self.cockpit.saved(step, path, kind, request_ids, seconds=time.perf_counter() - started)
         elif request_ids:
             self.cockpit.save_failed(step, "save() returned no path", request_ids)
         return path
 
-    def _save_state(self) -> str:
-        """The model's and optimizer's state dicts and the step, written atomically to checkpoints/last.pt."""
-        import torch
-
-        path = self.cockpit.run_dir.checkpoints / LAST
-        state = {"step": self.step_count}
+    def _state(self) -> dict:
+        """What the default save writes: the step, the model's and the optimizer's state dicts."""
+        state: dict = {"step": self.step_count}
         if self.model is not None:
             state["model"] = self.model.state_dict()
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
-        temporary = path.with_name(f".{LAST}.tmp-{os.getpid()}")
-        with open(temporary, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the rename itself survives a power cut
-        finally:
-            os.close(directory)
-        return str(path)
+        return state
 
     def _restore(self) -> None:
-        """A previous run's checkpoints/last.pt into the model and optimizer (every rank reads it)."""
-        import torch
-
-        path = self.cockpit.run_dir.checkpoints / LAST
-        if not path.exists():
+        """The newest saved state that loads (engine.app.integrations.state_file) into the model and optimizer;
+        CockpitError (one line naming the files) when states are there and none loads or fits."""
+        try:
+            found = self.state_file.read()
+        except StateFileError as exc:
+            raise CockpitError(str(exc)) from None
+        if found is None:
             return
-        state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values: nothing else
-        if self.model is not None and "model" in state:
-            self.model.load_state_dict(state["model"])
-        if self.optimizer is not None and "optimizer" in state:
-            self.optimizer.load_state_dict(state["optimizer"])
+        state, path, self._passed_over = found
+        try:
+            if self.model is not None and "model" in state:
+                self.model.load_state_dict(state["model"])
+            if self.optimizer is not None and "optimizer" in state:
+                self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CockpitError(f"{path}: does not fit this model and optimizer ({first[:160]}); move it out of "
+                               "checkpoints/ to start afresh, or pass resume=False") from None
         self.start_step = self.step_count = int(state.get("step", 0))
-        self._resumed_from = self.cockpit.last_checkpoint = str(path)
+        self._resumed_from = self.cockpit.last_checkpoint = str(path.absolute())

@@ -13,7 +13,9 @@ it exactly as they would a freshly started engine.
 Protocol (JSON lines on stdin/stdout): ``{"op": "spawn", "argv": [...],
 "env": {...}, "cwd": ..., "out": path, "err": path, "tty": path|null}`` →
 ``{"pid": N}``; ``{"op": "wait", "pid": N, "timeout": s}`` →
-``{"status": exit code (negative = killed by that signal) | null}``.
+``{"status": exit code (negative = killed by that signal) | null}``. ``"entry"``: ``"cli"`` runs the
+``sensorlm-tui`` console script instead, ``"loop"`` a user's plain loop with the cockpit
+(tests/integrations/user_loop.py).
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ def _child(request: dict) -> None:
             from tui.cli import main as cli_main
 
             code = cli_main(request["argv"])
+        elif request.get("entry") == "loop":  # a user's plain loop with the cockpit (tests/integrations/user_loop)
+            from tests.integrations.user_loop import main as loop_main
+
+            code = loop_main(request["argv"])
         else:
             from engine.app.main import main
 
@@ -82,6 +88,7 @@ def serve() -> None:
     import engine.app.main  # noqa: F401
     import engine.checkpoint.format  # noqa: F401
     import engine.tasks.toy  # noqa: F401
+    import sensorlm_tui.loop  # noqa: F401  (a user's plain loop, for the integration cases)
     import engine.training.loop  # noqa: F401
     import tui.cli  # noqa: F401  (the `sensorlm-tui` entry point, for cases that run a command)
 
