@@ -1,9 +1,10 @@
 """A transformers.Trainer run in the cockpit: a tiny random Llama (from a config, no download) on CPU.
 
-    python examples/integrations/hf_run.py RUN_DIR [--steps N] [--step-s S]
+    python examples/integrations/hf_run.py RUN_DIR [--steps N] [--step-s S] [--resume]
 
 then ``sensorlm-tui attach RUN_DIR`` from any terminal. The Trainer's own checkpoints go to
 RUN_DIR/hf (``checkpoint-N``). ``--step-s`` sleeps in each step so there is time to press keys.
+``--resume`` continues from the newest of them (``trainer.train(resume_from_checkpoint=True)``).
 The tests drive this script.
 """
 
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("run_dir")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--step-s", type=float, default=0.0)
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint-N")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -52,7 +54,7 @@ def main() -> None:
                "labels": torch.stack([r["labels"] for r in data[:8]])}
     callbacks = [CockpitCallback(args.run_dir, example_batch=example)] + ([Slow(args.step_s)] if args.step_s else [])
     Trainer(model=model, args=training, train_dataset=data, eval_dataset=tokens(64, 16, 1),
-            callbacks=callbacks).train()
+            callbacks=callbacks).train(resume_from_checkpoint=args.resume or None)
 
 
 if __name__ == "__main__":

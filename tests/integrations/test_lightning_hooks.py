@@ -1,8 +1,9 @@
-"""The callback's per-step cost: Lightning runs only the hooks that have work, and nothing they report is lost.
+"""The callback through Lightning's public Callback API only, and nothing it reports is lost.
 
-Lightning calls every callback's hook (the base class's no-ops too) inside a profiler context, and skips a hook
-that is not callable. The callback sets the four per-step hooks it does not use to None, and arms its batch-start
-hook only for a step with work: the first batch, a checkpoint to name, a step whose storages are counted.
+It overrides the hooks it uses and nothing else: no hook is replaced on the instance (an earlier version set
+unused hooks to None, relying on Lightning skipping a hook that is not callable; bench.integrations measured
+what that bought: nothing above the noise). Every checkpoint ModelCheckpoint writes is named in the events, with
+how long its write took, and the counted step's peak reaches the log.
 """
 
 from __future__ import annotations
@@ -14,28 +15,19 @@ import pytest
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from engine.app.integrations.lightning_callback import UNUSED_STEP_HOOKS, CockpitCallback  # noqa: E402
 from engine.budget.hook import CALIBRATE_AT  # noqa: E402
+from sensorlm_tui.lightning import CockpitCallback  # noqa: E402
 from tests.integrations.conftest import kinds  # noqa: E402
 
 STEPS = 40
 SAVE_EVERY = 15
 
 
-def test_batch_start_runs_only_on_steps_with_work_and_every_checkpoint_is_still_named(tmp_path: Path,
-                                                                                     monkeypatch) -> None:
+def test_the_callback_uses_lightnings_hooks_as_declared_and_names_every_checkpoint(tmp_path: Path) -> None:
     import torch
     from torch import nn
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    started: list[int] = []
-    original = CockpitCallback.on_train_batch_start
-
-    def counted(self, trainer, pl_module, batch, batch_idx):
-        started.append(trainer.global_step + 1)
-        return original(self, trainer, pl_module, batch, batch_idx)
-
-    monkeypatch.setattr(CockpitCallback, "on_train_batch_start", counted)
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
@@ -50,7 +42,9 @@ def test_batch_start_runs_only_on_steps_with_work_and_every_checkpoint_is_still_
 
     run = tmp_path / "run"
     cockpit = CockpitCallback(run)
-    assert all(getattr(cockpit, hook) is None for hook in UNUSED_STEP_HOOKS)
+    hooks = {name for name in dir(pl.Callback) if name.startswith("on_") or name in ("setup", "teardown")}
+    assert not hooks & set(vars(cockpit)), "a hook replaced on the instance"
+    assert all(callable(getattr(cockpit, hook)) for hook in hooks)
     saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=SAVE_EVERY, save_top_k=-1)
     torch.manual_seed(0)
     batches = [(torch.randn(4, 4), torch.randn(4, 1)) for _ in range(8)]
@@ -59,10 +53,10 @@ def test_batch_start_runs_only_on_steps_with_work_and_every_checkpoint_is_still_
                          callbacks=[cockpit, saver])
     trainer.fit(Tiny(), train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
 
-    assert 1 in started and CALIBRATE_AT in started  # the announcement and the counted step
-    assert {SAVE_EVERY + 1, 2 * SAVE_EVERY + 1} <= set(started)  # the batch after each save names it
-    assert len(started) <= 8, f"batch-start ran on {len(started)} of {STEPS} steps: {started}"
-    named = {Path(e["path"]).name for e in kinds(run, "checkpoint")}
+    assert not hooks & set(vars(cockpit)), "a hook replaced on the instance during the fit"
+    saved = kinds(run, "checkpoint")
+    named = {Path(e["path"]).name for e in saved}
+    assert all(Path(e["path"]).is_absolute() and e["seconds"] > 0 for e in saved), saved
     written = {path.name for path in (tmp_path / "ckpt").glob("*.ckpt")}
     assert len(written) == STEPS // SAVE_EVERY and written <= named, (written, named)
     memory = [e for e in kinds(run, "memory") if e.get("peak")]

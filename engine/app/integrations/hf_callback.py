@@ -26,7 +26,7 @@ tensors. transformers is imported when this module is.
 
 from __future__ import annotations
 
-import os
+import time
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -58,6 +58,8 @@ class CockpitCallback(TrainerCallback):
         self._pending: list[str] = []  # checkpoint-now requests the next save answers
         self._stopped: tuple[str, str] | None = None
         self._saving_final = False
+        self._held = False  # paused when a checkpoint was asked for: the pause goes on in on_save, after it
+        self._last_hook = time.perf_counter()  # when the last hook before a save returned (its start)
 
     # ------------------------------------------------------------------ start
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -83,7 +85,8 @@ class CockpitCallback(TrainerCallback):
                              preset=type(model).__name__, params=sum(p.numel() for p in model.parameters()),
                              device=device.type,
                              device_name=describe(device), budget=self.memory.summary(),
-                             resumed_from=None, config=self.cockpit.describe({"train": _args_config(args)}))
+                             resumed_from=_resumed_from(args, state),
+                             config=self.cockpit.describe({"train": _args_config(args)}))
 
     # ------------------------------------------------------------------ steps
     def on_step_begin(self, args, state, control, **kwargs):
@@ -105,15 +108,26 @@ class CockpitCallback(TrainerCallback):
             self._pending += request_ids
             control.should_save = True
 
-        decision = cockpit.boundary(step, save)
+        # A save asked for while paused returns from the boundary: the Trainer can save only once this hook
+        # has returned, and the pause goes on in on_save, after the save, at the same step.
+        decision = cockpit.boundary(step, save, save_later=True)
+        self._held = decision.paused and not decision.stop
+        self._obey(decision, control, save_first=True)
+        self._last_hook = time.perf_counter()
+        return control
+
+    def _obey(self, decision, control, save_first: bool) -> None:
+        """A stop the boundary decided: a graceful one saves first (unless the state on disk is already this
+        step's), then the Trainer's loop ends after this step."""
+        controls = self.cockpit.controls
         if decision.stop == "graceful":
-            control.should_save = self._saving_final = True
-            self._stopped = ("aborted", cockpit.controls.graceful_reason or "aborted by request")
+            if save_first:
+                control.should_save = self._saving_final = True
+            self._stopped = ("aborted", controls.graceful_reason or "aborted by request")
         elif decision.stop == "now":
-            self._stopped = ("aborted", cockpit.controls.stop_reason or "aborted now, no checkpoint")
+            self._stopped = ("aborted", controls.stop_reason or "aborted now, no checkpoint")
         if decision.stop:
             control.should_training_stop = True
-        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -124,24 +138,39 @@ class CockpitCallback(TrainerCallback):
         self.cockpit.logged(state.global_step, logs["loss"], components, lr=logs.get("learning_rate", 0.0),
                             grad_norm=logs.get("grad_norm", float("nan")), epoch=int(state.epoch or 0),
                             batch_size=args.per_device_train_batch_size * args.world_size)
+        self._last_hook = time.perf_counter()
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self.cockpit is None or not metrics:
             return
         values = {_metric_name(k): v for k, v in metrics.items()
                   if not any(k.endswith(timing) for timing in EVAL_TIMINGS) and k != "epoch"}
-        self.cockpit.evaluated(state.global_step, values, float(metrics.get("eval_runtime", 0.0)))
+        seconds = self.cockpit.numbers.read("eval_runtime", metrics.get("eval_runtime", 0.0)) or 0.0
+        self.cockpit.evaluated(state.global_step, values, seconds)
+        self._last_hook = time.perf_counter()
 
     def on_save(self, args, state, control, **kwargs):
-        if self.cockpit is None:
+        """The Trainer wrote ``checkpoint-N`` (it saves after every other hook of the step has returned: the
+        last one's end is the save's start). Answers the requests it was for; a pause asked before it goes on
+        here."""
+        cockpit, step = self.cockpit, state.global_step
+        if cockpit is None:
             return
-        path = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        seconds = time.perf_counter() - self._last_hook
+        path = Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}").absolute()
         kind = "final" if self._saving_final else "manual" if self._pending else "step"
         ids, self._pending = self._pending, []
-        if Path(path).exists() or not self.cockpit.owner:
-            self.cockpit.saved(state.global_step, path, kind, ids)
+        if path.exists() or not cockpit.owner:
+            cockpit.saved(step, path, kind, ids, seconds=seconds)
         else:
-            self.cockpit.save_failed(state.global_step, f"{path} was not written", ids)
+            cockpit.save_failed(step, f"{path} was not written", ids)
+        if self._held:
+            self._held = False
+            # nothing trains while paused: the checkpoint just written is this step's state, and answers any
+            # checkpoint asked for before the pause ends
+            decision = cockpit.boundary(step, lambda more: cockpit.already_saved(step, str(path), more))
+            self._obey(decision, control, save_first=False)
+        return control
 
     # ------------------------------------------------------------------ the end
     def on_train_end(self, args, state, control, **kwargs):
@@ -149,6 +178,16 @@ class CockpitCallback(TrainerCallback):
             return
         status, reason = self._stopped or ("finished", "")
         self.cockpit.finish(status, reason, 0)
+
+
+def _resumed_from(args, state) -> str | None:
+    """What a resumed Trainer continues from: ``checkpoint-N`` of its output directory (the one
+    ``resume_from_checkpoint=True`` picks), absolute; None for a fresh run. The Trainer keeps no other record of
+    the path it was given."""
+    if not state.global_step:
+        return None
+    path = Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}").absolute()
+    return str(path) if path.is_dir() else f"a checkpoint of step {state.global_step}"
 
 
 def _metric_name(name: str) -> str:

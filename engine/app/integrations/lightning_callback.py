@@ -43,14 +43,10 @@ from engine.core.taskspec import Metric
 
 try:
     import lightning.pytorch as pl
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 except ImportError:  # the package's older name; a Trainer takes callbacks of its own package only
     import pytorch_lightning as pl
-
-
-#: The per-step hooks this callback leaves alone. Lightning runs every callback's hook, the base class's no-ops
-#: too, each inside a profiler context (~2 µs each, four a step); it skips a hook that is not callable, so these
-#: are None on the instance. ``on_train_batch_start`` is None on the steps where it has nothing to do.
-UNUSED_STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad")
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 
 class CockpitCallback(pl.Callback):
@@ -79,19 +75,7 @@ class CockpitCallback(pl.Callback):
         self._last_step = -1
         self._checkpointers: list | None = None
         self._scan_due = True  # a checkpoint may have been written since the last look (on_save_checkpoint)
-        for hook in UNUSED_STEP_HOOKS:
-            setattr(self, hook, None)
-
-    def _next_batch_start(self, step: int) -> None:
-        """Arm ``on_train_batch_start`` for step ``step`` only when it has work: the first batch, a checkpoint
-        to name, a step whose storages are counted. Otherwise the hook is None and Lightning skips it."""
-        cockpit, memory = self.cockpit, self.memory
-        needed = cockpit is not None and cockpit.owner and (
-            cockpit.state == "starting" or self._scan_due or memory is None or memory.counts(step))
-        if needed:
-            self.__dict__.pop("on_train_batch_start", None)  # the method again
-        else:
-            self.on_train_batch_start = None
+        self._saving_since: list[float] = []  # time.time() of each on_save_checkpoint since the last look
 
     # ------------------------------------------------------------------ start
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -128,7 +112,7 @@ class CockpitCallback(pl.Callback):
             preset=type(pl_module).__name__, params=sum(p.numel() for p in pl_module.parameters()),
             device=pl_module.device.type,
             device_name=describe(pl_module.device), budget=memory.summary(),
-            resumed_from=str(trainer.ckpt_path) if trainer.ckpt_path else None,
+            resumed_from=str(Path(trainer.ckpt_path).absolute()) if trainer.ckpt_path else None,
             config=self.cockpit.describe({"train": _trainer_config(trainer), **(self.config or {})}))
 
     # ------------------------------------------------------------------ steps
@@ -151,7 +135,6 @@ class CockpitCallback(pl.Callback):
         decision = cockpit.boundary(step, lambda ids: self._save(trainer, ids, "manual"))
         if decision.stop:
             self._obey(trainer, decision)
-        self._next_batch_start(step + 1)
 
     def _log_step(self, trainer, outputs, batch, step: int) -> None:
         sample = self.memory.end(step)
@@ -175,20 +158,24 @@ class CockpitCallback(pl.Callback):
             self._stopped = ("aborted", self.cockpit.controls.stop_reason or "aborted now, no checkpoint")
         trainer.should_stop = True
 
-    def _save(self, trainer, request_ids: list[str], kind: str) -> None:
-        """Lightning's own checkpoint file, on every rank (save_checkpoint is a collective under DDP)."""
+    def _save(self, trainer, request_ids: list[str], kind: str) -> bool:
+        """Lightning's own checkpoint file, on every rank (save_checkpoint is a collective under DDP); False when
+        it failed (said in the events, and to the requests it answers)."""
         cockpit, step = self.cockpit, trainer.global_step
         callback = trainer.checkpoint_callback
         folder = Path(callback.dirpath) if callback is not None and callback.dirpath else cockpit.run_dir.checkpoints
-        path = folder / f"{kind}-step={step}.ckpt"
+        path = (folder / f"{kind}-step={step}.ckpt").absolute()
+        started = time.perf_counter()
         try:
             trainer.save_checkpoint(path)
         except Exception as exc:  # a full disk must not end the run; the request gets the reason
             cockpit.save_failed(step, f"{type(exc).__name__}: {exc}", request_ids)
-            return
+            return False
         if cockpit.owner:
             self._seen[str(path)] = _mtime(path)
-            cockpit.saved(step, str(path), "manual" if kind == "manual" else "final", request_ids)
+            cockpit.saved(step, str(path), "manual" if kind == "manual" else "final", request_ids,
+                          seconds=time.perf_counter() - started)
+        return True
 
     # ------------------------------------------------------------------ validation and checkpoints
     def on_validation_start(self, trainer, pl_module) -> None:
@@ -208,9 +195,10 @@ class CockpitCallback(pl.Callback):
             self.cockpit.evaluated(trainer.global_step, metrics, time.perf_counter() - self._val_started)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        """A checkpoint is being written (any of them: ModelCheckpoint's, ours): name it at the next look."""
+        """A checkpoint is about to be written (any of them: ModelCheckpoint's, ours): name it at the next look,
+        with how long its write took (from now to the file's last write)."""
         self._scan_due = True
-        self.__dict__.pop("on_train_batch_start", None)
+        self._saving_since.append(time.time())
 
     def _checkpoints_written(self, trainer) -> None:
         """CheckpointSaved for each file a ModelCheckpoint wrote (or rewrote: ``last.ckpt``) since the last look."""
@@ -223,7 +211,10 @@ class CockpitCallback(pl.Callback):
                 if written and self._seen.get(path) != written:
                     self._seen[path] = written
                     kind = "best" if path == best else "last" if path == last else "step"
-                    self.cockpit.saved(trainer.global_step, path, kind)
+                    begun = [t for t in self._saving_since if t <= written / 1e9]
+                    self.cockpit.saved(trainer.global_step, str(Path(path).absolute()), kind,
+                                       seconds=written / 1e9 - begun[-1] if begun else 0.0)
+        self._saving_since.clear()
 
     # ------------------------------------------------------------------ the end
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -235,10 +226,19 @@ class CockpitCallback(pl.Callback):
         self.cockpit.finish(status, reason, 0)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """The fit ends with an exception. Lightning's SIGTERM (``SIGTERMException``, raised on every rank at
+        the same batch) ends it as the engine's SIGTERM does: checkpointed and stopped, resumable; Ctrl-C is
+        interrupted; anything else failed."""
         if self.cockpit is None:
             return
         if self.memory is not None:
             self.memory.abandon()
+        if isinstance(exception, SIGTERMException):
+            saved = self._save(trainer, [], "interrupted")
+            code = exception.code if isinstance(exception.code, int) else 0  # what the script will exit with
+            self.cockpit.finish("aborted", "SIGTERM: checkpointed and stopped" if saved else
+                                "SIGTERM: stopped; its checkpoint failed (the run's log says why)", code)
+            return
         interrupted = isinstance(exception, KeyboardInterrupt)
         self.cockpit.finish("interrupted" if interrupted else "failed", f"{type(exception).__name__}: {exception}",
                             130 if interrupted else 1)

@@ -3,8 +3,9 @@
 Measured: on CUDA the caching allocator and NVML (engine.budget.measure.Meter,
 read at most every ``GPU_SAMPLE_S``; its peak counter is kept between reads,
 so no peak is missed); on CPU the step's live tensor storages counted through
-the dispatcher (engine.budget.cpu_meter.StepPeak) for step ``CALIBRATE_AT``
-and every ``CPU_MEASURE_EVERY``-th step, the process RSS beside it. The same
+the dispatcher (engine.budget.cpu_meter.StepPeak) for the ``CALIBRATE_AT``-th
+step this process runs (the second: a resumed run is measured at once too) and
+every ``CPU_MEASURE_EVERY``-th step, the process RSS beside it. The same
 cadences as the engine's hook (engine.budget.hook), for the same reasons, with
 a floor in seconds (``COUNT_MIN_S``, ``CPU_SAMPLE_MIN_S``) for fast steps.
 
@@ -56,6 +57,9 @@ class StepMemory:
         self._emitted_at = -1
         self._emitted_t = self._counted_t = float("-inf")  # monotonic seconds of the last RSS sample and count
         self._capacity: int | None = None  # the machine's RAM (CPU), read once
+        #: The first step this process runs (``start_step + 1``; a resumed run's is not 1): the calibration
+        #: step is counted from it, so a resume is measured on its first steps as a fresh run is.
+        self.first_step: int | None = None
 
     # -- prediction ---------------------------------------------------------------------------
     def predict(self, loss_of, batch, zero_grad_after_forward: bool = False) -> None:
@@ -95,11 +99,13 @@ class StepMemory:
 
     # -- measurement ---------------------------------------------------------------------------
     def counts(self, step: int) -> bool:
-        """True when ``begin(step)`` will start counting storages (the callback arms its batch-start hook)."""
+        """True when ``begin(step)`` starts counting storages (the first call names the first step)."""
+        if self.first_step is None:
+            self.first_step = step
         if self.meter.cuda or self._counting is not None:
             return False
-        return step == CALIBRATE_AT or (step % CPU_MEASURE_EVERY == 0
-                                        and time.monotonic() - self._counted_t >= COUNT_MIN_S)
+        return step == self.first_step + CALIBRATE_AT - 1 or (step % CPU_MEASURE_EVERY == 0
+                                                               and time.monotonic() - self._counted_t >= COUNT_MIN_S)
 
     def begin(self, step: int) -> None:
         """Before step ``step`` runs: on CPU, now and then, start counting its storages."""

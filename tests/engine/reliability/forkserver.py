@@ -88,8 +88,8 @@ def serve() -> None:
     import engine.app.main  # noqa: F401
     import engine.checkpoint.format  # noqa: F401
     import engine.tasks.toy  # noqa: F401
-    import sensorlm_tui.loop  # noqa: F401  (a user's plain loop, for the integration cases)
     import engine.training.loop  # noqa: F401
+    import sensorlm_tui.loop  # noqa: F401  (a user's plain loop, for the integration cases)
     import tui.cli  # noqa: F401  (the `sensorlm-tui` entry point, for cases that run a command)
 
     try:

@@ -1,0 +1,114 @@
+"""The transformers callback's checkpoints and resume: checkpoint-now while paused, absolute paths and real save
+times, and a resume that says where it came from and is measured at once.
+
+Two processes of examples/integrations/hf_run.py (a tiny random Llama on CPU), shared by the tests: the first
+is paused, asked twice for a checkpoint while paused, resumed and gracefully aborted; the second continues
+from the newest ``checkpoint-N`` (``resume_from_checkpoint=True``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.budget.hook import CALIBRATE_AT
+from engine.run import events as ev
+from engine.run.control import requests as rq
+from engine.run.rundir import RunDir
+from tests.conftest import ROOT, cli_env
+from tests.integrations.conftest import EXAMPLES, kinds, read_events, send, status_step, wait_until
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow
+
+#: Steps of the resumed process.
+MORE = 4
+#: What the dashboard waits for an answer (the issue's "engine did not answer within 10 s").
+ANSWER_S = 10
+
+
+def _start(run: Path, log: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(EXAMPLES / "hf_run.py"), str(run), *args], cwd=ROOT,
+                            env=cli_env(), stdin=subprocess.DEVNULL, stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _paused_checkpoints(run: Path) -> dict:
+    """Pause, two checkpoints while paused, 2 s still paused; the acks, timings and steps seen."""
+    assert isinstance(send(run, rq.pause()), ev.SettingChanged)
+    held = status_step(run)
+    asked = time.monotonic()
+    first = send(run, rq.checkpoint_now(), timeout=ANSWER_S)
+    answered_s = time.monotonic() - asked
+    second = send(run, rq.checkpoint_now(), timeout=ANSWER_S)
+    time.sleep(2)
+    return {"held": held, "first": first, "second": second, "answered_s": answered_s,
+            "after": status_step(run), "state": RunDir(run).read_status()["state"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("hf-safety")
+    run = root / "run"
+    first = _start(run, root / "first.out", "--steps", "100000", "--step-s", "0.05")
+    try:
+        wait_until(lambda: status_step(run) >= 3 or first.poll() is not None, 240, "the Trainer's first steps")
+        assert first.poll() is None, (root / "first.out").read_text()[-3000:]
+        paused = _paused_checkpoints(run)
+        assert isinstance(send(run, rq.resume()), ev.SettingChanged)
+        wait_until(lambda: status_step(run) > paused["held"] + 2, 60, "steps after the resume")
+        assert isinstance(send(run, rq.abort()), ev.SettingChanged)
+        code = first.wait(120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    before = read_events(run)
+    stop = before[-1]["steps"]
+    second = _start(run, root / "second.out", "--steps", str(stop + MORE), "--resume")
+    try:
+        resumed_code = second.wait(240)
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    return {"run": run, "paused": paused, "first": before, "codes": (code, resumed_code), "stop": stop,
+            "later": read_events(run)[len(before):], "out": (root / "second.out").read_text()[-3000:]}
+
+
+def test_hf_checkpoint_now_while_paused_answers_at_once_and_the_run_stays_paused(runs) -> None:
+    paused = runs["paused"]
+    first, second = paused["first"], paused["second"]
+    assert isinstance(first, ev.SettingChanged) and first.name == "checkpoint", first
+    assert paused["answered_s"] < ANSWER_S
+    written = Path(first.new)
+    assert written.is_absolute() and written == runs["run"] / "hf" / f"checkpoint-{paused['held']}"
+    assert (written / "trainer_state.json").is_file()
+    # nothing trains while paused: the second request is answered by the same checkpoint, saying why
+    assert isinstance(second, ev.SettingChanged) and second.new == first.new and "paused since" in second.reason
+    assert paused["after"] == paused["held"] and paused["state"] == "paused"
+    assert not [e for e in kinds(runs["run"], "step") if e["step"] > paused["held"]
+                and e["t"] < next(s["t"] for s in kinds(runs["run"], "setting") if s["new"] == "running")]
+
+
+def test_hf_checkpoints_are_named_by_absolute_path_with_their_real_save_time(runs) -> None:
+    saved = [e for e in runs["first"] if e["type"] == "checkpoint"]
+    assert {e["kind"] for e in saved} == {"manual", "final"}, saved
+    assert all(Path(e["path"]).is_absolute() and Path(e["path"]).is_dir() for e in saved)
+    assert all(e["seconds"] > 0 and e["bytes"] > 0 for e in saved), [(e["seconds"], e["bytes"]) for e in saved]
+    assert runs["codes"][0] == 0 and runs["first"][-1]["status"] == "aborted"
+
+
+def test_a_resumed_hf_run_says_what_it_resumed_from_and_is_measured_on_its_first_steps(runs) -> None:
+    assert runs["codes"][1] == 0, runs["out"]
+    later, stop = runs["later"], runs["stop"]
+    (started,) = [e for e in later if e["type"] == "run_started"]
+    assert started["start_step"] == stop
+    assert started["resumed_from"] == str(runs["run"] / "hf" / f"checkpoint-{stop}")
+    counted = [e["step"] for e in later if e["type"] == "memory" and e.get("peak")]
+    assert counted and counted[0] == stop + CALIBRATE_AT, counted
+    assert [e["status"] for e in later if e["type"] == "run_finished"] == ["finished"]

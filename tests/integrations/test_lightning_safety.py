@@ -1,0 +1,95 @@
+"""Lightning's own basic transformer example in the cockpit, from step 0, through a SIGTERM and a resume.
+
+Two processes of examples/integrations/lightning_run.py with ``--model transformer`` (Lightning's
+``demos.Transformer``: ``src_mask`` and the positional table are built on the first forward), shared by the
+tests below: the first trains (no sanity check, so the memory trace is the model's first forward) until a
+SIGTERM; the second resumes from the checkpoint the SIGTERM left and trains a few steps more.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.budget.hook import CALIBRATE_AT
+from tests.conftest import ROOT, cli_env
+from tests.integrations.conftest import EXAMPLES, kinds, read_events, wait_until
+
+pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.slow
+
+#: Steps of the resumed process after the SIGTERM's checkpoint.
+MORE = 6
+
+
+def _start(run: Path, log: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(EXAMPLES / "lightning_run.py"), str(run), "--model", "transformer",
+                             "--val-every", "20", *args], cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL,
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """{"run": the directory, "first": its events after the SIGTERM, "codes": exit codes, "resumed": all events}."""
+    root = tmp_path_factory.mktemp("lightning-safety")
+    run = root / "run"
+    first = _start(run, root / "first.out", "--steps", "100000", "--step-s", "0.02")
+    try:
+        wait_until(lambda: len(kinds(run, "step")) >= 8 or first.poll() is not None, 240,
+                   "the transformer's first steps")
+        assert first.poll() is None, f"exit {first.returncode}:\n{(root / 'first.out').read_text()[-3000:]}"
+        first.send_signal(signal.SIGTERM)
+        code = first.wait(120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    before = read_events(run)
+    saved = [e for e in before if e["type"] == "checkpoint" and e["kind"] == "final"]
+    assert saved, (root / "first.out").read_text()[-3000:]
+    stop = saved[-1]["step"]
+    second = _start(run, root / "second.out", "--steps", str(stop + MORE), "--resume", saved[-1]["path"])
+    try:
+        resumed_code = second.wait(240)
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    return {"run": run, "first": before, "codes": (code, resumed_code), "stop": stop, "all": read_events(run),
+            "out": (root / "second.out").read_text()[-3000:]}
+
+
+def test_lightning_basic_transformer_trains_from_step_0_after_the_memory_trace(runs) -> None:
+    first = runs["first"]
+    started = [e for e in first if e["type"] == "run_started"]
+    assert len(started) == 1 and started[0]["preset"] == "TokenModel" and started[0]["start_step"] == 0
+    steps = [e["step"] for e in first if e["type"] == "step"]
+    assert steps[:3] == [1, 2, 3] and len(steps) >= 8  # the first real forward after the trace did not crash
+    assert not any(e["type"] == "run_finished" and e["status"] == "failed" for e in first)
+
+
+def test_lightning_sigterm_is_recorded_as_checkpointed_and_stopped_like_the_engines(runs) -> None:
+    finished = [e for e in runs["first"] if e["type"] == "run_finished"]
+    assert len(finished) == 1, finished
+    end = finished[0]
+    assert (end["status"], end["reason"]) == ("aborted", "SIGTERM: checkpointed and stopped"), end
+    assert end["exit_code"] == runs["codes"][0] == 0  # Lightning ends the fit with SystemExit(): the script's 0
+    assert Path(end["checkpoint"]).is_absolute() and Path(end["checkpoint"]).is_file()
+    assert Path(end["checkpoint"]).name == f"interrupted-step={runs['stop']}.ckpt"
+    assert any(e["type"] == "state" and e["state"] == "aborted" for e in runs["first"])
+
+
+def test_a_lightning_run_resumed_from_its_own_checkpoint_trains_and_is_measured_on_its_first_steps(runs) -> None:
+    assert runs["codes"][1] == 0, runs["out"]
+    later = runs["all"][len(runs["first"]):]
+    (started,) = [e for e in later if e["type"] == "run_started"]
+    stop = runs["stop"]
+    assert started["start_step"] == stop
+    assert started["resumed_from"] == str(runs["run"] / "checkpoints" / f"interrupted-step={stop}.ckpt")
+    counted = [e["step"] for e in later if e["type"] == "memory" and e.get("peak")]
+    assert counted and counted[0] == stop + CALIBRATE_AT, counted  # the second step of this process
+    assert [e["status"] for e in later if e["type"] == "run_finished"] == ["finished"]
+    assert max(e["step"] for e in later if e["type"] == "step") == stop + MORE
