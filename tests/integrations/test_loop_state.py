@@ -10,6 +10,7 @@ that would run code, another model, another run's directory, ``train --resume`` 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -131,3 +132,23 @@ def test_ten_kills_in_the_middle_of_saves_leave_no_temporary_file(server, tmp_pa
     assert final.wait(60) == 0, final.err.read_text()[-2000:]
     assert not list(checkpoints.glob(".last.pt.tmp-*"))
     assert _saved_step(checkpoints / "last.pt") >= 1 and os.path.getsize(checkpoints / "last.pt") > 10 << 20
+
+
+def test_a_fresh_rerun_killed_at_step_43_is_listed_with_its_own_step_best_and_ending(server, tmp_path) -> None:
+    """An older process finished at step 91 with a best; a fresh rerun into the same directory (no saved state:
+    step 0) is killed at step 43. `runs` must show the rerun's facts, not the older process's."""
+    from tui.model.run_index import summarize
+
+    run = tmp_path / "run"
+    older = server.spawn([str(run), "--steps", "91", "--save-every", "0", "--eval", "val_loss=0.5"], tmp_path / "io",
+                         entry="loop")
+    assert older.wait(120) == 0, older.err.read_text()[-2000:]
+    assert summarize(run).finished_as == "finished" and summarize(run).best == 0.5
+    rerun = server.spawn([str(run), "--steps", "860", "--save-every", "0", "--kill-at", "43"], tmp_path / "io",
+                         entry="loop")
+    assert rerun.wait(120) == -signal.SIGKILL, rerun.err.read_text()[-2000:]
+    listed = summarize(run)
+    assert (listed.step, listed.total_steps, listed.best, listed.finished_as) == (43, 860, None, None), listed
+    assert (listed.state, listed.pid) == ("crashed", rerun.pid)
+    status = json.loads((run / "status.json").read_text())
+    assert status["pid"] == rerun.pid and "best" not in status and status["step"] == 43

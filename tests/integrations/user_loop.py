@@ -1,6 +1,6 @@
 """A user's plain loop, as the tests run it in a forked child of the preloaded fork server (``entry="loop"``).
 
-    RUN_DIR [--steps N] [--save-every K] [--width W] [--metric NAME=EXPR]... [--eval NAME=EXPR]...
+    RUN_DIR [--steps N] [--save-every K] [--width W] [--metric NAME=EXPR]... [--eval NAME=EXPR]... [--kill-at N]
 
 An MLP of width ``W`` (a wider one makes each save of ``checkpoints/last.pt`` take longer, for a kill to land
 mid-save) trained with the cockpit's default save. ``--metric`` logs ``NAME`` every step and ``--eval`` at each
@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
+import time
 
 import torch
 from torch import nn
@@ -45,6 +48,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--metric", action="append", default=[])
     parser.add_argument("--eval", action="append", default=[])
+    parser.add_argument("--kill-at", type=int, default=0, help="SIGKILL itself after this step (once its records "
+                        "are on disk: the heartbeat and the log's drainer write every second)")
     args = parser.parse_args(argv)
     logging.getLogger("sensorlm_tui").addHandler(logging.StreamHandler(sys.stdout))
     model, optimizer = build(args.width)
@@ -60,6 +65,9 @@ def main(argv: list[str]) -> int:
                 run.step(loss=loss, **_values(args.metric))
                 if args.eval and (step + 1) % max(1, args.steps // 2) == 0:
                     run.eval(**_values(args.eval))
+                if step + 1 == args.kill_at:
+                    time.sleep(2.5)
+                    os.kill(os.getpid(), signal.SIGKILL)
     except CockpitError as exc:
         print(f"sensorlm-tui: error: {exc}", file=sys.stderr)
         return 2
