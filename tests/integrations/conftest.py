@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -18,7 +20,7 @@ from tests.tui.attach.conftest import status_step, wait_until
 
 EXAMPLES = ROOT / "examples" / "integrations"
 
-__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "kinds", "started_scripts"]
+__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "kinds", "started_scripts", "running"]
 
 
 def send(run: Path, request: Request, timeout: float = 60.0) -> ev.Event:
@@ -33,22 +35,40 @@ def kinds(run: Path, kind: str) -> list[dict]:
     return [e for e in read_events(run) if e.get("type") == kind]
 
 
+def start_script(script: str, *args: str, log: Path) -> subprocess.Popen:
+    """An example script in its own session (as a user's job would run), its output in ``log``."""
+    return subprocess.Popen([sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=cli_env(),
+                            stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop_script(proc: subprocess.Popen) -> None:
+    """Kill a script still running, with its session (Lightning's DDP children go with it)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+@contextmanager
+def running(script: str, *args: str, log: Path) -> Iterator[subprocess.Popen]:
+    """``start_script`` for a block; killed at its end if it still runs."""
+    proc = start_script(script, *args, log=log)
+    try:
+        yield proc
+    finally:
+        stop_script(proc)
+
+
 @pytest.fixture
 def started_scripts():
-    """``start(script, *args)`` runs an example script in its own session (as a user's job would run); every
-    one still running is killed at teardown. Its output goes to ``<script>.out`` in the test's directory."""
+    """``start(script, *args)`` runs an example script (``start_script``); every one still running is killed at
+    teardown. Its output goes to ``log``."""
     started: list[subprocess.Popen] = []
 
     def start(script: str, *args: str, log: Path) -> subprocess.Popen:
-        handle = open(log, "wb")
-        proc = subprocess.Popen([sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=cli_env(),
-                                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        started.append(proc)
-        return proc
+        started.append(start_script(script, *args, log=log))
+        return started[-1]
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: Lightning's DDP children go with it
-            proc.wait(10)
+        stop_script(proc)

@@ -8,10 +8,6 @@ from the newest ``checkpoint-N`` (``resume_from_checkpoint=True``).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,8 +17,7 @@ from engine.budget.hook import CALIBRATE_AT
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.rundir import RunDir
-from tests.conftest import ROOT, cli_env
-from tests.integrations.conftest import EXAMPLES, kinds, read_events, send, status_step, wait_until
+from tests.integrations.conftest import kinds, read_events, running, send, status_step, wait_until
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
@@ -31,12 +26,6 @@ pytestmark = pytest.mark.slow
 MORE = 4
 #: What the dashboard waits for an answer (the issue's "engine did not answer within 10 s").
 ANSWER_S = 10
-
-
-def _start(run: Path, log: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(EXAMPLES / "hf_run.py"), str(run), *args], cwd=ROOT,
-                            env=cli_env(), stdin=subprocess.DEVNULL, stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _paused_checkpoints(run: Path) -> dict:
@@ -56,8 +45,7 @@ def _paused_checkpoints(run: Path) -> dict:
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("hf-safety")
     run = root / "run"
-    first = _start(run, root / "first.out", "--steps", "100000", "--step-s", "0.05")
-    try:
+    with running("hf_run.py", str(run), "--steps", "100000", "--step-s", "0.05", log=root / "first.out") as first:
         wait_until(lambda: status_step(run) >= 3 or first.poll() is not None, 240, "the Trainer's first steps")
         assert first.poll() is None, (root / "first.out").read_text()[-3000:]
         paused = _paused_checkpoints(run)
@@ -65,17 +53,10 @@ def runs(tmp_path_factory) -> dict:
         wait_until(lambda: status_step(run) > paused["held"] + 2, 60, "steps after the resume")
         assert isinstance(send(run, rq.abort()), ev.SettingChanged)
         code = first.wait(120)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
     before = read_events(run)
     stop = before[-1]["steps"]
-    second = _start(run, root / "second.out", "--steps", str(stop + MORE), "--resume")
-    try:
+    with running("hf_run.py", str(run), "--steps", str(stop + MORE), "--resume", log=root / "second.out") as second:
         resumed_code = second.wait(240)
-    finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
     return {"run": run, "paused": paused, "first": before, "codes": (code, resumed_code), "stop": stop,
             "later": read_events(run)[len(before):], "out": (root / "second.out").read_text()[-3000:]}
 

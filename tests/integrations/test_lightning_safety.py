@@ -8,17 +8,13 @@ SIGTERM; the second resumes from the checkpoint the SIGTERM left and trains a fe
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from engine.budget.hook import CALIBRATE_AT
-from tests.conftest import ROOT, cli_env
-from tests.integrations.conftest import EXAMPLES, kinds, read_events, wait_until
+from tests.integrations.conftest import kinds, read_events, running, wait_until
 
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
@@ -27,37 +23,29 @@ pytestmark = pytest.mark.slow
 MORE = 6
 
 
-def _start(run: Path, log: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(EXAMPLES / "lightning_run.py"), str(run), "--model", "transformer",
-                             "--val-every", "20", *args], cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL,
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+def _args(run: Path, *args: str) -> tuple[str, ...]:
+    return (str(run), "--model", "transformer", "--val-every", "20", *args)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """{"run": the directory, "first": its events after the SIGTERM, "codes": exit codes, "resumed": all events}."""
+    """{"run": the directory, "first": its events after the SIGTERM, "codes": exit codes, "all": every event}."""
     root = tmp_path_factory.mktemp("lightning-safety")
     run = root / "run"
-    first = _start(run, root / "first.out", "--steps", "100000", "--step-s", "0.02")
-    try:
+    with running("lightning_run.py", *_args(run, "--steps", "100000", "--step-s", "0.02"),
+                 log=root / "first.out") as first:
         wait_until(lambda: len(kinds(run, "step")) >= 8 or first.poll() is not None, 240,
                    "the transformer's first steps")
         assert first.poll() is None, f"exit {first.returncode}:\n{(root / 'first.out').read_text()[-3000:]}"
         first.send_signal(signal.SIGTERM)
         code = first.wait(120)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
     before = read_events(run)
     saved = [e for e in before if e["type"] == "checkpoint" and e["kind"] == "final"]
     assert saved, (root / "first.out").read_text()[-3000:]
     stop = saved[-1]["step"]
-    second = _start(run, root / "second.out", "--steps", str(stop + MORE), "--resume", saved[-1]["path"])
-    try:
+    with running("lightning_run.py", *_args(run, "--steps", str(stop + MORE), "--resume", saved[-1]["path"]),
+                 log=root / "second.out") as second:
         resumed_code = second.wait(240)
-    finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
     return {"run": run, "first": before, "codes": (code, resumed_code), "stop": stop, "all": read_events(run),
             "out": (root / "second.out").read_text()[-3000:]}
 
