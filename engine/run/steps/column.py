@@ -7,8 +7,10 @@ resident. Reading by position copies only what is asked for (a few kilobytes an 
 and nothing stays mapped.
 
 A sorted column (the step file, a sparse series' steps) is searched in two levels: a coarse sample of every
-``STRIDE``-th value, read once by position and extended as the column grows, then one ``STRIDE``-value slab per
-key. Every read is clamped to ``count``, the committed length the caller took from the header.
+``STRIDE``-th value (the step file's comes from ``step.idx`` in one read; a sparse series' is read value by
+value once, and extended as it grows), then one ``STRIDE``-value slab (4 KB) per key. Values at sampled
+positions are taken from the sample. Every read is clamped to ``count``, the committed length the caller took
+from the header.
 """
 
 from __future__ import annotations
@@ -17,12 +19,10 @@ import os
 
 import numpy as np
 
-from engine.run.steps.layout import HEADER
+from engine.run.steps.layout import HEADER, STRIDE
 
-#: Values between two samples of a sorted column's coarse index (one slab read per searched key: 32 KB of int64).
-STRIDE = 4096
-#: Scattered values closer than this (bytes) are read in one run.
-_GAP = 4096
+#: Scattered values closer than this (bytes) are read in one run: copying 16 KB costs about what a read does.
+_GAP = 16 << 10
 
 
 class Column:
@@ -68,6 +68,9 @@ class Column:
         index = np.asarray(index, np.int64)
         if not index.size:
             return np.zeros(0, self.dtype)
+        sampled = self._sampled(index)
+        if sampled is not None:
+            return sampled
         order = np.argsort(index, kind="stable")
         ordered = index[order]
         breaks = np.flatnonzero(np.diff(ordered) * self.dtype.itemsize > _GAP) + 1
@@ -91,6 +94,14 @@ class Column:
             chosen = slab == which
             out[chosen] = lo + np.searchsorted(self._read(lo, min(end, lo + STRIDE + 1)), keys[chosen], side)
         return np.clip(out, self.start, end) - self.start  # the file is sorted throughout: clamp to this view
+
+    def _sampled(self, index: np.ndarray) -> np.ndarray | None:
+        """The values at ``index`` from the coarse sample when every one of them is a sampled position."""
+        have = self._sample[0] if self._sample else None
+        positions = index + self.start
+        if have is None or (positions % STRIDE).any() or positions.max() // STRIDE >= len(have):
+            return None
+        return have[positions // STRIDE]
 
     def _coarse(self, end: int) -> np.ndarray:
         """The file's values at positions 0, STRIDE, 2·STRIDE, … below ``end``, read once and extended."""

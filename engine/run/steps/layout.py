@@ -5,6 +5,7 @@ values, so numpy maps any of them without a copy:
 
 - ``step.i8``: the step of every row (int64). Its header's count is the record's **commit**: a row exists
   once this count covers it, and the writer raises it last, after every value of the row is on disk.
+- ``step.idx``: the step of every ``STRIDE``-th row, so a reader finds a step without searching the file.
 - ``catalog.jsonl``: one JSON line per series (``{"id", "name", "dtype", "kind", "start"}``) after a format
   line. A name's last line wins (a sparse series promoted to dense gets a new id). Names are listed from
   here alone, without touching a value.
@@ -45,6 +46,12 @@ FORMAT = {"format": "sensorlm-tui step record", "version": 1}
 BASE = 7
 #: The step column's file and the catalogue's.
 STEP_FILE = "step.i8"
+#: The step of every STRIDE-th row (rows 0, STRIDE, 2·STRIDE, …): a reader's coarse index of the step file,
+#: read in one go instead of searched for (engine.run.steps.column). The writer writes an entry before the
+#: commit that covers its row; entries past the commit are never read.
+INDEX_FILE = "step.idx"
+#: Rows between two entries of the step index (a searched key then reads one 4 KB slab of the step file).
+STRIDE = 512
 CATALOG = "catalog.jsonl"
 STEP_DTYPE = np.dtype("<i8")
 

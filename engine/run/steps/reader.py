@@ -75,6 +75,7 @@ class StepRecord:
         if not (self.directory / layout.STEP_FILE).exists():
             raise FileNotFoundError(f"{self.directory}: no step record here")
         self._step_file = _open(self.directory / layout.STEP_FILE)
+        self._index_file = _open(self.directory / layout.INDEX_FILE)  # (None in a record that has none yet)
         self._catalog_at = 0
         self._entries: dict[str, dict] = {}
         self._files: OrderedDict[int, tuple] = OrderedDict()
@@ -103,16 +104,29 @@ class StepRecord:
         added = self._read_catalog()
         fd = self._step_file.fileno()
         rows = min(read_count(fd), stored(fd, STEP_DTYPE.itemsize))
-        column = Column(self._step_file, STEP_DTYPE, rows, 0, self._samples.setdefault(layout.STEP_FILE, []))
+        column = Column(self._step_file, STEP_DTYPE, rows)
         last = int(column.slice(rows - 1, rows)[0]) if rows else None
         seen = self.rows and rows >= self.rows and int(column.slice(self.rows - 1, self.rows)[0]) == self.last_step
         if self.rows and not seen:  # the writer redid steps: what was read of the files may have changed
             self._samples.clear()
-            column = Column(self._step_file, STEP_DTYPE, rows, 0, self._samples.setdefault(layout.STEP_FILE, []))
+        column = Column(self._step_file, STEP_DTYPE, rows, 0, self._step_index(rows))
         changed = added or rows != self.rows or last != self.last_step
         self.rows, self._step_column, self.last_step = rows, column, last
         self.first_step = int(column.slice(0, 1)[0]) if rows else None
         return bool(changed)
+
+    def _step_index(self, rows: int) -> list:
+        """The step file's coarse sample, extended from ``step.idx`` to cover ``rows`` (one read of what is new)."""
+        sample = self._samples.setdefault(layout.STEP_FILE, [])
+        have = sample[0] if sample else np.zeros(0, np.int64)
+        wanted = -(-rows // layout.STRIDE)
+        if len(have) < wanted and self._index_file is None:
+            self._index_file = _open(self.directory / layout.INDEX_FILE)  # made since this reader opened
+        if len(have) < wanted and self._index_file is not None:
+            fd = self._index_file.fileno()
+            entries = min(wanted, read_count(fd), stored(fd, 8))
+            sample[:] = [np.concatenate([have, Column(fd, STEP_DTYPE, entries).slice(len(have), entries)])]
+        return sample
 
     def _read_catalog(self) -> bool:
         try:

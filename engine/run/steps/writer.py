@@ -291,12 +291,23 @@ class StepWriter:
                 self._write_sparse(series, steps[index], values)
                 touched.append(series)
         os.pwrite(self._step_fd, steps.astype(STEP_DTYPE).tobytes(), HEADER + first * 8)
+        self._index(first, steps)
         self.rows = first + len(steps)
         write_count(self._step_fd, self.rows)
         self.last_step = int(steps[-1])
         for series in touched:
             if series.count >= series.next_check:
                 self._maybe_promote(series)
+
+    def _index(self, first: int, steps: np.ndarray) -> None:
+        """The step index's entries for the rows ``first ..`` (layout.INDEX_FILE), before their commit."""
+        lo = -(-first // layout.STRIDE)  # the first entry at or after row ``first``
+        hi = -(-(first + len(steps)) // layout.STRIDE)
+        if hi > lo:
+            fd = self._files(self.directory / layout.INDEX_FILE)
+            entries = steps[np.arange(lo, hi) * layout.STRIDE - first].astype(STEP_DTYPE)
+            os.pwrite(fd, entries.tobytes(), HEADER + lo * 8)
+            write_count(fd, hi)
 
     def _create(self, name: str, values: np.ndarray, row: int, dense: bool) -> _Series:
         dtype = FIELD_DTYPES.get(name)
@@ -369,8 +380,11 @@ class StepWriter:
         return _read(self._step_fd, STEP_DTYPE, start, stop)
 
     def _row_of(self, step: int) -> int:
-        """The first row whose step is ``step`` or more (a search of the step file, read by position)."""
-        return int(Column(self._step_fd, STEP_DTYPE, self.rows).searchsorted(np.array([step]))[0])
+        """The first row whose step is ``step`` or more (the step index, then one slab of the step file)."""
+        index_fd = self._files(self.directory / layout.INDEX_FILE)
+        entries = min(-(-self.rows // layout.STRIDE), read_count(index_fd), stored(index_fd, 8))
+        sample = [Column(index_fd, STEP_DTYPE, entries).slice(0, entries)]
+        return int(Column(self._step_fd, STEP_DTYPE, self.rows, 0, sample).searchsorted(np.array([step]))[0])
 
     def _cut(self, step: int) -> None:
         """Drop every row from ``step`` on: the commit first, then each series' count."""

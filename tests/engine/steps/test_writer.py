@@ -10,6 +10,7 @@ import pytest
 
 from engine.run import events as ev
 from engine.run.steps import StepWriter, open_record
+from engine.run.steps.envelope import column_edges
 from engine.run.steps.layout import HEADER, read_count
 
 
@@ -164,3 +165,28 @@ def test_a_batch_of_more_series_than_open_files_commits_every_row(tmp_path):
     assert record.rows == 310 and record.last_step == 310
     steps, values = record.window(names[-1], 1, 310)
     assert steps.tolist() == list(range(1, 311)) and values[:300].tolist() == [OPEN_FILES - 1.0] * 300
+
+
+def test_a_reader_following_a_redo_and_a_reader_without_the_step_index_answer_as_a_fresh_one(tmp_path):
+    writer = StepWriter(tmp_path)
+    for step in range(1, 5001):
+        writer.append(step, {"loss": float(step)})
+    writer.flush()
+    following = open_record(tmp_path)
+    assert following.window("loss", 2000, 2002)[0].tolist() == [2000, 2001, 2002]  # (its coarse index is read)
+    writer.truncate_after(1000)
+    for step in range(1001, 9001, 2):  # the redo logs other steps than the abandoned attempt
+        writer.append(step, {"loss": -float(step)})
+    writer.close()
+    assert following.refresh() and following.rows == 1000 + 4000
+    fresh = open_record(tmp_path)
+    (tmp_path / "step.idx").unlink()
+    unindexed = open_record(tmp_path)  # a record without the index: its sample is read value by value
+    steps = np.array([*range(1, 1001), *range(1001, 9001, 2)])
+    loss = np.where(steps <= 1000, steps, -steps).astype(float)
+    edges = np.searchsorted(steps, column_edges(1, 9000, 7))
+    want = [loss[a:b].min() for a, b in zip(edges[:-1], edges[1:])]
+    for record in (following, fresh, unindexed):
+        assert record.window("loss", 1999, 2004)[0].tolist() == [1999, 2001, 2003]
+        got = record.envelope("loss", 1, 9000, 7)
+        assert got.count.tolist() == np.diff(edges).tolist() and got.min.tolist() == want
