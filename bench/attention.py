@@ -65,7 +65,7 @@ def config_for(shape: dict, batch: int | None = None):
 
     return load(preset="demo", task="sensorlm", overrides={
         "model": {**MODEL, **shape["model"]}, "data": shape["data"],
-        "train": {"batch_size": batch or shape["batch"], "precision": "fp32"}})
+        "train": {"batch_size": batch or shape["batch"]}, "runtime": {"precision": "fp32"}})
 
 
 def _model(task, variant: str):

@@ -74,9 +74,9 @@ def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
         keep_freed_memory()  # before the DataLoader forks its worker: the worker inherits it
         optimizer = adamw(groups, t)
     else:
-        optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), eps=t.eps)
+        optimizer = torch.optim.AdamW(groups, lr=config.optimizer.lr, betas=tuple(config.optimizer.betas), eps=config.optimizer.eps)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(
-        s, steps, 1.0, t.schedule, t.warmup_frac, t.cooldown_frac, t.min_lr_frac))
+        s, steps, 1.0, config.schedule.kind, config.schedule.warmup_frac, config.schedule.cooldown_frac, config.schedule.min_lr_frac))
     order = np.random.default_rng((t.seed, 0)).permutation(task.train_size())
     return config, task, model, optimizer, schedule, order
 
@@ -134,7 +134,7 @@ def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inlin
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
     model.to(device)  # before the first step: AdamW's state is created on the parameters' device
-    clip = config.train.clip_grad_norm
+    clip = config.optimizer.clip_grad_norm
     source = (Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else \
         _loader(task, order, batch, steps, workers, pin=device != "cpu")
     marks, loss_value = Marks(window), float("nan")
@@ -182,7 +182,7 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window
 
     trainer = L.Trainer(max_steps=steps, accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_val_batches=0, gradient_clip_val=config.train.clip_grad_norm or None,
+                        limit_val_batches=0, gradient_clip_val=config.optimizer.clip_grad_norm or None,
                         callbacks=[Clock(), *callbacks])
     pin = trainer.strategy.root_device.type == "cuda"
     trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers, pin=pin))

@@ -3,13 +3,13 @@
 (a) a minimal hand-written loop: make_batch → forward → backward → clip → AdamW step, nothing else (the
     same optimizer groups and gradient clipping the config asks of the Trainer: the algorithm, not overhead);
 (b) the engine's Trainer with default logging (events.jsonl + console lines to /dev/null), eval off, its
-    batches built ahead on one thread (``train.data_workers = 0``, engine.training.prefetch);
-(c) the same with ``train.prefetch = false``: every batch built inline, as the plain loop does, so
+    batches built ahead on one thread (``runtime.data_workers = 0``, engine.training.prefetch);
+(c) the same with ``runtime.prefetch = false``: every batch built inline, as the plain loop does, so
     (b)/(c) is what building the next batch on a background thread buys (1 torch thread, so the
     prefetch thread has the second core). This row is why the hand-written thread stays beside the
     DataLoader: torch.utils.data has worker processes only, which the in-process dashboard cannot
     start and a short run does not repay;
-(d) ``train.data_workers = 1``: the batches built in a DataLoader worker process instead (no GIL shared).
+(d) ``runtime.data_workers = 1``: the batches built in a DataLoader worker process instead (no GIL shared).
 Steps/s is timed between the end of the first and the end of the last step of each run, so set-up,
 the step-0 baseline eval and the checkpoints at both ends are outside the window in both variants.
 Goal: ratio (b)/(a) ≥ 0.98.
@@ -30,8 +30,7 @@ PRESET = "demo"
 def _config(steps: int, batch: int, prefetch: bool = True, workers: int = 0):
     from engine.core import config as cfg
 
-    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "eval_every": 0, "batch_size": batch,
-                                                        "prefetch": prefetch, "data_workers": workers},
+    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "batch_size": batch}, "evaluation": {"every": 0}, "runtime": {"prefetch": prefetch, "data_workers": workers},
                                               "checkpoint": {"every_steps": 0}})
 
 
@@ -48,7 +47,7 @@ def plain_loop(steps: int, batch: int) -> float:
     task.setup(None)
     model = task.build_model()
     optimizer = make_optimizer(model, config)  # AdamW, decay / no-decay groups, as the Trainer builds it
-    max_norm = config.train.clip_grad_norm if config.train.clip_grad_norm > 0 else float("inf")
+    max_norm = config.optimizer.clip_grad_norm if config.optimizer.clip_grad_norm > 0 else float("inf")
     marks = []
     for step in range(steps):
         indices = list(range(step * batch, (step + 1) * batch))
@@ -104,8 +103,8 @@ def run(quick: bool = False) -> Section:
         "| variant | steps/s |", "|---|---|",
         f"| plain PyTorch loop | {fmt_stats(results['plain'], '.2f')} |",
         f"| engine (Trainer, default logging) | {fmt_stats(results['engine'], '.2f')} |",
-        f"| engine, `train.prefetch = false` | {fmt_stats(results['inline'], '.2f')} |",
-        f"| engine, `train.data_workers = 1` (a DataLoader worker process) | {fmt_stats(results['worker'], '.2f')} |",
+        f"| engine, `runtime.prefetch = false` | {fmt_stats(results['inline'], '.2f')} |",
+        f"| engine, `runtime.data_workers = 1` (a DataLoader worker process) | {fmt_stats(results['worker'], '.2f')} |",
         f"| **ratio engine / plain** | **{fmt_stats(ratio)}** |",
         f"| **ratio prefetch on / off** (the builder thread's gain: why engine.training.prefetch is kept beside the "
         f"DataLoader, which has no thread mode) | **{fmt_stats(gain)}** |",

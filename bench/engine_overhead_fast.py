@@ -21,7 +21,7 @@ regime.
 (d) **the viewer keeps up**: the viewer's reader (engine.run.history.store) opens the
     engine run's events.jsonl; events read per CPU-second ÷ steps written per
     second, and the same per million steps. Above 1 the viewer never falls behind.
-(e) **the deferred readback on CPU**: the engine with ``train.step_readback=deferred`` (the CUDA path),
+(e) **the deferred readback on CPU**: the engine with ``runtime.step_readback=deferred`` (the CUDA path),
     interleaved with the rest: ÷ the synchronous default, which CPU keeps unless this is above 1;
 (f) **the tiny LoRA LM** (a 1-layer Llama of width 16, 16 tokens, batch 1, rank 2): bare loop and engine,
     interleaved with the toy's; transformers' Python per layer keeps it under 1,000 steps/s on a CPU;
@@ -43,13 +43,13 @@ from bench.run_events import window
 
 #: The fast toy: (section, field) overrides shared by both loops.
 FAST = {"model": {"dim": 16, "depth": 1}, "data": {"channels": 2, "minutes": 60, "val_samples": 4},
-        "train": {"batch_size": 1, "eval_every": 0}, "checkpoint": {"every_steps": 0}}
+        "train": {"batch_size": 1}, "evaluation": {"every": 0}, "checkpoint": {"every_steps": 0}}
 
 
 #: The tiny LoRA LM shrunk to its fastest steps: a 1-layer Llama of width 16, 16 tokens, batch 1, rank 2.
 FAST_LM = {"lm": {"finetune": "lora", "seq_len": 16, "corpus_bytes": 50_000, "val_samples": 2, "lora": {"r": 2},
                   "model": {"hidden_size": 16, "layers": 1, "heads": 2, "kv_heads": 1, "intermediate_size": 32}},
-           "train": {"batch_size": 1, "eval_every": 0}, "checkpoint": {"every_steps": 0}}
+           "train": {"batch_size": 1}, "evaluation": {"every": 0}, "checkpoint": {"every_steps": 0}}
 #: The variants by task: (task, preset, overrides).
 TASKS = {"toy": ("toy", "demo", FAST), "lm": ("lm", "tiny", FAST_LM)}
 
@@ -104,7 +104,7 @@ def bare_loop(steps: int, task_name: str = "toy", device: str = "cpu") -> dict:
         loss, _ = task.loss(model, data, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, config.train.clip_grad_norm)
+        torch.nn.utils.clip_grad_norm_(params, config.optimizer.clip_grad_norm)
         optimizer.step()
         if not on_device or (step + 1) % GPU_READ_EVERY == 0 or step + 1 in edges:
             float(loss.detach())
@@ -283,7 +283,7 @@ def _more_rows(results: dict, verdicts: list[str], ratio: list[float]) -> list[s
         deferred = [r["steps_per_s"] for r in results["engine_deferred"]]
         bare = [r["steps_per_s"] for r in results["bare"]]
         vs_sync = ratios(deferred, [r["steps_per_s"] for r in results["engine"]])
-        lines.append(f"| engine, `train.step_readback=deferred` (the CUDA path, on CPU) | {fmt_stats(deferred, '.0f')} "
+        lines.append(f"| engine, `runtime.step_readback=deferred` (the CUDA path, on CPU) | {fmt_stats(deferred, '.0f')} "
                      f"| **{fmt_stats(ratios(deferred, bare))}** | | ÷ sync (the CPU default): "
                      f"**{fmt_stats(vs_sync)}** |")
         verdicts.append(f"fast steps: deferred ÷ sync readback steps/s on CPU: {stats(vs_sync)[1]:.3f} "

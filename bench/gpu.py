@@ -76,7 +76,7 @@ MEMORY_ROWS = [
      {"train": {"batch_size": 16}, "lm": {"seq_len": 256, "finetune": "lora"}}),
     ("lm demo b8 seq1024 full", "lm", "demo", {"train": {"batch_size": 8}, "lm": {"seq_len": 1024}}),
     ("lm demo b8 seq512 bf16", "lm", "demo",
-     {"train": {"batch_size": 8, "precision": "bf16"}, "lm": {"seq_len": 512}}),
+     {"train": {"batch_size": 8}, "runtime": {"precision": "bf16"}, "lm": {"seq_len": 512}}),
     ("gapfill b32", "gapfill", "", {"train": {"batch_size": 32}}),
 ]
 

@@ -1,12 +1,12 @@
 """The GPU script's compile and sync-free rows: probe kinds for bench.gpu_probe, rows for bench.gpu, lines for
 bench.gpu_section. Each probe runs in a fresh CUDA process, as every GPU row does.
 
-* ``compiled``: one configuration trained eager and then compiled (``train.compile``, the memory guard off:
+* ``compiled``: one configuration trained eager and then compiled (``runtime.compile``, the memory guard off:
   it refuses compile on a device, engine.budget.guard), each for ``steps`` steps: steps/s after the
   compiling step, compile seconds and recompiles (CompileDone events), and each run's
   ``max_memory_allocated`` beside the eager prediction the budget judged it by (the compiled memory row:
   the budget's contract is never under, at most +10 %);
-* ``readback``: the same configuration with ``train.step_readback`` sync and deferred, interleaved twice:
+* ``readback``: the same configuration with ``runtime.step_readback`` sync and deferred, interleaved twice:
   steps/s, GPU idle % (NVML utilisation at 10 Hz while it trains) and host syncs a step, counted by
   ``torch.cuda.set_sync_debug_mode("warn")``, which warns at each CUDA call that waits for the stream
   (``item``, ``tolist``, a blocking copy to the host); the deferred readback's wait on the previous step's

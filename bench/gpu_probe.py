@@ -100,7 +100,7 @@ def memory(task: str, preset: str, overrides: dict) -> dict:
         from engine.tasks.lm import memory as lm_memory
 
         kernel = lm_memory.attention_kernel(lm_memory.shape_of(config), config.task_config.seq_len,
-                                            config.train.precision, target)
+                                            config.runtime.precision, target)
         row["kernel"] = kernel.name
     row["traced"] = trace.trace(config, device="cuda", use_cache=False).total
     row["allocated"] = truth.peak(config, "cuda", device="cuda")  # resets the peak, two real steps

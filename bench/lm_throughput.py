@@ -101,8 +101,8 @@ def _engine_rate(steps: int, lo: int, hi: int) -> float:
         subprocess.run([sys.executable, "-m", "tui.cli", "train", "--task", "lm", "--headless", "--threads", "1",
                         "--max-steps", str(steps), "--eval-every", "0", "--checkpoint-every", "0",
                         "--run-dir", str(run), "--set", "lm.finetune=lora", "--set", f"lm.lora.r={RANK}",
-                        "--set", f"lm.lora.alpha={2 * RANK}", "--set", "train.schedule=constant",
-                        "--set", "train.lr=1e-3", "--set", f"train.batch_size={BATCH}"],
+                        "--set", f"lm.lora.alpha={2 * RANK}", "--set", "schedule.kind=constant",
+                        "--set", "optimizer.lr=1e-3", "--set", f"train.batch_size={BATCH}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
         log = EventsFile(run / "events.jsonl")
         log.read()

@@ -53,15 +53,15 @@ ROWS = [
      {"train": {"batch_size": 2}, "model": {"patch_time": 10, "patch_channels": 2, "dim": 128, "depth": 3,
                                              "activation_checkpointing": True}}, True),
     ("tiny b4", "sensorlm", "tiny", {"train": {"batch_size": 4}}, True),
-    ("demo bf16 b16", "sensorlm", "demo", {"train": {"batch_size": 16, "precision": "bf16"}}, True),
+    ("demo bf16 b16", "sensorlm", "demo", {"train": {"batch_size": 16}, "runtime": {"precision": "bf16"}}, True),
     ("toy b32", "toy", "demo", {"train": {"batch_size": 32}}, True),
     *[(f"lm {kind} T{T} b4", "lm", "tiny", {"train": {"batch_size": 4}, "lm": {"finetune": mode, "seq_len": T,
                                                                               "model": LM_SHAPE}}, True)
       for kind, mode in (("LoRA", "lora"), ("full", "full")) for T in (64, 256)],
     ("toy b1024", "toy", "demo", {"train": {"batch_size": 1024}}, True),
-    ("small b8 fp32", "sensorlm", "small", {"train": {"batch_size": 8, "precision": "fp32"}}, False),
-    ("base b8 fp32", "sensorlm", "base", {"train": {"batch_size": 8, "precision": "fp32"}}, False),
-    ("base b64 fp32", "sensorlm", "base", {"train": {"batch_size": 64, "precision": "fp32"}}, False),
+    ("small b8 fp32", "sensorlm", "small", {"train": {"batch_size": 8}, "runtime": {"precision": "fp32"}}, False),
+    ("base b8 fp32", "sensorlm", "base", {"train": {"batch_size": 8}, "runtime": {"precision": "fp32"}}, False),
+    ("base b64 fp32", "sensorlm", "base", {"train": {"batch_size": 64}, "runtime": {"precision": "fp32"}}, False),
 ]
 #: The per-rank rows' Llama: full fine-tune, width 128, 4k vocabulary (parameters, not activations, dominate).
 LM_WIDE = {"lm": {"model": {"hidden_size": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 352,

@@ -31,7 +31,7 @@ def measure(preset: str, threads: int, steps: int, rounds: int = 1) -> dict:
     B = config.train.batch_size
     torch.manual_seed(0)
     model = task.build_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=config.train.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.optimizer.lr)
     made: list = []
 
     def step(batch, k):

@@ -209,7 +209,7 @@ class EngineRun:
         if self.options.install_signals:
             from engine.app import signals
 
-            signals.install(self.controls, self.config.train.on_hangup, self.prepared.run_dir.log,
+            signals.install(self.controls, self.config.policies.on_hangup, self.prepared.run_dir.log,
                             note=lambda text: self.bus.emit(ev.Warning(text=text)))
         # The data plan (engine.training.threads) leaves a core to viewers on this machine.
         shares, server = int(self.options.ui_shares_machine), self.server
@@ -283,7 +283,7 @@ def guarded_config(config: cfg.RunConfig, parallel=None) -> tuple[cfg.RunConfig,
     from engine.optim import device as dev
 
     try:
-        device = dev.resolve(config.train.device)
+        device = dev.resolve(config.runtime.device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     layout = SINGLE if parallel is None else Layout(parallel.world, getattr(parallel, "strategy", "ddp"))

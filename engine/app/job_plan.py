@@ -72,10 +72,10 @@ def _rank_peak(args: argparse.Namespace) -> int:
             config = cfg.load_resolved(Path(args.resume) / "config.toml")
         else:
             config = cfg.load(args.config, preset=args.preset, overrides=overrides_from(args), task=args.task)
-        if config.train.device == "cuda" or (config.train.device == "auto" and _has_gpu()) \
+        if config.runtime.device == "cuda" or (config.runtime.device == "auto" and _has_gpu()) \
                 or not analytic.has_model(config):
             return 0
-        layout = Layout(args.nproc_per_node, config.train.strategy)
+        layout = Layout(args.nproc_per_node, config.runtime.strategy)
         return int(analytic.estimate(config, device="cpu", layout=layout).total)
     except (ValueError, OSError):  # ConfigError, TaskError: each rank says it in its own line
         return 0

@@ -31,16 +31,16 @@ def run_prepared(prepared: Prepared, parallel=None, **options) -> int:
     left whatever happens (a group left open aborts the exit)."""
     from engine.app.engine_run import EngineRun, Options
 
-    if parallel is not None or prepared.config.train.strategy != "fsdp2":
+    if parallel is not None or prepared.config.runtime.strategy != "fsdp2":
         return EngineRun(prepared, Options(parallel=parallel, **options)).run()
     from engine.distributed.fsdp import Fsdp2
     from engine.optim import device as dev
 
     try:
-        device = dev.resolve(prepared.config.train.device).type
+        device = dev.resolve(prepared.config.runtime.device).type
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    parallel = Fsdp2(device, prepared.config.train.precision)
+    parallel = Fsdp2(device, prepared.config.runtime.precision)
     try:
         return EngineRun(prepared, Options(parallel=parallel, **options)).run()
     finally:

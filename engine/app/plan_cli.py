@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vram-gb", type=float, help="budget in GiB (default: free memory of GPU 0, via NVML)")
     parser.add_argument("--safety", type=float, help="fraction of the budget a plan may use (default 0.9)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="set any config field, e.g. --set train.precision=bf16")
+                        help="set any config field, e.g. --set runtime.precision=bf16")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--trace", action="store_true", help="confirm the recommendation with one traced step")
     parser.add_argument("--nproc-per-node", type=int, metavar="N",
@@ -75,7 +75,7 @@ def _load(args: argparse.Namespace):
 
 
 def layout_of(args: argparse.Namespace, config=None) -> Layout:
-    """The job ``--nproc-per-node`` and ``--strategy`` describe (the config's ``train.strategy`` when only
+    """The job ``--nproc-per-node`` and ``--strategy`` describe (the config's ``runtime.strategy`` when only
     the rank count is given); one plain process without either."""
     world, strategy = getattr(args, "nproc_per_node", None), getattr(args, "strategy", None)
     if world is None and strategy is None:
@@ -161,7 +161,7 @@ def render(config, plan: planner.Plan, target: str, traced: tuple | None = None)
     per_rank = "" if layout.single else (f", {layout.describe()}: {layout.rank_batch(t.batch_size)} samples "
                                          f"a rank a step")
     lines = [f"{config.task.name} / {config.task.preset}: batch {t.batch_size} (grad_accum {t.grad_accum}), "
-             f"{t.precision}{knobs}, device {target}{per_rank}",
+             f"{config.runtime.precision}{knobs}, device {target}{per_rank}",
              f"predicted peak {'' if layout.single else 'per rank (every rank alike) '}{human(e.total)} "
              f"({e.source}{', upper bound' if e.upper_bound and not layout.sharded else ''}"
              + (f"; at {e.settings.get('phase')}" if e.settings.get("phase") else "") + ")", ""]

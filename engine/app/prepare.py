@@ -160,9 +160,9 @@ def _prepare_resume_in(root: Path, args: argparse.Namespace, overrides: dict) ->
         raise UsageError(str(explain_flag_error(exc))) from None
     config = _with_flags(config, overrides)
     sharded = Path(loaded.path).is_dir()  # an FSDP2 run's DCP directory, else one file (DDP, one process)
-    if sharded != (config.train.strategy == "fsdp2"):
+    if sharded != (config.runtime.strategy == "fsdp2"):
         was = "fsdp2" if sharded else "ddp"
-        raise UsageError(f"--strategy {config.train.strategy} (train.strategy): {root} was trained with {was} "
+        raise UsageError(f"--strategy {config.runtime.strategy} (runtime.strategy): {root} was trained with {was} "
                          f"(its checkpoints are {'DCP directories' if sharded else 'single files'}) and keeps it; "
                          f"resume it with --strategy {was}")
     return Prepared(config, run_dir, loaded)

@@ -4,7 +4,7 @@ Every rank validates the flags and opens the same checkpoint (nothing is
 written yet), then all agree that every rank could; only then does rank 0
 create the run directory. Rank 0 runs the engine exactly as one process does
 (events, status, control socket, checkpoints) with the run's strategy (DDP,
-or FSDP2 for ``train.strategy = "fsdp2"``) and agreed controls; the others
+or FSDP2 for ``runtime.strategy = "fsdp2"``) and agreed controls; the others
 train the same steps with no sinks and, under DDP, no checkpoint directory
 (under FSDP2 they write their checkpoint shards there), their output only in their torchrun log
 (``RUN_DIR/ranks/``). Rank 0 broadcasts the config it settled on (after the
@@ -41,7 +41,7 @@ def follow(prepared, parallel) -> int:
                       name=prepared.run_dir.name, run_dir=prepared.run_dir.root, parallel=parallel)
     trainer.setup()
     controls.bind(lambda: trainer.step, lambda event: None)  # its telemetry goes to rank 0 in the gather
-    signals.install(controls, config.train.on_hangup, prepared.run_dir.root / "ranks" / f"rank-{parallel.rank}.log",
+    signals.install(controls, config.policies.on_hangup, prepared.run_dir.root / "ranks" / f"rank-{parallel.rank}.log",
                     note=lambda text: print(text, flush=True))
     return trainer.run().exit_code
 
@@ -70,14 +70,14 @@ def main(argv: list[str]) -> int:
         error = str(exc)
     device = "cpu"
     if error is None:
-        device = dev.resolve(prepared.config.train.device).type
+        device = dev.resolve(prepared.config.runtime.device).type
         if device == "cuda":
             import torch
 
             torch.cuda.set_device(local_rank)  # one GPU per rank on this node
-    timeout_s = prepared.config.train.collective_timeout_s if error is None else 300.0
-    if error is None and prepared.config.train.strategy == "fsdp2":
-        parallel = Fsdp2(device, prepared.config.train.precision, timeout_s)
+    timeout_s = prepared.config.runtime.collective_timeout_s if error is None else 300.0
+    if error is None and prepared.config.runtime.strategy == "fsdp2":
+        parallel = Fsdp2(device, prepared.config.runtime.precision, timeout_s)
     else:  # also when the flags were refused: the group only agrees on that, then closes
         parallel = Ddp(device, timeout_s)
     if parallel.agree(error is not None):  # also the barrier before rank 0 creates the run directory

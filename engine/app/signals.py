@@ -5,7 +5,7 @@
 - second SIGINT: stop at once (KeyboardInterrupt), no checkpoint.
 - SIGHUP (SSH dropped): by default keep training; stdout/stderr move to the
   run directory's engine.log so nothing is written to a dead terminal.
-  ``train.on_hangup = "stop"`` checkpoints and exits instead.
+  ``policies.on_hangup = "stop"`` checkpoints and exits instead.
 - SIGUSR1: checkpoint now (cluster schedulers send it before preemption).
 """
 

@@ -10,7 +10,7 @@ rank and a final ``RunFinished`` with the resume command) and to status.json
 (``failed_rank``, ``exit_code``, ``reason``).
 
 A rank that is alive but stuck (SIGSTOP'd, deadlocked) is found by the others:
-their next collective fails after ``train.collective_timeout_s``, and rank 0
+their next collective fails after ``runtime.collective_timeout_s``, and rank 0
 writes the hang to events and status.json (``hung``: collective, step, the rank
 that did not arrive) and exits 3. torchrun's agent would then SIGTERM the stuck
 rank, which cannot act on it while stopped, and wait 30 s before SIGKILL; so

@@ -109,7 +109,7 @@ def micro_batches(batch_size: int, grad_accum: int) -> tuple[int, int | None]:
 
 def _device_of(config: RunConfig, device: str | None) -> str:
     """cpu or cuda; ``auto`` counts as cuda (its foreach optimizer transient is the larger one)."""
-    device = device or config.train.device
+    device = device or config.runtime.device
     return "cpu" if device == "cpu" else "cuda"
 
 
@@ -146,7 +146,7 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
     config = knobs.with_settings(config, **task_settings)
     t = config.train
     B = batch_size if batch_size is not None else t.batch_size
-    prec = precision or t.precision
+    prec = precision or config.runtime.precision
     accum = grad_accum if grad_accum is not None else t.grad_accum
     dev = _device_of(config, device)
     if B < 1:

@@ -92,7 +92,7 @@ def check_start(config: RunConfig, device: DeviceInfo | None, layout: Layout = S
     """
     from engine.budget.crosscheck import checked_predictor
 
-    target = device.type if device is not None else ("cpu" if config.train.device == "cpu" else "cuda")
+    target = device.type if device is not None else ("cpu" if config.runtime.device == "cpu" else "cuda")
     predict, check = checked_predictor(config, target, layout, planner.target_of(target, device), tracer)
     result = _decide(config, device, layout, predict, target)
     if check:
@@ -113,7 +113,7 @@ def _decide(config: RunConfig, device: DeviceInfo | None, layout: Layout, predic
         verdict = "fits" if peak <= budget.bytes else "does NOT fit"
         return GuardResult(True, config, f"memory check off (--no-vram-check): predicted peak {who}{_gib(peak)} "
                            f"{verdict} the budget {budget.describe()}", estimate, budget)
-    if config.train.compile != "off" and target == "cuda":
+    if config.runtime.compile != "off" and target == "cuda":
         return GuardResult(False, config, compile_refusal(config, peak, budget), estimate, budget,
                            options=[f"--compile off: eager steps, predicted {_gib(peak)}",
                                     "--no-vram-check: compile without the memory guard"])
@@ -137,7 +137,7 @@ def _decide(config: RunConfig, device: DeviceInfo | None, layout: Layout, predic
 
 
 def compile_refusal(config: RunConfig, peak: int, budget: planner.Budget) -> str:
-    """Why the guard does not start a ``train.compile`` run on a device budget.
+    """Why the guard does not start a ``runtime.compile`` run on a device budget.
 
     A compiled step is judged by the eager step's prediction, as an upper bound: AOTAutograd's min-cut
     partitioner keeps for backward the cheapest set of tensors that separates forward from backward (eager's
@@ -146,7 +146,7 @@ def compile_refusal(config: RunConfig, peak: int, budget: planner.Budget) -> str
     (the GPU script's compiled memory row measures it) and inductor's own workspaces come on top, so the guard
     refuses rather than risk an out-of-memory crash it promised to prevent.
     """
-    return (f"train.compile={config.train.compile} under the memory guard: the budget {budget.describe()} would be "
+    return (f"runtime.compile={config.runtime.compile} under the memory guard: the budget {budget.describe()} would be "
             f"judged by an eager step's predicted peak ({_gib(peak)}), an upper bound for a compiled step not yet "
             "measured on this kind of device (inductor's workspaces come on top); options:")
 
@@ -158,7 +158,7 @@ def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: in
     out = []
     if layout.strategy == "ddp" and "fsdp2" in train_strategies():  # sharding the model may be all it takes
         sharded = Layout(layout.world, "fsdp2")
-        fsdp = planner.predictor_for(config, "cpu" if config.train.device == "cpu" else "cuda", sharded)()
+        fsdp = planner.predictor_for(config, "cpu" if config.runtime.device == "cpu" else "cuda", sharded)()
         if fsdp.total <= budget.bytes:
             out.append(f"--strategy fsdp2: parameters, gradients and optimizer state sharded over "
                        f"{layout.world} ranks (predicted {_gib(fsdp.total)} per rank)")
@@ -185,7 +185,7 @@ def refusal_options(config: RunConfig, predict, budget: planner.Budget, peak: in
     need = -(-int(peak / config.budget.safety + budget.reserve) // (GIB // 100)) / 100
     out.append(f"--vram-gb {need:.2f}: the budget this run needs (if the device really has that much)")
     out.append("--no-vram-check: start anyway (an out-of-memory error halves the micro-batch when "
-               "train.oom_recovery is on)")
+               "policies.oom_recovery is on)")
     return out
 
 
@@ -204,13 +204,11 @@ def _smaller_preset(config: RunConfig, budget: planner.Budget, layout: Layout = 
     names = list(get_spec(config.task.name).presets)
     if config.task.preset not in names or not analytic.has_model(config):
         return None
-    device = "cpu" if config.train.device == "cpu" else "cuda"
+    device = "cpu" if config.runtime.device == "cpu" else "cuda"
     for name in reversed(names[: names.index(config.task.preset)]):
         try:
             other = load(preset=name, task=config.task.name,
-                         overrides={"train": {"batch_size": config.train.batch_size,
-                                              "grad_accum": config.train.grad_accum,
-                                              "precision": config.train.precision}})
+                         overrides={"train": {"batch_size": config.train.batch_size, "grad_accum": config.train.grad_accum}, "runtime": {"precision": config.runtime.precision}})
         except Exception:
             continue
         total = analytic.estimate(other, device=device, layout=layout).total

@@ -124,7 +124,7 @@ class BudgetHook:
         if cache and cache[0] is config:  # the same config object: skip the ~30 µs JSON key (every step)
             return cache[2]
         key = (config.task_config.model_dump_json(), config.train.batch_size, config.train.grad_accum,
-               config.train.precision)
+               config.runtime.precision)
         if cache and cache[1] == key:
             self._predicted_cache = (config, key, cache[2])
             return cache[2]
@@ -259,7 +259,7 @@ class BudgetHook:
         """Context for the Trainer's step ``step``: on CPU, now and then, the step's true peak (module docstring)."""
         if self.meter is None or self.meter.cuda or getattr(self.trainer, "model", None) is None:
             return nullcontext()
-        if self.config.train.compile != "off":  # the count's dispatch mode would send dynamo back to eager for good
+        if self.config.runtime.compile != "off":  # the count's dispatch mode would send dynamo back to eager for good
             return nullcontext()
         if not (step == CALIBRATE_AT or step % CPU_MEASURE_EVERY == 0 or self._measure_next):
             return nullcontext()
@@ -329,7 +329,7 @@ class BudgetHook:
                                     capacity=self.info.total if self.info else None, predicted=predicted,
                                     budget=budget.bytes if budget else None,
                                     ratio=peak / predicted if peak and predicted else None,
-                                    source=_cpu_source(measured, self.config.train.compile))
+                                    source=_cpu_source(measured, self.config.runtime.compile))
         reading = self.meter.read()
         if self._window is not None:
             self._window = max(self._window, reading.peak or 0)

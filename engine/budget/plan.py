@@ -89,7 +89,7 @@ def resolve_budget(config: RunConfig, device: DeviceInfo | None) -> Budget | Non
     b = config.budget
     if b.vram_gb is not None:
         total = int(b.vram_gb * GIB)
-        cuda_target = device.type == "cuda" if device is not None else config.train.device != "cpu"
+        cuda_target = device.type == "cuda" if device is not None else config.runtime.device != "cpu"
         reserve, why = context_reserve(device, whole=True) if cuda_target else (0, "")
         return Budget(bytes=max(0, int(total * b.safety) - reserve), total=total, safety=b.safety,
                       source="--vram-gb / budget.vram_gb", reserve=reserve, reserve_source=why)

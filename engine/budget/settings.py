@@ -17,10 +17,10 @@ from engine.core.config import RunConfig, validate
 ENGINE = {
     "batch_size": "train.batch_size",
     "grad_accum": "train.grad_accum",
-    "precision": "train.precision",
-    "lr": "train.lr",
-    "threads": "train.threads",
-    "data_workers": "train.data_workers",
+    "precision": "runtime.precision",
+    "lr": "optimizer.lr",
+    "threads": "runtime.threads",
+    "data_workers": "runtime.data_workers",
 }
 #: Engine settings that move no device memory the budget predicts (the LR; torch threads and data worker
 #: processes cost host memory outside the training step's tensors).
@@ -82,6 +82,6 @@ def describe(config: RunConfig) -> dict:
         "batch_size": t.batch_size,
         "grad_accum": t.grad_accum,
         "micro_batch": -(-t.batch_size // t.grad_accum),  # torch.chunk: the first micro-batch is the largest
-        "precision": t.precision,
+        "precision": config.runtime.precision,
         **task_values(config),
     }

@@ -39,12 +39,12 @@ def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.Optimizer
     t = config.train
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return adamw([{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], t)
+    return adamw([{"params": decay, "weight_decay": config.optimizer.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], t)
 
 
 def autocast_for(config: RunConfig, device_type: str):
     """The autocast context of a micro-batch's forward (nullcontext in fp32)."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.train.precision)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.runtime.precision)
     return torch.autocast(device_type, dtype=dtype) if dtype else nullcontext()
 
 
@@ -79,7 +79,7 @@ def run_steps(task, model: nn.Module, optimizer: torch.optim.Optimizer, config: 
     """
     t = config.train
     scaler_cls = FakeSafeScaler if fake else torch.amp.GradScaler
-    scaler = scaler_cls(device_type, enabled=t.precision == "fp16")
+    scaler = scaler_cls(device_type, enabled=config.runtime.precision == "fp16")
     model.train()
     batch_size = t.batch_size
     for step in range(steps):
@@ -99,7 +99,7 @@ def run_steps(task, model: nn.Module, optimizer: torch.optim.Optimizer, config: 
             for key, value in parts.items():
                 components[key] = components.get(key, 0) + value.detach().float() * weight
         scaler.unscale_(optimizer)
-        max_norm = t.clip_grad_norm if t.clip_grad_norm > 0 else float("inf")
+        max_norm = config.optimizer.clip_grad_norm if config.optimizer.clip_grad_norm > 0 else float("inf")
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if scaler.is_enabled():
             scaler.step(optimizer)

@@ -218,7 +218,7 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
             trainable = _trainable_bytes(model)  # before sharding: the whole model's
             # exactly as the fsdp2 strategy wraps it (engine.distributed.fsdp.Fsdp2.wrap): the task's shard
             # units, then the root, with the run's precision policy
-            policy = precision_policy(config.train.precision, device.type)
+            policy = precision_policy(config.runtime.precision, device.type)
             vectorize_scalars(model)
             for unit in task.shard_units(model):
                 fully_shard(unit, mesh=mesh, mp_policy=policy)

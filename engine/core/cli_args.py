@@ -19,21 +19,21 @@ FLAG_FIELDS: dict[str, str] = {
     "preset": "task.preset",
     "data": "data.path",
     "max_steps": "train.max_steps",
-    "eval_every": "train.eval_every",
+    "eval_every": "evaluation.every",
     "batch_size": "train.batch_size",
     "grad_accum": "train.grad_accum",
-    "lr": "train.lr",
+    "lr": "optimizer.lr",
     "seed": "train.seed",
-    "schedule": "train.schedule",
-    "precision": "train.precision",
-    "overfit": "train.overfit",
+    "schedule": "schedule.kind",
+    "precision": "runtime.precision",
+    "overfit": "evaluation.overfit",
     "steps_per_epoch": "train.steps_per_epoch",
     "epochs": "train.epochs",
-    "device": "train.device",
-    "threads": "train.threads",
-    "on_hangup": "train.on_hangup",
-    "strategy": "train.strategy",
-    "compile": "train.compile",
+    "device": "runtime.device",
+    "threads": "runtime.threads",
+    "on_hangup": "policies.on_hangup",
+    "strategy": "runtime.strategy",
+    "compile": "runtime.compile",
     "checkpoint_every": "checkpoint.every_steps",
     "vram_gb": "budget.vram_gb",
     "name": "name",
@@ -80,7 +80,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest good checkpoint")
     g.add_argument("--headless", action="store_true", help="no dashboard: plain log lines (automatic without a TTY)")
     g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="set any config field, e.g. --set train.warmup_frac=0.1 (repeatable)")
+                   help="set any config field, e.g. --set schedule.warmup_frac=0.1 (repeatable)")
     t = parser.add_argument_group("training")
     t.add_argument("--max-steps", type=_integer)
     t.add_argument("--epochs", type=_integer)
@@ -169,7 +169,7 @@ def overrides_from(args: argparse.Namespace) -> dict:
         *parents, leaf = dotted.split(".")
         for depth, part in enumerate(parents):
             node = node.setdefault(part, {})
-            if not isinstance(node, dict):  # `--set train=1 --set train.lr=…`: a section was given a value
+            if not isinstance(node, dict):  # `--set train=1 --set optimizer.lr=…`: a section was given a value
                 section = ".".join(parents[:depth + 1])
                 raise ConfigError(f"--set {dotted}: {section} was already set to a value ({node!r}); "
                                   f"{section} is a section, set its fields as {section}.FIELD=VALUE")
@@ -177,7 +177,7 @@ def overrides_from(args: argparse.Namespace) -> dict:
 
     for item in getattr(args, "set", []) or []:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. --set train.warmup_frac=0.1")
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. --set schedule.warmup_frac=0.1")
         key, _, value = item.partition("=")
         put(key.strip(), _parse_scalar(value.strip()))
     for dest, dotted in FLAG_FIELDS.items():

@@ -100,7 +100,7 @@ class TrainConfig(_Section):
         "off", description="torch.compile: off (eager), blocks (each block the task declares, compiled on its "
         "own: fast to compile) or model (the whole forward). Checkpoints and exports do not depend on it.")
     compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
-        "inductor", description="torch.compile's backend with train.compile on: inductor generates kernels; "
+        "inductor", description="torch.compile's backend with runtime.compile on: inductor generates kernels; "
         "aot_eager and eager only trace (for debugging a compile problem).")
     collective_timeout_s: float = Field(
         300.0, ge=1, le=86_400, description="Across ranks: seconds a collective waits for a stuck rank before the "

@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     POLICY = 1
     #: Bad input from a user or a file: a one-line error, nothing on disk damaged.
     BAD_INPUT = 2
-    #: A collective waited past ``train.collective_timeout_s`` for a rank (stopped, hung): resumable.
+    #: A collective waited past ``runtime.collective_timeout_s`` for a rank (stopped, hung): resumable.
     HUNG = 3
     #: Stopped by a signal (SIGTERM, Ctrl-C, a hang-up with on_hangup=stop): resumable.
     INTERRUPTED = 130

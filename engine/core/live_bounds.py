@@ -2,7 +2,7 @@
 
 A live change must never reach a value the config file would refuse, so the
 bounds are read from ``TrainConfig``'s own field constraints: ``set lr=1e308``
-meets the same limit (``train.lr <= 10``) as a TOML file. The engine enforces
+meets the same limit (``optimizer.lr <= 10``) as a TOML file. The engine enforces
 them (engine.training.live_settings answers a Refused event), and the tune
 modal shows them beside each field. Torch-free: the viewer imports this.
 """

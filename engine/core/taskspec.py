@@ -134,7 +134,7 @@ class Capabilities:
     primary: Metric
     #: Other curves worth plotting: loss components (kind "train") and validation metrics (kind "val").
     curves: tuple[Metric, ...] = ()
-    #: Settings that may change live (the engine adds train.batch_size and train.lr itself).
+    #: Settings that may change live (the engine adds train.batch_size and optimizer.lr itself).
     settings: tuple[Setting, ...] = ()
     #: "analytic" when the spec names an analytic memory model, else "traced".
     memory: Literal["analytic", "traced"] = "traced"

@@ -1,5 +1,5 @@
 """FSDP2 (``torch.distributed.fsdp.fully_shard``): each rank holds 1/world of every parameter, gradient and
-optimizer state; the strategy the Trainer trains through when ``train.strategy = "fsdp2"``.
+optimizer state; the strategy the Trainer trains through when ``runtime.strategy = "fsdp2"``.
 
 Wrapping is bottom-up, as FSDP2 wants it: each of the task's shard units (``Task.shard_units``: by
 default every element of every ``nn.ModuleList``, i.e. transformer blocks), then the root, which keeps
@@ -24,7 +24,7 @@ from engine.distributed.parallel import Ddp
 
 
 def precision_policy(precision: str, device_type: str):
-    """FSDP2's MixedPrecisionPolicy for the run's ``train.precision`` on ``device_type``."""
+    """FSDP2's MixedPrecisionPolicy for the run's ``runtime.precision`` on ``device_type``."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 

@@ -103,7 +103,7 @@ def check_endpoint(endpoint: str, timeout: float) -> str | None:
 def engine_argv(argv: list[str], run_dir: str | None) -> list[str]:
     """``argv`` without torchrun's flags (the workers must not launch again), with ``--run-dir`` fixed."""
     out, skip = [], False
-    names = {"--" + d.replace("_", "-") for d in TORCHRUN_FLAGS}  # --strategy is the engine's (train.strategy)
+    names = {"--" + d.replace("_", "-") for d in TORCHRUN_FLAGS}  # --strategy is the engine's (runtime.strategy)
     for item in argv:
         if skip:
             skip = False

@@ -16,7 +16,7 @@ sums all samples in one reduction).
 
 A hung rank (alive but stuck: SIGSTOP'd, a deadlocked data worker) must not
 leave the others waiting forever. Every collective here runs under the process
-group's timeout (``train.collective_timeout_s``); gloo fails a send or receive
+group's timeout (``runtime.collective_timeout_s``); gloo fails a send or receive
 that waits longer with a RuntimeError ("Timed out waiting ...ms"), so no
 watchdog thread is needed. ``collective(name)`` turns that error into a
 ``CollectiveTimeout`` naming the collective, the last completed step and the

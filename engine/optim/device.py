@@ -10,7 +10,7 @@ import torch
 def resolve(kind: str) -> torch.device:
     """``auto`` → cuda if available else cpu; ``cuda`` without CUDA is a one-line error (ValueError)."""
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device='cuda' but CUDA is not available; allowed here: auto, cpu")
+        raise ValueError("runtime.device='cuda' but CUDA is not available; allowed here: auto, cpu")
     if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())

@@ -33,10 +33,10 @@ def adamw(groups: list[dict], train: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with the run's betas/eps over ``groups``: fused where ``engine.optim.fused`` says the run allows it
     and every parameter is a plain tensor on a device with the kernel (not a DTensor shard)."""
     params = [p for group in groups for p in group["params"]]
-    fused = bool(params) and fused_adamw(train.precision, sharded=False) and all(
+    fused = bool(params) and fused_adamw(runtime.precision, sharded=False) and all(
         not hasattr(p, "placements") and p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point
         for p in params)
-    return torch.optim.AdamW(groups, lr=train.lr, betas=tuple(train.betas), eps=train.eps,
+    return torch.optim.AdamW(groups, lr=optimizer.lr, betas=tuple(optimizer.betas), eps=optimizer.eps,
                              **({"fused": True} if fused else {}))
 
 
@@ -64,15 +64,15 @@ class Optimization:
         self.lr_fault = lr_fault
         self.total_steps = total_steps
         #: Peak LR (``set lr`` changes it) and the multiplier NaN rollbacks lower.
-        self.peak_lr = train.lr
+        self.peak_lr = optimizer.lr
         self.lr_scale = 1.0
         #: The clip over what trains, in the model's order (the norm's float sum depends on it), and what the
         #: optimizer's state is indexed by (the groups' order).
         self.clip = GradClipper([p for p in model.parameters() if p.requires_grad])
         self.params = [p for group in groups for p in group["params"]]
         self.optimizer = adamw(groups, train)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=train.precision == "fp16")
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.precision)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(runtime.precision)
         self._autocast: Callable = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
         #: How ``step`` brings the step's values to the host: "stacked" (one tensor, one transfer) where a read
         #: waits for the device; "each" (``.item()`` per value) on CPU, where no read waits and the stack is
@@ -100,8 +100,8 @@ class Optimization:
     def lr(self, step: int) -> float:
         """The LR for optimizer step ``step``."""
         t = self.train
-        lr = self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, t.schedule, t.warmup_frac,
-                                                  t.cooldown_frac, t.min_lr_frac)
+        lr = self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, self.schedule.kind, self.schedule.warmup_frac,
+                                                  self.schedule.cooldown_frac, self.schedule.min_lr_frac)
         return lr if self.lr_fault is None else lr * self.lr_fault(step)
 
     @property
@@ -118,7 +118,7 @@ class Optimization:
             # at lr × ratio: the warm-up and the decay still apply to every group.
             group["lr"] = lr * group.get("lr_mult", 1.0)
         self.scaler.unscale_(self.optimizer)
-        max_norm = self.train.clip_grad_norm if self.train.clip_grad_norm > 0 else math.inf
+        max_norm = self.optimizer.clip_grad_norm if self.optimizer.clip_grad_norm > 0 else math.inf
         grad_norm = self.clip(max_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (a norm over shards); its value on every rank
             grad_norm = grad_norm.full_tensor()

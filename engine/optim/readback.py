@@ -75,15 +75,15 @@ class StepReadback:
 
 
 def deferred_readback(train, optim, device: torch.device) -> bool:
-    """Whether a run reads its steps back deferred (``train.step_readback``): auto on CUDA where the optimizer
+    """Whether a run reads its steps back deferred (``runtime.step_readback``): auto on CUDA where the optimizer
     skips on the device; ``deferred`` anywhere it can (CPU too: the tests' path, and a measurement); ValueError
     naming the field where it cannot."""
-    mode = train.step_readback
+    mode = runtime.step_readback
     if mode == "sync":
         return False
     if not optim.skips_on_device:
         if mode == "deferred":
-            raise ValueError("train.step_readback=deferred: needs the fused AdamW kernel, which skips a non-finite "
+            raise ValueError("runtime.step_readback=deferred: needs the fused AdamW kernel, which skips a non-finite "
                              "step on the device (not under fp16's grad scaler, not on FSDP2 shards); use auto or sync")
         return False
     return mode == "deferred" or device.type == "cuda"

@@ -19,7 +19,7 @@ seeded by sample index and step), so that resuming at a data position gives
 bit-identical batches without replaying any RNG. The loop builds the next batch
 on a background thread while a step trains (``engine.training.prefetch``; one build at a
 time, beside evaluation on the main thread), so ``make_batch`` must not change
-shared state either; a task that cannot promise that runs with ``train.prefetch = false``.
+shared state either; a task that cannot promise that runs with ``runtime.prefetch = false``.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Task(ABC):
 
         A group may carry ``lr_mult``: its LR is the schedule's times that (default 1), e.g. LoRA+."""
         trainable = [p for p in model.parameters() if p.requires_grad]
-        decay = self.config.train.weight_decay
+        decay = self.config.optimizer.weight_decay
         return [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": decay},
                 {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
 
@@ -125,7 +125,7 @@ class Task(ABC):
         return [unit for module in model.modules() if isinstance(module, nn.ModuleList) for unit in module]
 
     def compile_units(self, model: "nn.Module") -> list:
-        """The submodules ``train.compile = "blocks"`` compiles one by one: by default the units FSDP2 shards
+        """The submodules ``runtime.compile = "blocks"`` compiles one by one: by default the units FSDP2 shards
         (``shard_units``), so the compiled graphs and the sharded units line up, as in torchtitan."""
         return self.shard_units(model)
 

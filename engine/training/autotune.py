@@ -46,7 +46,7 @@ control request, which engine.distributed.controls already agrees on.
 Cancel (the ``autotune`` request with mode ``cancel``, x in the dashboard's table)
 restores the settings in force before the search.
 
-Not searched: the compile mode. ``train.compile`` is fixed for a run's life
+Not searched: the compile mode. ``runtime.compile`` is fixed for a run's life
 (engine.training.compile says why: switching recompiles the whole model), so a
 live search cannot try it; comparing modes takes a run each. Under compile, a
 candidate's new micro-batch size recompiles once, inside its untimed warm-up

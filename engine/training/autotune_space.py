@@ -14,8 +14,8 @@ The space is the run's live settings, not a list kept here:
   integer's listed ``choices`` within its bounds, each under its ``requires``.
   A setting that changes what is trained on (``Setting.keeps_math`` False: a
   sequence length) is searched only when named.
-- **torch threads** and **data workers** (``train.threads``,
-  ``train.data_workers``): powers of two up to the usable cores, and the engine's own plan
+- **torch threads** and **data workers** (``runtime.threads``,
+  ``runtime.data_workers``): powers of two up to the usable cores, and the engine's own plan
   (-1), one builder thread (0), or 1 … min(cores, 4) worker processes.
 
 ``autotune.settings`` narrows the space to the names it lists, and a

@@ -45,7 +45,7 @@ class PlannedPrefetcher:
         self._pin = pin_memory
         self._worker_args = worker_args
         self._emit = emit
-        self._threads, self._workers, self._prefetch = t.threads, t.data_workers, t.prefetch
+        self._threads, self._workers, self._prefetch = config.runtime.threads, config.runtime.data_workers, config.runtime.prefetch
         self._steps_left = steps_left
         self.cores = cores or usable_cores()
         #: How many viewers share the machine now (the engine process sets it once its control server runs).
@@ -199,7 +199,7 @@ class PlannedPrefetcher:
             if self._inner is not None:
                 self._inner.close()
             # Workers planned mid-run: built inline until every one is up (the loop never waits on a spawn);
-            # asked for from the start (train.data_workers): waited for, so a worker's failure surfaces at once.
+            # asked for from the start (runtime.data_workers): waited for, so a worker's failure surfaces at once.
             if new.data == "workers":
                 self._inner = WorkerBatches(self._build, new.workers, self._worker_args(), self._pin, WORKER_AHEAD,
                                             wait=old is None and not restart)

@@ -258,7 +258,7 @@ class WorkerBatches:
         """``build(key)`` builds inline (misses, and while workers start); ``worker_args`` = (config as JSON,
         task state); ``per_worker`` batches are kept ahead by each worker (DataLoader's ``prefetch_factor``);
         ``wait``: the loop waits for the workers to come up instead of building inline meanwhile (workers asked
-        for before the first step: ``train.data_workers``; a worker that cannot build its task then raises)."""
+        for before the first step: ``runtime.data_workers``; a worker that cannot build its task then raises)."""
         import torch
 
         context = multiprocessing.get_context("spawn")

@@ -1,4 +1,4 @@
-"""``train.compile``: what torch.compile compiles, when, and what compiling costs, told as events.
+"""``runtime.compile``: what torch.compile compiles, when, and what compiling costs, told as events.
 
 Modes:
 
@@ -55,7 +55,7 @@ REASON_CHARS = 400
 
 
 class Compiler:
-    """Applies ``train.compile`` to the modules a step runs through and reports compiles (module docstring)."""
+    """Applies ``runtime.compile`` to the modules a step runs through and reports compiles (module docstring)."""
 
     def __init__(self, mode: str, backend: str, emit: Callable[[ev.Event], None]) -> None:
         """``mode``: off / blocks / model; ``backend``: torch.compile's (inductor; aot_eager and eager trace

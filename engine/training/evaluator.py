@@ -39,15 +39,15 @@ class Evaluator:
         self.train = train
         self.task = task
         self.emit, self.agree = emit, agree
-        #: The preflight a fresh run passes before its first evaluation (``train.overfit_gate``).
+        #: The preflight a fresh run passes before its first evaluation (``evaluation.overfit_gate``).
         self.gate = OverfitGate(train)
         from engine.core.registry import get_spec
 
         #: The task's declared primary metric (engine.core.taskspec.Metric): decides best and the abort rule.
         self.primary = get_spec(task.config.task.name).capabilities.primary
-        self.abort = AbortPolicy(train.abort_drop, train.abort_patience, self.primary.higher_is_better,
-                                 armed_from=warmup_steps, patience_steps=train.abort_patience_steps,
-                                 patience_s=train.abort_patience_s)
+        self.abort = AbortPolicy(policies.abort_drop, policies.abort_patience, self.primary.higher_is_better,
+                                 armed_from=warmup_steps, patience_steps=policies.abort_patience_steps,
+                                 patience_s=policies.abort_patience_s)
         self.clock = clock
         #: Validation loss of the first (untrained) and the latest evaluation.
         self.first_val_loss: float | None = None
@@ -60,7 +60,7 @@ class Evaluator:
         """One pass in micro-batches of ``micro``; the EvalDone, or None when ``interrupted()`` cut it short.
 
         The first pass of a fresh run (step 0, no reference loss yet: a resumed run has one) is preceded by
-        the overfit gate when ``train.overfit_gate`` asks for it; a failed gate raises GracefulStop (status
+        the overfit gate when ``evaluation.overfit_gate`` asks for it; a failed gate raises GracefulStop (status
         failed, exit 1, the verdict as the reason, no checkpoint)."""
         if step == 0 and self.first_val_loss is None:
             failed = self.gate.check(self.task, model, device, self.emit, autocast)
@@ -68,7 +68,7 @@ class Evaluator:
                 raise GracefulStop(failed or "overfit gate failed on another rank", ExitCode.POLICY,
                                    checkpoint=False, status="failed")
         started = time.perf_counter()
-        overfit = self.train.overfit
+        overfit = self.evaluation.overfit
         indices = list(range(overfit)) if overfit else self.task.val_indices()
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
@@ -108,9 +108,9 @@ class Evaluator:
 
     def overfit_verdict(self) -> tuple[bool, str]:
         """(failed, the line that says so) for an overfit run; (False, "") otherwise."""
-        if not self.train.overfit:
+        if not self.evaluation.overfit:
             return False, ""
-        return verdict(self.first_val_loss, self.last_val_loss, self.train.overfit_target)
+        return verdict(self.first_val_loss, self.last_val_loss, self.evaluation.overfit_target)
 
     def state_dict(self) -> dict:
         """JSON for a checkpoint: ``abort`` (the policy's state) and ``first_val_loss``."""
@@ -118,6 +118,6 @@ class Evaluator:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue judging from a checkpoint's state (the rule's settings stay this run's config: a resume with
-        ``--set train.abort_patience=0`` turns it off)."""
+        ``--set policies.abort_patience=0`` turns it off)."""
         self.abort.load_state(state["abort"])
         self.first_val_loss = state.get("first_val_loss")

@@ -41,7 +41,7 @@ class Exporter:
         from engine.core.registry import get_spec
 
         kinds = get_spec(trainer.config.task.name).capabilities.exports
-        if trainer.config.train.strategy == "fsdp2":  # sharded weights: `sensorlm-tui export RUN` gathers them
+        if trainer.config.runtime.strategy == "fsdp2":  # sharded weights: `sensorlm-tui export RUN` gathers them
             kinds = ()
         return cls(trainer.task, kinds, trainer.checkpoints.directory, trainer.bus.emit)
 

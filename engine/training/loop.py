@@ -81,12 +81,12 @@ class Trainer:
         """Seed, build task/model/optimizer on the device, restore the checkpoint when resuming."""
         t = self.config.train
         ckpt.seed_all(t.seed)
-        self.device = dev.resolve(t.device)
+        self.device = dev.resolve(self.config.runtime.device)
         self.task = make_task(self.config, self.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
-        self.order = SampleOrder(t.overfit or self.task.train_size(), t.seed, shuffle=not t.overfit,
+        self.order = SampleOrder(self.config.evaluation.overfit or self.task.train_size(), t.seed, shuffle=not self.config.evaluation.overfit,
                                  rank=self.parallel.rank, world=self.parallel.world,
-                                 source="train.overfit" if t.overfit else "data.train_samples")
+                                 source="evaluation.overfit" if self.config.evaluation.overfit else "data.train_samples")
         self.model = self.task.build_model().to(self.device)
         self._on_host = self.device.type == "cpu"  # batches are built on the host: no per-tensor .to() a step
         self.params = sum(p.numel() for p in self.model.parameters())
@@ -98,13 +98,13 @@ class Trainer:
                                   self.faults and self.faults.lr_hook())
         self.checkpoints.bind(self.model, self.optim.optimizer)
         self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
-        self.nan = NanPolicy(t.nan_policy, NanGuard(t.nan_patience), t.rollback_lr_factor, self.agree)
-        self.oom = OomPolicy(t.oom_recovery, self.agree)
+        self.nan = NanPolicy(self.config.policies.nan_policy, NanGuard(self.config.policies.nan_patience), self.config.policies.rollback_lr_factor, self.agree)
+        self.oom = OomPolicy(self.config.policies.oom_recovery, self.agree)
         # also the overfit gate preflight; the abort rule is armed once the LR warm-up is done
         self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree, warmup_steps(self.total_steps,
-                                                                                          t.warmup_frac))
+                                                                                          self.config.schedule.warmup_frac))
         self.budget = BudgetHook(self.config, self.task, self.device, self.parallel)
-        self.compiler = Compiler(t.compile, t.compile_backend, self.bus.emit)  # applied before the first step
+        self.compiler = Compiler(self.config.runtime.compile, self.config.runtime.compile_backend, self.bus.emit)  # applied before the first step
         self.readback = StepReadback(self.device) if deferred_readback(t, self.optim, self.device) else None
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         self.autotune = Autotuner(self)
@@ -135,7 +135,7 @@ class Trainer:
                 self.autotune.boundary()
                 self.train_step()
                 self.log_step()
-                if eval_due(self.step, self.config.train.eval_every, self.total_steps):
+                if eval_due(self.step, self.config.evaluation.every, self.total_steps):
                     self.evaluate()
                     if self.evaluator.abort_reason:  # its resume command turns the rule off (the reason says)
                         return self._finish("aborted", ExitCode.POLICY, self.evaluator.abort_reason, True,
@@ -176,12 +176,12 @@ class Trainer:
                 raise
 
     def _keys(self, indices: list[int], step: int) -> list[tuple]:
-        return step_keys(indices, self.settings.grad_accum, 0 if self.config.train.overfit else step)
+        return step_keys(indices, self.settings.grad_accum, 0 if self.config.evaluation.overfit else step)
 
     def _upcoming(self, keys: list[tuple], done: int):
         """Every batch key after ``keys[:done]`` to the end of the run, at today's settings (lazy; nothing moves)."""
         return upcoming_keys(keys[done:], self.order.copy(), self.order.per_rank(self.settings.batch_size),
-                             self.settings.grad_accum, self.step + 1, self.total_steps, not self.config.train.overfit)
+                             self.settings.grad_accum, self.step + 1, self.total_steps, not self.config.evaluation.overfit)
 
     def _step_on(self, indices: list[int], started: float) -> None:
         self.optim.zero_grad()

@@ -3,19 +3,19 @@
 Why: a wiring bug (conditioning that never reaches the network,
 a loss on the wrong tensor, a detached output) trains "fine" for hours and
 learns nothing; a copy of the model that cannot even memorise eight fixed
-samples shows it in a minute. With ``train.overfit_gate = N`` the engine,
+samples shows it in a minute. With ``evaluation.overfit_gate = N`` the engine,
 before the first evaluation of a fresh run, trains a copy of the model for
-``train.overfit_gate_steps`` steps on training samples 0..N-1 with step-0
-damage (the samples a ``train.overfit`` run uses), scores them with the
+``evaluation.overfit_gate_steps`` steps on training samples 0..N-1 with step-0
+damage (the samples a ``evaluation.overfit`` run uses), scores them with the
 task's own ``eval_batch`` before and after, and stops the run (status
 "failed", exit 1, the verdict as the reason) unless their validation loss
-fell to ``train.overfit_target`` × the untrained one. That is the same rule,
-and the same threshold, as the verdict of a whole ``train.overfit`` run
+fell to ``evaluation.overfit_target`` × the untrained one. That is the same rule,
+and the same threshold, as the verdict of a whole ``evaluation.overfit`` run
 (``verdict`` below serves both); a task whose untrained model is already good
 (the gap-filler starts as a blend of its neighbours) sets a laxer target in
 its presets.
 
-Isolation: the copy has its own AdamW (constant LR ``train.lr``, no weight
+Isolation: the copy has its own AdamW (constant LR ``optimizer.lr``, no weight
 decay, the run's clipping), runs under ``torch.random.fork_rng`` and with the
 task's test fault hook detached, so the run that follows is exactly the run
 without the gate (a test checks the losses are identical). Cost: one copy of
@@ -45,7 +45,7 @@ def verdict(first: float | None, last: float | None, target: float) -> tuple[boo
 
 
 class OverfitGate:
-    """The preflight check of ``train.overfit_gate`` (see the module docstring); owns no state worth saving."""
+    """The preflight check of ``evaluation.overfit_gate`` (see the module docstring); owns no state worth saving."""
 
     def __init__(self, train: TrainConfig) -> None:
         self.train = train
@@ -53,7 +53,7 @@ class OverfitGate:
     @property
     def enabled(self) -> bool:
         """True when the run asks for the gate (and is not itself an overfit run, which is its own gate)."""
-        return self.train.overfit_gate > 0 and not self.train.overfit
+        return self.evaluation.overfit_gate > 0 and not self.evaluation.overfit
 
     def check(self, task, model: torch.nn.Module, device: torch.device, emit: Callable[[ev.Event], None],
               autocast: Callable = nullcontext) -> str:
@@ -61,10 +61,10 @@ class OverfitGate:
         if not self.enabled:
             return ""
         t = self.train
-        n = min(t.overfit_gate, task.train_size())
-        if t.precision == "fp16":  # fp16 would need the run's grad scaler; the gate checks wiring, fp32 does
+        n = min(self.evaluation.overfit_gate, task.train_size())
+        if self.runtime.precision == "fp16":  # fp16 would need the run's grad scaler; the gate checks wiring, fp32 does
             autocast = nullcontext
-        emit(ev.PhaseStarted(phase="overfit gate", detail=f"{n} frozen samples, {t.overfit_gate_steps} steps"))
+        emit(ev.PhaseStarted(phase="overfit gate", detail=f"{n} frozen samples, {self.evaluation.overfit_gate_steps} steps"))
         faults, task.faults = getattr(task, "faults", None), None  # injected faults are for the run, not its gate
         devices = [device.index or 0] if device.type == "cuda" else []
         try:
@@ -72,7 +72,7 @@ class OverfitGate:
                 first, last = self._train(task, copy.deepcopy(model), device, n, autocast)
         finally:
             task.faults = faults
-        failed, line = verdict(first, last, t.overfit_target)
+        failed, line = verdict(first, last, self.evaluation.overfit_target)
         if failed:
             return line
         emit(ev.LogLine(text=line, stream="engine"))
@@ -85,11 +85,11 @@ class OverfitGate:
         t = self.train
         batch = {k: v.to(device) for k, v in task.make_batch(list(range(n)), 0, train=True).items()}
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), eps=t.eps, weight_decay=0.0)
-        max_norm = t.clip_grad_norm if t.clip_grad_norm > 0 else math.inf
+        optimizer = torch.optim.AdamW(params, lr=self.optimizer.lr, betas=tuple(self.optimizer.betas), eps=self.optimizer.eps, weight_decay=0.0)
+        max_norm = self.optimizer.clip_grad_norm if self.optimizer.clip_grad_norm > 0 else math.inf
         first = _val_loss(task, model, batch, autocast)
         model.train()
-        for _ in range(t.overfit_gate_steps):
+        for _ in range(self.evaluation.overfit_gate_steps):
             with autocast():
                 loss, _ = task.loss(model, batch, 0)
             optimizer.zero_grad(set_to_none=True)

@@ -23,7 +23,7 @@ from engine.run import events as ev
 Agree = Callable[[bool], bool]
 
 #: What a resume of a run the abort policy stopped adds to continue (the rule off; its state is kept).
-CONTINUE_FLAGS = " --set train.abort_patience=0"
+CONTINUE_FLAGS = " --set policies.abort_patience=0"
 
 #: NaN rollbacks to the same checkpoint in a row before the run stops: data that is NaN at a fixed
 #: position replays identically after every rollback, and without a cap the run would loop forever.
@@ -108,7 +108,7 @@ class AbortPolicy:
         return (f"val {metric} {value:.4g} sat more than {self.drop:g} {worse} its best {self.reference:.4g} since "
                 f"warm-up on {self.strikes} consecutive evals ({step - self.streak_step} steps, "
                 f"{self.streak_s:.0f} s); to go on, resume with{CONTINUE_FLAGS} (the rule off) or "
-                f"--set train.abort_drop={_above(gap)} (allows this gap)")
+                f"--set policies.abort_drop={_above(gap)} (allows this gap)")
 
     def state(self) -> dict:
         """JSON form for checkpoints: what the policy has seen (its settings come from the run's config)."""

@@ -16,7 +16,7 @@ repays starting them (1-3 s each), and where they fail to start (no fds or
 memory left) the run goes on without them. There a thread still overlaps the
 build with a step long enough (≥ ``threads.THREAD_STEP_S``) for torch's kernels
 to leave it the GIL: measured by ``bench engine_overhead`` (engine with the
-builder thread ÷ ``train.prefetch = false``, the row "prefetch on / off").
+builder thread ÷ ``runtime.prefetch = false``, the row "prefetch on / off").
 Costs: one thread and one batch in memory.
 """
 

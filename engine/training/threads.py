@@ -43,8 +43,8 @@ Decisions (``plan``), in order:
    GIL free for the builder;
    inline otherwise. Batches cheaper than ``WORKER_MIN_BATCH_S`` never go to
    workers: receiving one costs the trainer about what building it does.
-   ``train.data_workers`` (≥ 0) overrides, as does
-   ``train.prefetch = false``.
+   ``runtime.data_workers`` (≥ 0) overrides, as does
+   ``runtime.prefetch = false``.
 3. depth = two batches ahead per worker (DataLoader's ``prefetch_factor``: a
    worker descheduled for a moment does not stall the step), one for the
    thread, none inline.
@@ -227,10 +227,10 @@ def plan(cores: Cores, viewer: bool, costs: Costs | None, steps_left: int, threa
     torch_threads = max(1, usable - reserve)
 
     if not prefetch:
-        data, n, data_why = "inline", 0, "train.prefetch = false"
+        data, n, data_why = "inline", 0, "runtime.prefetch = false"
     elif workers >= 0:
         data, n = ("workers", workers) if workers else ("thread", 0)
-        data_why = f"train.data_workers = {workers}"
+        data_why = f"runtime.data_workers = {workers}"
     elif costs is None:
         data, n, data_why = "inline", 0, "measuring batch ÷ step on the first batches"
     else:

@@ -233,7 +233,7 @@ def test_ctrl_c_while_the_workers_start_checkpoints_and_stops_without_a_tracebac
 
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "train", "--headless", "--task", "toy", "--threads", "1",
-                             "--max-steps", "100000", "--run-dir", str(run), "--set", "train.data_workers=2"],
+                             "--max-steps", "100000", "--run-dir", str(run), "--set", "runtime.data_workers=2"],
                             cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: a terminal's
     lines = []

@@ -1,4 +1,4 @@
-"""train.compile on the toy task, in-process: losses as eager, recompiles counted, checkpoints independent of it.
+"""runtime.compile on the toy task, in-process: losses as eager, recompiles counted, checkpoints independent of it.
 
 Backends, chosen per test: ``aot_eager`` (dynamo's guards and AOTAutograd's graphs without inductor's C++
 code generation) where the point is the wiring (recompiles, state-dict names, resume), ``inductor`` once,
@@ -93,7 +93,7 @@ def test_checkpoints_do_not_depend_on_compile_and_resume_crosses_it_both_ways(ea
 
 def test_inductor_compiles_the_toy_and_matches_eager() -> None:
     config = cfg.load(task="toy", overrides={"toy": {"dim": 16, "depth": 1, "channels": 2, "length": 16},
-                                             "train": {"max_steps": 4, "eval_every": 0, "batch_size": 4},
+                                             "train": {"max_steps": 4, "batch_size": 4}, "evaluation": {"every": 0},
                                              "checkpoint": {"every_steps": 0}})
     eager, compiled = compare(config, "model", "inductor")
     # Inductor's fused kernels sum in their own order: losses agree to float rounding, not bit for bit.
@@ -109,7 +109,7 @@ def test_the_guard_judges_a_compiled_step_by_eager_on_cpu_and_refuses_it_on_a_de
     assert cpu.ok
     cuda = check_start(config, DeviceInfo(type="cuda", name="GPU", total=80 * gib, free=80 * gib, context=0))
     assert not cuda.ok and "\n" not in cuda.message
-    assert "train.compile=blocks under the memory guard" in cuda.message and "not yet measured" in cuda.message
+    assert "runtime.compile=blocks under the memory guard" in cuda.message and "not yet measured" in cuda.message
     assert any(option.startswith("--no-vram-check") for option in cuda.options)
     assert check_start(with_compile(config, "off", "inductor"),
                        DeviceInfo(type="cuda", name="GPU", total=80 * gib, free=80 * gib, context=0)).ok

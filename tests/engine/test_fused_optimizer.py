@@ -17,7 +17,7 @@ def _groups() -> list[dict]:
 
 def test_cpu_fp32_and_bf16_runs_step_with_fused_adamw_and_fp16_does_not():
     for precision, fused in (("fp32", True), ("bf16", True), ("fp16", None)):
-        train = cfg.load(task="toy", overrides={"train": {"precision": precision}}).train
+        train = cfg.load(task="toy", overrides={"runtime": {"precision": precision}}).train
         assert adamw(_groups(), train).defaults["fused"] is fused, precision
 
 
@@ -25,7 +25,7 @@ def test_fused_steps_match_the_loop_to_float_rounding():
     train = cfg.load(task="toy").train
     groups, reference = _groups(), _groups()
     fused = adamw(groups, train)
-    loop = torch.optim.AdamW(reference, lr=train.lr, betas=tuple(train.betas), eps=train.eps, foreach=False)
+    loop = torch.optim.AdamW(reference, lr=optimizer.lr, betas=tuple(optimizer.betas), eps=optimizer.eps, foreach=False)
     for _ in range(3):
         for group in (groups, reference):
             for p in group[0]["params"]:

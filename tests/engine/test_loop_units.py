@@ -112,7 +112,7 @@ def test_a_groups_lr_mult_scales_the_scheduled_lr() -> None:
     from engine.optim.optimization import Optimization
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
-    config = cfg.load(task="toy", overrides={"train": {"lr": 0.1, "schedule": "cosine", "warmup_frac": 0.5}})
+    config = cfg.load(task="toy", overrides={"optimizer": {"lr": 0.1}, "schedule": {"kind": "cosine", "warmup_frac": 0.5}})
     groups = [{"params": list(model[0].parameters())}, {"params": list(model[1].parameters()), "lr_mult": 16.0}]
     optim = Optimization(config.train, model, groups, torch.device("cpu"), total_steps=10)
     model(torch.ones(2, 4)).sum().backward()
@@ -144,7 +144,7 @@ def test_schedules_warm_up_and_end_where_documented() -> None:
 
 
 def test_keep_last_step_checkpoints(tmp_path) -> None:
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "eval_every": 0},
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12}, "evaluation": {"every": 0},
                                              "checkpoint": {"every_steps": 3, "keep_last": 2}})
     outcome = Trainer(config, EventBus(), Controls(), checkpoint_dir=tmp_path).run()
     assert outcome.status == "finished"

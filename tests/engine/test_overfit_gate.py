@@ -10,7 +10,7 @@ TOY = ["train", "--headless", "--task", "toy", "--threads", "1", "--set", "toy.d
 
 
 def test_a_passed_gate_leaves_the_run_bit_identical(tmp_path):
-    gated = run_cli(*TOY, "--set", "train.overfit_gate=8", "--set", "train.overfit_gate_steps=50",
+    gated = run_cli(*TOY, "--set", "evaluation.overfit_gate=8", "--set", "evaluation.overfit_gate_steps=50",
                     "--run-dir", str(tmp_path / "gated"))
     assert gated.returncode == 0, gated.stdout + gated.stderr
     assert "overfit gate passed" in gated.stdout

@@ -107,7 +107,7 @@ def test_plugin_model_compiles_and_matches_eager(site: Path, monkeypatch) -> Non
     from engine.core import config as cfg
     from tests.engine.compile_check import assert_close, compare
 
-    config = cfg.load(task="ones", overrides={"train": {"max_steps": 3, "eval_every": 0, "batch_size": 4},
+    config = cfg.load(task="ones", overrides={"train": {"max_steps": 3, "batch_size": 4}, "evaluation": {"every": 0},
                                               "checkpoint": {"every_steps": 0}})
     eager, compiled = compare(config, "model", "aot_eager")
     assert_close(eager.losses, compiled.losses, rel=1e-6)

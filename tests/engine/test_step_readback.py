@@ -1,4 +1,4 @@
-"""The deferred step readback (train.step_readback = deferred): no host sync a step, and the NaN policy exact.
+"""The deferred step readback (runtime.step_readback = deferred): no host sync a step, and the NaN policy exact.
 
 On CPU nothing blocks, so what the sync counter counts is the calls that would block on CUDA: a device
 tensor read to the host (``item``, ``tolist``, ``bool``/``float``/``int`` of a tensor, ``numpy``, ``cpu``),
@@ -95,7 +95,7 @@ def test_deferred_stop_names_the_same_steps_one_step_later(tmp_path, monkeypatch
 
 def test_deferred_is_refused_where_the_optimizer_cannot_skip_on_the_device() -> None:
     trainer = Trainer(_config("deferred", precision="fp16"), EventBus())
-    with pytest.raises(ValueError, match="train.step_readback=deferred: needs the fused AdamW kernel"):
+    with pytest.raises(ValueError, match="runtime.step_readback=deferred: needs the fused AdamW kernel"):
         trainer.setup()
 
 

@@ -122,7 +122,7 @@ def test_a_data_bound_run_on_two_cores_adds_a_worker_on_the_trainers_core():
 def test_overrides_win():
     assert plan(Cores(2), False, FAST, 10**6, threads=2).threads == 2
     p = plan(Cores(2), False, None, 10, workers=0)
-    assert (p.data, p.depth) == ("thread", 1) and "train.data_workers = 0" in p.reason
+    assert (p.data, p.depth) == ("thread", 1) and "runtime.data_workers = 0" in p.reason
     assert plan(Cores(8), False, None, 10, workers=3).workers == 3
     assert plan(Cores(8), False, DEMO, 10**6, prefetch=False).data == "inline"
 
@@ -198,7 +198,7 @@ def test_a_toy_run_logs_its_plan():
     from engine.run.sinks import EventBus, MemorySink
     from engine.training.loop import Trainer
 
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "eval_every": 0}})
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12}, "evaluation": {"every": 0}})
     sink = MemorySink()
     Trainer(config, EventBus([sink]), Controls()).run()
     notes = [e.text for e in sink.drain() if e.type == "log" and e.stream == "engine"]

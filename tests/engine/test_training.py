@@ -58,8 +58,8 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
 
 def test_abort_policy_fires_on_psnr_drop(tmp_path: Path) -> None:
     result = run_cli(*TOY, "--max-steps", "200", "--eval-every", "10", "--lr", "0.3", "--schedule", "constant",
-                     "--set", "train.clip_grad_norm=0", "--set", "train.abort_drop=0.5",
-                     "--set", "train.abort_patience_s=0", "--run-dir", str(tmp_path / "r"))
+                     "--set", "optimizer.clip_grad_norm=0", "--set", "policies.abort_drop=0.5",
+                     "--set", "policies.abort_patience_s=0", "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 1, result.stdout + result.stderr
     events = read_events(tmp_path / "r")
     finished = [e for e in events if e["type"] == "run_finished"][-1]

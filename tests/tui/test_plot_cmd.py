@@ -104,7 +104,7 @@ def test_missing_run_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_headless_train_draws_the_chart_at_the_end(tmp_path: Path) -> None:
     out = run_cli("train", "--headless", "--task", "toy", "--max-steps", "12", "--name", "p",
-                  "--set", "train.eval_every=6", "--plot", "loss", cwd=tmp_path, timeout=240)
+                  "--set", "evaluation.every=6", "--plot", "loss", cwd=tmp_path, timeout=240)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     done = max(i for i, line in enumerate(lines) if line.startswith("done "))

@@ -268,7 +268,7 @@ async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(t
     add_train_arguments(parser)
     prepared = prepare(parser.parse_args(["--task", "toy", "--threads", "1", "--run-dir", str(tmp_path / "r"),
                                           "--device", "cpu", "--vram-gb", "0.03", "--max-steps", "100000",
-                                          "--eval-every", "0", "--set", "train.data_workers=0"]))
+                                          "--eval-every", "0", "--set", "runtime.data_workers=0"]))
     session = InProcessSession(prepared)
     app = DashboardApp(lambda: session, in_process=True)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -29,7 +29,7 @@ def _caps(name: str, higher: bool, unit: str = "") -> dict:
 
 def test_best_and_abort_line_follow_the_primary_metrics_direction():
     up = RunModel()
-    up.ingest([ev.RunStarted(name="r", config={"train": {"abort_drop": 2.0, "abort_patience": 3}},
+    up.ingest([ev.RunStarted(name="r", config={"policies": {"abort_drop": 2.0, "abort_patience": 3}},
                              capabilities=_caps("acc", True), t=1000.0),
                ev.EvalDone(step=10, metrics={"val_loss": 1.0, "acc": 20.0}, primary="acc"),
                ev.EvalDone(step=20, metrics={"val_loss": 0.9, "acc": 25.0}, primary="acc"),
@@ -37,7 +37,7 @@ def test_best_and_abort_line_follow_the_primary_metrics_direction():
     assert up.best_primary() == (20, 25.0)
     assert up.abort_threshold() == 23.0, "higher is better: the line sits below the best"
     down = RunModel()
-    down.ingest([ev.RunStarted(name="r", config={"train": {"abort_drop": 0.5}}, capabilities=_caps("ppl", False)),
+    down.ingest([ev.RunStarted(name="r", config={"policies": {"abort_drop": 0.5}}, capabilities=_caps("ppl", False)),
                  ev.EvalDone(step=10, metrics={"ppl": 9.0}), ev.EvalDone(step=20, metrics={"ppl": 7.0}),
                  ev.EvalDone(step=30, metrics={"ppl": 8.0})])
     assert down.best_primary() == (20, 7.0)

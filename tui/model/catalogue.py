@@ -123,7 +123,7 @@ class Catalogue:
 
     def abort_threshold(self, train: dict) -> float | None:
         """The primary value past which the engine's abort policy counts an eval as bad (``train``: the run's
-        train section): ``train.abort_drop`` (or the older ``abort_drop_db``) away from the best, on the worse
+        train section): ``policies.abort_drop`` (or the older ``abort_drop_db``) away from the best, on the worse
         side."""
         best = self.best_of(self.primary.name)
         if best is None or not train.get("abort_patience", 2):

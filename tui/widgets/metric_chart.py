@@ -5,7 +5,7 @@ component, grad norm, LR, throughput, or any validation metric. A training
 scalar and its validation partner are one picture (val_loss dots over the
 loss, whichever of the two is chosen). The task's primary metric comes with
 its best value (★, by its declared direction) and the abort guide line
-(``train.abort_drop`` away from the best): the engine's abort policy stops a
+(``policies.abort_drop`` away from the best): the engine's abort policy stops a
 run that sits past that line for ``abort_patience`` evals. A metric the task
 declares with guides (``Metric.guides``: a baseline scored on the same
 validation set) gets a dotted line at each guide's latest value, labelled in

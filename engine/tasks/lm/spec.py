@@ -106,22 +106,21 @@ PRESETS: dict[str, dict] = {
     "demo": {
         "lm": {"model": {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 176},
                "finetune": "full", "seq_len": 128},
-        "train": {"batch_size": 16, "lr": 3e-3, "max_steps": 300, "eval_every": 50, "warmup_frac": 0.02},
+        "train": {"batch_size": 16, "max_steps": 300}, "optimizer": {"lr": 3e-3}, "evaluation": {"every": 50}, "schedule": {"warmup_frac": 0.02},
     },
     # The tests' model: hidden 32, 2 layers, vocab 256; LoRA on every projection.
     "tiny": {
         "lm": {"model": {"hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 64},
                "finetune": "lora", "lora": {"r": 4, "alpha": 8.0, "targets": "all-linear"}, "seq_len": 32,
                "val_samples": 8},
-        "train": {"batch_size": 4, "lr": 1e-2, "max_steps": 20, "eval_every": 10},
+        "train": {"batch_size": 4, "max_steps": 20}, "optimizer": {"lr": 1e-2}, "evaluation": {"every": 10},
     },
     # The reference fine-tuning workload: LoRA r 16 on every projection of a ~0.5 B model at 2048 tokens, bf16.
     "base": {
         "lm": {"model": dict(_BASE_SHAPE), "finetune": "lora", "lora": {"r": 16, "alpha": 32.0,
                                                                          "targets": "all-linear"},
                "seq_len": 2048},
-        "train": {"batch_size": 8, "grad_accum": 4, "lr": 2e-4, "max_steps": 2000, "eval_every": 200,
-                  "precision": "bf16"},
+        "train": {"batch_size": 8, "grad_accum": 4, "max_steps": 2000}, "optimizer": {"lr": 2e-4}, "evaluation": {"every": 200}, "runtime": {"precision": "bf16"},
     },
 }
 

@@ -14,7 +14,7 @@ Optimizer groups (``param_groups``): only trainable parameters get groups (a
 frozen base has no gradient and no AdamW state). Plain: weight decay on
 matrices, none on vectors. LoRA+ (``lm.lora.plus_ratio`` > 1): the groups of
 ``peft.optimizers.create_loraplus_optimizer``; each group carries
-``lr_mult`` = its lr ÷ ``train.lr``, which the engine multiplies into the
+``lr_mult`` = its lr ÷ ``optimizer.lr``, which the engine multiplies into the
 scheduled lr every step (a group's absolute lr would be overwritten by the
 schedule). peft puts lora_B *and every trainable 1-D parameter* (norms) at
 lr × ratio, embeddings at its own 1e-6.
@@ -187,13 +187,13 @@ class LMTask(Task):
         if self.lm.finetune == "lora" and self.lm.lora.plus_ratio > 1:
             from peft.optimizers import create_loraplus_optimizer
 
-            built = create_loraplus_optimizer(model, torch.optim.AdamW, lr=t.lr,
+            built = create_loraplus_optimizer(model, torch.optim.AdamW, lr=self.config.optimizer.lr,
                                               loraplus_lr_ratio=self.lm.lora.plus_ratio,
-                                              loraplus_weight_decay=t.weight_decay)
-            return [{"params": list(g["params"]), "weight_decay": g["weight_decay"], "lr_mult": g["lr"] / t.lr}
+                                              loraplus_weight_decay=self.config.optimizer.weight_decay)
+            return [{"params": list(g["params"]), "weight_decay": g["weight_decay"], "lr_mult": g["lr"] / self.config.optimizer.lr}
                     for g in built.param_groups if g["params"]]
         trainable = [p for p in model.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": t.weight_decay, "lr_mult": 1.0},
+        groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": self.config.optimizer.weight_decay, "lr_mult": 1.0},
                   {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr_mult": 1.0}]
         return [g for g in groups if g["params"]]
 

@@ -108,7 +108,7 @@ PRESETS: dict[str, dict] = {
                                "text_dim": 64, "text_depth": 1, "decoder_depth": 1, "text_heads": 4,
                                "embed_dim": 64, "max_caption_tokens": 48, "vocab_size": 512},
                      "data": {"channels": 32, "val_samples": 64}},
-        "train": {"batch_size": 16, "lr": 5e-4, "max_steps": 300, "eval_every": 50},
+        "train": {"batch_size": 16, "max_steps": 300}, "optimizer": {"lr": 5e-4}, "evaluation": {"every": 50},
     },
     # ~11M params, 768 tokens (48 x 16).
     "tiny": {
@@ -116,7 +116,7 @@ PRESETS: dict[str, dict] = {
                                "text_dim": 256, "text_depth": 2, "decoder_depth": 2, "text_heads": 4,
                                "embed_dim": 256, "max_caption_tokens": 64},
                      "data": {"channels": 32}},
-        "train": {"batch_size": 16, "lr": 1e-3, "max_steps": 2000, "eval_every": 200},
+        "train": {"batch_size": 16, "max_steps": 2000}, "optimizer": {"lr": 1e-3}, "evaluation": {"every": 200},
     },
     # ~43M params, 1152 tokens (72 x 16).
     "small": {
@@ -124,7 +124,7 @@ PRESETS: dict[str, dict] = {
                                "text_dim": 512, "text_depth": 2, "decoder_depth": 2, "text_heads": 8,
                                "embed_dim": 512, "max_caption_tokens": 64},
                      "data": {"channels": 32}},
-        "train": {"batch_size": 32, "lr": 5e-4, "max_steps": 20000, "eval_every": 500},
+        "train": {"batch_size": 32, "max_steps": 20000}, "optimizer": {"lr": 5e-4}, "evaluation": {"every": 500},
     },
     # ViT-B sensor encoder (85M) at the reference 1440 x 34 input in 10 x 2 patches = 2448 tokens; ~134M in all.
     "base": {
@@ -132,7 +132,7 @@ PRESETS: dict[str, dict] = {
                                "text_dim": 512, "text_depth": 6, "decoder_depth": 6, "text_heads": 8,
                                "embed_dim": 768, "max_caption_tokens": 64},
                      "data": {"channels": 34}},
-        "train": {"batch_size": 8, "lr": 3e-4, "max_steps": 100000, "eval_every": 1000, "precision": "bf16"},
+        "train": {"batch_size": 8, "max_steps": 100000}, "optimizer": {"lr": 3e-4}, "evaluation": {"every": 1000}, "runtime": {"precision": "bf16"},
     },
 }
 

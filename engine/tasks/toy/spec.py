@@ -34,7 +34,7 @@ class ToyConfig(Section):
 PRESETS: dict[str, dict] = {
     "demo": {
         "toy": {"dim": 128, "depth": 2, "channels": 8, "length": 128, "val_samples": 64},
-        "train": {"batch_size": 32, "lr": 3e-3, "max_steps": 300, "eval_every": 50},
+        "train": {"batch_size": 32, "max_steps": 300}, "optimizer": {"lr": 3e-3}, "evaluation": {"every": 50},
     },
 }
 

@@ -59,7 +59,7 @@ def test_cpu_without_a_budget_has_nothing_to_enforce() -> None:
 
 
 def test_cpu_with_vram_gb_enforces_it() -> None:
-    config = cfg.load(preset="demo", task="sensorlm", overrides={"train": {"device": "cpu", "batch_size": 512},
+    config = cfg.load(preset="demo", task="sensorlm", overrides={"train": {"batch_size": 512}, "runtime": {"device": "cpu"},
                                                                "budget": {"vram_gb": 0.25}})
     result = check_start(config, DeviceInfo())
     assert result.ok and result.capped_from == 512 and result.budget.reserve == 0
@@ -106,7 +106,7 @@ def test_on_a_cuda_device_the_guard_takes_the_larger_of_the_bound_and_a_traced_s
 
 
 def test_the_guard_prices_attention_for_the_devices_capability() -> None:
-    lm = cfg.load(task="lm", preset="demo", overrides={"train": {"batch_size": 8, "precision": "bf16"},
+    lm = cfg.load(task="lm", preset="demo", overrides={"train": {"batch_size": 8}, "runtime": {"precision": "bf16"},
                                                        "lm": {"seq_len": 512}})
     t4 = DeviceInfo(type="cuda", name="T4", total=15 * GIB, free=14 * GIB, context=300 << 20, capability=(7, 5))
     h200 = DeviceInfo(type="cuda", name="H200", total=140 * GIB, free=139 * GIB, context=500 << 20,

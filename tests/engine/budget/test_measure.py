@@ -126,18 +126,18 @@ def test_budget_reserves_the_context_and_says_which_figure() -> None:
     from engine.budget.plan import resolve_budget
     from engine.core.config import load
 
-    config = load(preset="demo", overrides={"budget": {"vram_gb": 8}, "train": {"device": "cuda"}})
+    config = load(preset="demo", overrides={"budget": {"vram_gb": 8}, "runtime": {"device": "cuda"}})
     blind = resolve_budget(config, None)  # plan on a laptop: no device
     assert blind.reserve >= 750 * MIB and "context" in blind.describe() and "assumed" in blind.describe()
     h200 = DeviceInfo(type="cuda", name="NVIDIA H200", total=143771 * MIB, free=143000 * MIB, context=500 * MIB,
                       context_source="nvml-process", capability=(9, 0), cuda_major=13)
     before_steps = resolve_budget(config, h200)  # the guard: 500 MiB now, 640-780 once steps ran
     assert before_steps.reserve == 800 * MIB and "before the first step" in before_steps.reserve_source
-    free = resolve_budget(load(preset="demo", overrides={"train": {"device": "cuda"}}), h200)
+    free = resolve_budget(load(preset="demo", overrides={"runtime": {"device": "cuda"}}), h200)
     assert free.reserve == 300 * MIB  # free memory was read after the context: only its growth is reserved
     nvml_only = DeviceInfo(type="cuda", name="NVIDIA H200", total=143771 * MIB, free=143000 * MIB,
                            capability=(9, 0), cuda_major=13)  # plan on the GPU box: no context of its own
-    assert resolve_budget(load(preset="demo", overrides={"train": {"device": "cuda"}}), nvml_only).reserve \
+    assert resolve_budget(load(preset="demo", overrides={"runtime": {"device": "cuda"}}), nvml_only).reserve \
         == 800 * MIB
 
 

@@ -22,7 +22,7 @@ from engine.core import config as cfg
 #: Full fine-tune Llama, 2 layers of width 128, 4k vocabulary: ~1.5 M parameters, short sequences.
 LLAMA = {"lm": {"model": {"hidden_size": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 352,
                           "vocab_size": 4096}, "finetune": "full", "seq_len": 32},
-         "train": {"batch_size": 8, "device": "cpu"}}
+         "train": {"batch_size": 8}, "runtime": {"device": "cpu"}}
 
 
 def _llama(**train) -> cfg.RunConfig:

@@ -50,6 +50,6 @@ def test_when_nothing_fits_it_keeps_the_effective_batch_with_accumulation() -> N
 
 
 def test_no_budget_means_estimates_only() -> None:
-    config = load(preset="demo", task="sensorlm", overrides={"train": {"device": "cpu"}})
+    config = load(preset="demo", task="sensorlm", overrides={"runtime": {"device": "cpu"}})
     p = plan.make_plan(config, plan.resolve_budget(config, None), device="cpu")
     assert p.budget is None and not p.options and "no budget" in p.note and p.estimate.total > 0

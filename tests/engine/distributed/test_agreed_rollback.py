@@ -47,7 +47,7 @@ class Rank1Of2:
 
 
 def _trained(tmp_path) -> Trainer:
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 4, "eval_every": 0},
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 4}, "evaluation": {"every": 0},
                                              "checkpoint": {"every_steps": 1}})
     trainer = Trainer(config, EventBus(), Controls(), checkpoint_dir=tmp_path)
     trainer.setup()

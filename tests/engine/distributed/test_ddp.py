@@ -29,13 +29,13 @@ def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path, m
     # A NaN at step 5 (patience 1) rolls every run back to its step-3 checkpoint at LR x0.5: under DDP rank 0
     # alone has the checkpoints, so the losses only keep matching if every rank loads the state it chose.
     monkeypatch.setenv("SENSORLM_TUI_FAULTS", "nan@5")
-    common = (*TOY, "--set", "train.log_every=1", "--set", "train.schedule='constant'", "--set", "train.nan_patience=1")
+    common = (*TOY, "--set", "train.log_every=1", "--set", "schedule.kind='constant'", "--set", "policies.nan_patience=1")
     one = run_cli(*common, "--max-steps", "12", "--run-dir", str(tmp_path / "one"), module="engine")
     assert one.returncode == 0, one.stderr[-2000:]
     # The job compiles the DDP-wrapped model (aot_eager: dynamo's DDP graph split and AOTAutograd, without
     # inductor's codegen), so its losses also check compile under DDP against the eager process.
     two = run_cli(*common, "--max-steps", "6", "--run-dir", str(tmp_path / "two"), "--nproc-per-node", "2",
-                  "--compile", "model", "--set", "train.compile_backend='aot_eager'", module="engine", timeout=180)
+                  "--compile", "model", "--set", "runtime.compile_backend='aot_eager'", module="engine", timeout=180)
     assert two.returncode == 0, output(two)
     a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert sorted(b) == list(range(1, 7))

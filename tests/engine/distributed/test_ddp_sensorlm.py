@@ -16,7 +16,7 @@ from tests.conftest import output, read_events, run_cli
 
 #: The demo preset, a small batch and few steps; a constant LR so every step's update counts alike.
 SENSORLM = ("--task", "sensorlm", "--preset", "demo", "--batch-size", "8", "--max-steps", "4", "--eval-every", "100",
-            "--set", "train.log_every=1", "--set", "train.schedule='constant'", "--set", "sensorlm.data.val_samples=8")
+            "--set", "train.log_every=1", "--set", "schedule.kind='constant'", "--set", "sensorlm.data.val_samples=8")
 
 
 def _losses(run_dir: Path) -> dict[int, dict]:

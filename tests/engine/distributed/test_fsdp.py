@@ -18,8 +18,8 @@ from tests.conftest import output, read_events, run_cli
 
 #: The toy task without dropout, a checkpoint every 4 steps, a rollback at the first non-finite step.
 TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "toy.dropout=0", "--eval-every", "4",
-       "--checkpoint-every", "4", "--set", "train.log_every=1", "--set", "train.schedule='constant'",
-       "--set", "train.nan_patience=1")
+       "--checkpoint-every", "4", "--set", "train.log_every=1", "--set", "schedule.kind='constant'",
+       "--set", "policies.nan_patience=1")
 
 
 def _losses(run_dir: Path, since: int = 0) -> dict[int, float]:
@@ -47,7 +47,7 @@ def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_s
     # Compiled block by block (aot_eager: the wiring, FSDP2's hooks eager around each compiled block): the
     # losses check compile under FSDP2 against the eager process too.
     job = run_cli(*TOY, "--max-steps", "12", "--run-dir", str(two), "--nproc-per-node", "2", "--strategy", "fsdp2",
-                  "--compile", "blocks", "--set", "train.compile_backend='aot_eager'", module="engine", timeout=180)
+                  "--compile", "blocks", "--set", "runtime.compile_backend='aot_eager'", module="engine", timeout=180)
     assert job.returncode == 0, output(job)
     b = _losses(two)
     assert sorted(b) == list(range(1, 13))

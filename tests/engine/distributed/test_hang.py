@@ -1,7 +1,7 @@
 """A hung rank under torchrun (2 CPU processes, gloo): the job stops after the collective timeout and says so.
 
 Rank 1 is SIGSTOP'd mid-run (alive, holding its sockets, answering nothing): rank 0's next collective
-fails after ``train.collective_timeout_s`` (5 s here), rank 0 records which collective hung after which
+fails after ``runtime.collective_timeout_s`` (5 s here), rank 0 records which collective hung after which
 step and that rank 1 did not arrive, and the supervisor kills the stopped rank instead of waiting the
 agent's 30 s for a SIGTERM a stopped process cannot act on.
 """
@@ -19,7 +19,7 @@ from tests.engine.distributed.test_ddp import start_two_ranks_until_a_step
 
 def test_a_stopped_rank_is_reported_as_a_hang_within_the_timeout(tmp_path):
     run = tmp_path / "run"
-    job, pid = start_two_ranks_until_a_step(run, "--set", "train.collective_timeout_s=5")
+    job, pid = start_two_ranks_until_a_step(run, "--set", "runtime.collective_timeout_s=5")
     try:
         os.kill(pid, signal.SIGSTOP)
         stopped = time.monotonic()
@@ -51,6 +51,6 @@ def test_collective_timeout_is_validated(tmp_path):
     from tests.conftest import run_cli
 
     bad = run_cli("--task", "toy", "--max-steps", "1", "--run-dir", str(tmp_path / "r"),
-                  "--set", "train.collective_timeout_s=0", module="engine")
+                  "--set", "runtime.collective_timeout_s=0", module="engine")
     assert bad.returncode == 2 and "collective_timeout_s" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "r").exists()

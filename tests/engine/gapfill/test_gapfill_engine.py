@@ -57,7 +57,7 @@ FAULT_STEP, FACTOR = 7, 100.0
 def test_abort_rule_fires_on_a_run_made_to_regress_by_an_injected_lr(tmp_path, tiny_data):
     # The rule by evals alone: its default patience of 60 s would outlast this 1-second run.
     flags = cli_flags(tmp_path, tiny_data, "--max-steps", "60", "--eval-every", "3", "--run-dir", str(tmp_path / "r"),
-                      "--set", "train.abort_patience_s=0")
+                      "--set", "policies.abort_patience_s=0")
     env = {**cli_env(), "SENSORLM_TUI_FAULTS": f"lr@{FAULT_STEP}-60={FACTOR:g}"}
     result = subprocess.run([sys.executable, "-m", "tui.cli", *flags], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=300, stdin=subprocess.DEVNULL)

@@ -1,7 +1,7 @@
-"""The overfit gate, run by the engine (``train.overfit_gate``): 8 frozen samples are learned and the run goes on;
+"""The overfit gate, run by the engine (``evaluation.overfit_gate``): 8 frozen samples are learned and the run goes on;
 with the model's conditioning cut they are not, and the run stops before its first step: one line, exit 1.
 
-The pass threshold is the task's: the gap-filler's presets set ``train.overfit_target`` (its untrained model is
+The pass threshold is the task's: the gap-filler's presets set ``evaluation.overfit_target`` (its untrained model is
 already the blend, so the gate asks for a relative cut, not a loss near 0).
 """
 
@@ -18,7 +18,7 @@ from tests.conftest import read_events, run_cli
 def test_overfit_gate_passes_on_8_frozen_samples_and_fails_with_conditioning_cut(tmp_path, tiny_data, conditioned):
     run = tmp_path / "r"
     result = run_cli(*cli_flags(tmp_path, tiny_data, "--max-steps", "2", "--eval-every", "0", "--run-dir", str(run),
-                                "--set", "train.overfit_gate=8",
+                                "--set", "evaluation.overfit_gate=8",
                                 "--set", f"gapfill.model.conditioned={str(conditioned).lower()}"), timeout=300)
     target = PRESETS["demo"]["train"]["overfit_target"]
     events = read_events(run)

@@ -44,7 +44,7 @@ def test_traced_estimate_is_the_real_peak(corpus_file) -> None:
 
 def test_seed_scale_plan_counts_what_trains_and_the_logits() -> None:
     def config(**lm):
-        return load(task="lm", preset="base", overrides={"lm": lm, "train": {"device": "cuda"}})
+        return load(task="lm", preset="base", overrides={"lm": lm, "runtime": {"device": "cuda"}})
 
     lora, full = analytic.detail(config())[0], analytic.detail(config(finetune="full"))[0]
     params, trainable = memory.parameter_counts(config())

@@ -24,7 +24,7 @@ def _train(task: LMTask, model, steps: int = 4):
     """A few AdamW steps over the task's own param groups (lr × lr_mult per group)."""
     t = task.config.train
     groups = task.param_groups(model)
-    opt = torch.optim.AdamW([{**g, "lr": t.lr * g["lr_mult"]} for g in groups], lr=t.lr)
+    opt = torch.optim.AdamW([{**g, "lr": task.config.optimizer.lr * g["lr_mult"]} for g in groups], lr=task.config.optimizer.lr)
     for step in range(steps):
         batch = task.make_batch(list(range(4 * step, 4 * step + 4)), step, True)
         loss, _ = task.loss(model, batch, step)

@@ -16,8 +16,8 @@ from tests.conftest import program, read_events
 from tests.engine.reliability.harness import TOY
 
 #: 120 steps, the first 60 warm-up, an eval every 5; the LR is 300× on steps 10-25 (in the warm-up) and 70-120.
-FLAGS = [*TOY, "--max-steps", "120", "--eval-every", "5", "--schedule", "constant", "--set", "train.warmup_frac=0.5",
-         "--set", "train.abort_drop=0.3", "--set", "train.abort_patience_s=0"]
+FLAGS = [*TOY, "--max-steps", "120", "--eval-every", "5", "--schedule", "constant", "--set", "schedule.warmup_frac=0.5",
+         "--set", "policies.abort_drop=0.3", "--set", "policies.abort_patience_s=0"]
 FAULTS = "lr@10-25=300,lr@70-120=300"
 
 
@@ -31,11 +31,11 @@ def test_a_warm_up_dip_is_not_judged_and_a_policy_stop_resumes_with_the_printed_
     assert len(dipped) >= 2, f"the warm-up dip the old rule stopped at: {evals}"
     finished = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
     assert finished["status"] == "aborted" and finished["steps"] >= 70, finished
-    assert "since warm-up" in finished["reason"] and "--set train.abort_patience=0" in finished["reason"]
+    assert "since warm-up" in finished["reason"] and "--set policies.abort_patience=0" in finished["reason"]
 
     printed = next(m for m in map(re.compile(r"^done\s+resume with: (.*)$").match, first.lines()) if m).group(1)
     start = program(tmp_path / "first")  # the program as it runs from the engine's directory
-    assert printed == finished["resume_command"] == f"{start} train --resume {run} --set train.abort_patience=0"
+    assert printed == finished["resume_command"] == f"{start} train --resume {run} --set policies.abort_patience=0"
     argv = shlex.split(printed.removeprefix(start))
     assert argv[0] == "train"
     resumed = engines.spawn([*argv[1:], "--threads", "1"], tmp_path / "resumed", faults=FAULTS)
@@ -63,7 +63,7 @@ def test_a_resume_keeps_the_streak_and_takes_the_rule_from_the_config() -> None:
     for step, value in [(0, 30.0), (50, 10.0), (100, 20.0), (150, 18.0), (200, 18.0)]:
         assert policy.update(value, step, float(step)) == (step == 0, False)
     assert (policy.best, policy.reference, policy.strikes, policy.streak_step) == (30.0, 20.0, 2, 150)
-    resumed = AbortPolicy(drop=1.0, patience=0, armed_from=100)  # resumed with --set train.abort_patience=0
+    resumed = AbortPolicy(drop=1.0, patience=0, armed_from=100)  # resumed with --set policies.abort_patience=0
     resumed.load_state(policy.state())
     assert resumed.update(17.0, 250, 0.0) == (False, False) and resumed.strikes == 3
     older = AbortPolicy(drop=1.0, patience=2)

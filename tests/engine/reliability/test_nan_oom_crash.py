@@ -66,7 +66,7 @@ def torch_equal(a, b) -> bool:
 
 def test_consecutive_nans_roll_back_with_lower_lr(engines, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    engine = engines.spawn([*QUICK, "--max-steps", "20", "--set", "train.nan_patience=3", "--lr", "2e-3",
+    engine = engines.spawn([*QUICK, "--max-steps", "20", "--set", "policies.nan_patience=3", "--lr", "2e-3",
                             "--run-dir", str(run)], tmp_path, faults="nan@12-14")
     assert engine.wait(60) == 0, engine.stderr()
     changes = [e for e in events_of(run, "setting") if e["name"] == "lr"]
@@ -82,8 +82,8 @@ def test_consecutive_nans_roll_back_with_lower_lr(engines, tmp_path: Path) -> No
 
 def test_nan_policy_stop_exits_1_with_a_resumable_run(engines, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    engine = engines.spawn([*QUICK, "--max-steps", "20", "--set", "train.nan_patience=3",
-                            "--set", "train.nan_policy=stop", "--run-dir", str(run)], tmp_path, faults="nan@5-7")
+    engine = engines.spawn([*QUICK, "--max-steps", "20", "--set", "policies.nan_patience=3",
+                            "--set", "policies.nan_policy=stop", "--run-dir", str(run)], tmp_path, faults="nan@5-7")
     assert engine.wait(60) == 1, engine.stderr()
     finished = events_of(run, "run_finished")[-1]
     assert finished["status"] == "failed" and "3 consecutive non-finite steps" in finished["reason"]
@@ -96,7 +96,7 @@ def test_nan_policy_stop_exits_1_with_a_resumable_run(engines, tmp_path: Path) -
 def test_nan_that_survives_every_rollback_stops_the_run(engines, tmp_path: Path) -> None:
     """Data that always gives NaN (sticky fault) must not roll back forever."""
     run = tmp_path / "run"
-    engine = engines.spawn([*QUICK, "--max-steps", "40", "--set", "train.nan_patience=2", "--run-dir", str(run)],
+    engine = engines.spawn([*QUICK, "--max-steps", "40", "--set", "policies.nan_patience=2", "--run-dir", str(run)],
                            tmp_path, faults="nan@12-13*")
     assert engine.wait(60) == 1, engine.stderr()
     rollbacks = [e for e in events_of(run, "setting") if e["name"] == "lr"]

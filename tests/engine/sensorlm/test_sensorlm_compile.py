@@ -13,7 +13,7 @@ from tests.engine.compile_check import assert_close, compare
 def test_sensorlm_blocks_compile_with_activation_checkpointing_and_match_eager() -> None:
     config = cfg.load(task="sensorlm", preset="demo", overrides={
         "sensorlm": {"model": {"activation_checkpointing": True}, "data": {"val_samples": 4}},
-        "train": {"max_steps": 2, "eval_every": 0, "batch_size": 2}, "checkpoint": {"every_steps": 0}})
+        "train": {"max_steps": 2, "batch_size": 2}, "evaluation": {"every": 0}, "checkpoint": {"every_steps": 0}})
     eager, compiled = compare(config, "blocks", "aot_eager")
     assert_close(eager.losses, compiled.losses, rel=1e-6)  # eager's kernels on AOTAutograd's graphs
     first = compiled.of("compile")[0]
