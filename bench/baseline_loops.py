@@ -72,11 +72,13 @@ def _setup(preset: str, steps: int, batch: int, task_name: str = "sensorlm"):
     groups = task.param_groups(model)  # the groups the engine trains: decay on matrices, none on the rest
     if ENGINE_SETTINGS:
         keep_freed_memory()  # before the DataLoader forks its worker: the worker inherits it
-        optimizer = adamw(groups, t)
+        optimizer = adamw(groups, config.optimizer, config.runtime.precision)
     else:
-        optimizer = torch.optim.AdamW(groups, lr=config.optimizer.lr, betas=tuple(config.optimizer.betas), eps=config.optimizer.eps)
+        o = config.optimizer
+        optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
+    sched = config.schedule
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(
-        s, steps, 1.0, config.schedule.kind, config.schedule.warmup_frac, config.schedule.cooldown_frac, config.schedule.min_lr_frac))
+        s, steps, 1.0, sched.kind, sched.warmup_frac, sched.cooldown_frac, sched.min_lr_frac))
     order = np.random.default_rng((t.seed, 0)).permutation(task.train_size())
     return config, task, model, optimizer, schedule, order
 

@@ -30,7 +30,9 @@ PRESET = "demo"
 def _config(steps: int, batch: int, prefetch: bool = True, workers: int = 0):
     from engine.core import config as cfg
 
-    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "batch_size": batch}, "evaluation": {"every": 0}, "runtime": {"prefetch": prefetch, "data_workers": workers},
+    return cfg.load(preset=PRESET, overrides={"train": {"max_steps": steps, "batch_size": batch},
+                                              "evaluation": {"every": 0},
+                                              "runtime": {"prefetch": prefetch, "data_workers": workers},
                                               "checkpoint": {"every_steps": 0}})
 
 

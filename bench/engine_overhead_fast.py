@@ -283,7 +283,8 @@ def _more_rows(results: dict, verdicts: list[str], ratio: list[float]) -> list[s
         deferred = [r["steps_per_s"] for r in results["engine_deferred"]]
         bare = [r["steps_per_s"] for r in results["bare"]]
         vs_sync = ratios(deferred, [r["steps_per_s"] for r in results["engine"]])
-        lines.append(f"| engine, `runtime.step_readback=deferred` (the CUDA path, on CPU) | {fmt_stats(deferred, '.0f')} "
+        lines.append(f"| engine, `runtime.step_readback=deferred` (the CUDA path, on CPU) "
+                     f"| {fmt_stats(deferred, '.0f')} "
                      f"| **{fmt_stats(ratios(deferred, bare))}** | | ÷ sync (the CPU default): "
                      f"**{fmt_stats(vs_sync)}** |")
         verdicts.append(f"fast steps: deferred ÷ sync readback steps/s on CPU: {stats(vs_sync)[1]:.3f} "

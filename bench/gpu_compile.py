@@ -32,11 +32,12 @@ COMPILED = [
 READBACK = ("toy b32", "toy", "demo", {"train": {"batch_size": 32}})
 
 
-def _config(task: str, preset: str, overrides: dict, **train):
+def _config(task: str, preset: str, overrides: dict, step_readback: str = "auto", **train):
     """The row's config on CUDA, no evaluation or checkpoint in the way (as bench.gpu_probe's rows)."""
     from engine.core import config as cfg
 
-    base = {"train": {"device": "cuda", "eval_every": 0, **train}, "checkpoint": {"every_steps": 0}}
+    base = {"train": train, "evaluation": {"every": 0}, "runtime": {"device": "cuda", "step_readback": step_readback},
+            "checkpoint": {"every_steps": 0}}
     return cfg.load(task=task, preset=preset, overrides=cfg.deep_merge(base, overrides))
 
 

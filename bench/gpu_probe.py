@@ -57,10 +57,13 @@ def peak_tflops(name: str) -> float | None:
     return next((peak for key, peak in PEAK_BF16_TFLOPS if key in name), None)
 
 
-def _config(task: str, preset: str, overrides: dict, **train):
+def _config(task: str, preset: str, overrides: dict, precision: str | None = None, oom_recovery: bool = True,
+            **train):
     from engine.core import config as cfg
 
-    base = {"train": {"device": "cuda", "eval_every": 0, **train}, "checkpoint": {"every_steps": 0}}
+    runtime = {"device": "cuda", **({"precision": precision} if precision else {})}
+    base = {"train": train, "evaluation": {"every": 0}, "runtime": runtime, "policies": {"oom_recovery": oom_recovery},
+            "checkpoint": {"every_steps": 0}}
     return cfg.load(task=task, preset=preset, overrides=_deep_merge(base, overrides))
 
 

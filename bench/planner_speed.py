@@ -93,7 +93,8 @@ def run(quick: bool = False) -> Section:
               "torch, task setup) | trace worker RSS MiB |", "|---|---:|---:|---:|---:|"]
     for preset, batch in ([("demo", 2)] if smoke() else [("base", 64)] if quick else
                           [("demo", 16), ("tiny", 16), ("small", 16), ("base", 8), ("base", 64)]):
-        config = load(preset=preset, task="sensorlm", overrides={"train": {"batch_size": batch}, "runtime": {"precision": "fp32"}})
+        config = load(preset=preset, task="sensorlm", overrides={"train": {"batch_size": batch},
+                                                                 "runtime": {"precision": "fp32"}})
         start = time.perf_counter()
         raw = trace.run_worker(config)  # the subprocess itself: never cached
         wall = time.perf_counter() - start

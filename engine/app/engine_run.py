@@ -92,7 +92,7 @@ class EngineRun:
         self.config, guard_note = self.guard()
         self.build()
         jsonl = self.open_run_dir()
-        self.attach_sinks(jsonl, [self.prepared.note, guard_note])
+        self.attach_sinks(jsonl, [*self.prepared.notes, self.prepared.note, guard_note])
         self.serve()
 
     def stopped_starting(self) -> int:

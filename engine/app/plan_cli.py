@@ -82,7 +82,7 @@ def layout_of(args: argparse.Namespace, config=None) -> Layout:
         return SINGLE
     if world is not None and world < 1:
         raise ValueError(f"--nproc-per-node={world}: must be >= 1")
-    default = getattr(getattr(config, "train", None), "strategy", None) or "ddp"
+    default = getattr(getattr(config, "runtime", None), "strategy", None) or "ddp"
     return Layout(world or 1, strategy or default)
 
 

@@ -36,15 +36,20 @@ class Prepared:
     note: str | None = None
     #: A fresh run: refused if the directory already holds one (checked again once it owns the directory).
     fresh: bool = False
+    #: Lines for the run's log about the input: an old config key read under its new name.
+    notes: tuple[str, ...] = ()
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
     """Validate everything before touching disk; UsageError with a one-line message otherwise."""
+    notes: list[str] = []
     try:
         overrides = overrides_from(args)
         if args.resume:
-            return _prepare_resume(args, overrides)
-        config = cfg.load(args.config, preset=args.preset, overrides=overrides, task=args.task)
+            prepared = _prepare_resume(args, cfg.upgrade(overrides, "--set", notes))
+            prepared.notes = tuple(notes)
+            return prepared
+        config = cfg.load(args.config, preset=args.preset, overrides=overrides, task=args.task, notes=notes)
     except cfg.ConfigError as exc:
         raise UsageError(str(explain_flag_error(exc))) from None
     name = config.name or (Path(args.run_dir).name if args.run_dir else default_name())
@@ -60,7 +65,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     except OSError as exc:  # a component over 255 bytes, a parent we may not search, a file where a dir goes
         raise UsageError(f"--run-dir {clip(root)}: cannot use this path ({exc.strerror})") from None
     _check_task(config)
-    return Prepared(config, RunDir(root), None, fresh=True)
+    return Prepared(config, RunDir(root), None, fresh=True, notes=tuple(notes))
 
 
 def clip(path: Path | str, limit: int = 120) -> str:

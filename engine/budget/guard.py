@@ -208,7 +208,9 @@ def _smaller_preset(config: RunConfig, budget: planner.Budget, layout: Layout = 
     for name in reversed(names[: names.index(config.task.preset)]):
         try:
             other = load(preset=name, task=config.task.name,
-                         overrides={"train": {"batch_size": config.train.batch_size, "grad_accum": config.train.grad_accum}, "runtime": {"precision": config.runtime.precision}})
+                         overrides={"train": {"batch_size": config.train.batch_size,
+                                              "grad_accum": config.train.grad_accum},
+                                    "runtime": {"precision": config.runtime.precision}})
         except Exception:
             continue
         total = analytic.estimate(other, device=device, layout=layout).total

@@ -1,7 +1,7 @@
 """The knobs the budget varies, applied to a RunConfig: the engine's own and the task's declared settings.
 
-Torch-free. The engine owns ``batch_size``, ``grad_accum``, ``precision``,
-``lr``, ``threads`` and ``data_workers`` (in ``[train]``); every other name is one of the task's declared
+Torch-free. The engine owns ``batch_size``, ``grad_accum`` (in ``[train]``), ``precision``, ``threads``,
+``data_workers`` (in ``[runtime]``) and ``lr`` (in ``[optimizer]``); every other name is one of the task's declared
 ``Setting``s (engine.core.taskspec), found at its ``path``. ``with_settings``
 returns a validated copy, so a bad value is the config's own one-line error
 naming the field.

@@ -36,10 +36,10 @@ def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.Optimizer
     allocates what the real one does): weight decay on ≥2-D parameters only."""
     from engine.optim.optimization import adamw
 
-    t = config.train
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return adamw([{"params": decay, "weight_decay": config.optimizer.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], t)
+    return adamw([{"params": decay, "weight_decay": config.optimizer.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}], config.optimizer, config.runtime.precision)
 
 
 def autocast_for(config: RunConfig, device_type: str):

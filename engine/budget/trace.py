@@ -39,11 +39,12 @@ IRRELEVANT = {
     "name": None,
     "checkpoint": None,
     "budget": None,
-    "train": {"max_steps", "epochs", "steps_per_epoch", "lr", "eval_every", "log_every", "overfit",
-              "abort_drop", "abort_patience", "abort_patience_steps", "abort_patience_s", "nan_policy",
-              "nan_patience", "rollback_lr_factor", "threads", "on_hangup", "oom_recovery", "schedule",
-              "warmup_frac", "cooldown_frac", "min_lr_frac", "device", "compile",
-              "compile_backend"},  # the trace is an eager step's
+    "train": {"max_steps", "epochs", "steps_per_epoch", "log_every"},
+    "optimizer": {"lr"},
+    "schedule": None,
+    "evaluation": {"every", "overfit"},
+    "policies": None,
+    "runtime": {"threads", "device", "compile", "compile_backend"},  # the trace is an eager step's
 }
 
 

@@ -169,7 +169,7 @@ def overrides_from(args: argparse.Namespace) -> dict:
         *parents, leaf = dotted.split(".")
         for depth, part in enumerate(parents):
             node = node.setdefault(part, {})
-            if not isinstance(node, dict):  # `--set train=1 --set optimizer.lr=…`: a section was given a value
+            if not isinstance(node, dict):  # `--set train=1 --set train.seed=…`: a section was given a value
                 section = ".".join(parents[:depth + 1])
                 raise ConfigError(f"--set {dotted}: {section} was already set to a value ({node!r}); "
                                   f"{section} is a section, set its fields as {section}.FIELD=VALUE")

@@ -1,7 +1,9 @@
 """Run configuration: pydantic v2 models, TOML loading, presets and CLI overrides.
 
 The core's sections are the ones every task shares: ``name``, ``task`` (name and
-preset), ``train``, ``data`` (where the data is), ``checkpoint``, ``budget`` and ``autotune``.
+preset), ``train``, ``optimizer``, ``schedule``, ``evaluation``, ``policies``, ``runtime``,
+``data`` (where the data is), ``checkpoint``, ``budget`` and ``autotune``: one per component
+that reads it (engine.core.core_sections).
 Each task brings its own section, named after it (``[toy]``, or sub-tables like ``[<task>.model]``),
 declared by its torch-free spec (engine.tasks.<name>.spec). ``RunConfig`` is the
 shared part; ``config_class(task)`` is RunConfig with that task's section added
@@ -11,8 +13,9 @@ any other section), and ``config.task_config`` reaches it without knowing the na
 
 Precedence, lowest first: field defaults → the task's preset → the TOML file
 (``--config``) → CLI flags. The resolved config is written to the run
-directory as ``config.toml`` with ``version = 2`` and is what ``--resume`` reads
-back; older layouts are migrated first (engine.core.migrate).
+directory as ``config.toml`` with ``version = 3`` and is what ``--resume`` reads
+back; older layouts are migrated first (engine.core.migrate), and an old key in a
+user's file or ``--set`` flag is read under its new name with a note.
 
 Every error is a ``ConfigError`` whose message is one line naming the place
 (``file:line``, ``field`` or ``--flag``), the value and what is allowed.
@@ -35,6 +38,11 @@ from engine.core.core_sections import (
     BudgetConfig,
     CheckpointConfig,
     DataConfig,
+    EvaluationConfig,
+    OptimizerConfig,
+    PoliciesConfig,
+    RuntimeConfig,
+    ScheduleConfig,
     TaskConfig,
     TrainConfig,
 )
@@ -56,6 +64,11 @@ class RunConfig(_Section):
     name: str = Field("", description="Run name (default: a timestamp); the run directory is runs/<name>.")
     task: TaskConfig = Field(default_factory=TaskConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
@@ -67,7 +80,8 @@ class RunConfig(_Section):
         return getattr(self, self.task.name)
 
 
-SECTIONS = ("task", "train", "data", "checkpoint", "budget", "autotune")
+SECTIONS = ("task", "train", "optimizer", "schedule", "evaluation", "policies", "runtime", "data", "checkpoint",
+            "budget", "autotune")
 
 
 def _spec(name: str, place: str):
@@ -120,17 +134,28 @@ def _line_of(text: str, section: str | None, key: str) -> int | None:
     return None
 
 
-def _describe(error: dict) -> tuple[str, str]:
-    """(dotted field, 'message') for one pydantic error."""
+def _describe(error: dict, cls: type[Section]) -> tuple[str, str]:
+    """(dotted field, 'message') for one pydantic error in a ``cls`` (an unknown key: with the keys allowed)."""
     loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, int) or True)
     msg = error.get("msg", "invalid")
     kind = error.get("type", "")
     if kind == "extra_forbidden":
-        msg = "unknown key"
+        allowed = _keys_at(cls, error.get("loc", ())[:-1])
+        msg = f"unknown key; allowed: {', '.join(allowed)}" if allowed else "unknown key"
     elif kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         msg = f"allowed: {expected}"
     return loc, msg
+
+
+def _keys_at(cls: type[Section], loc: tuple) -> list[str]:
+    """The keys of the section at ``loc`` in ``cls`` ([] when ``loc`` is not a section)."""
+    for part in loc:
+        info = cls.model_fields.get(part) if isinstance(part, str) else None
+        if info is None or not (isinstance(info.annotation, type) and issubclass(info.annotation, Section)):
+            return []
+        cls = info.annotation
+    return list(cls.model_fields)
 
 
 def _clip(text: str, limit: int = 80) -> str:
@@ -156,23 +181,48 @@ def _place(origin: str, text: str | None, field: str) -> str:
         sections.append(".".join(parts[1:-1]))  # [<task>.model] written as [model] in a v1 file
     if len(parts) == 2 and sections[0] not in SECTIONS:
         sections += ["model", "data"]  # a flat task section ([toy]) whose keys a v1 file kept in these
-    for section in sections:
-        line = _line_of(text, section, parts[-1])
+    keys = [parts[-1]] * len(sections)
+    old = _OLD_NAMES.get(field)
+    if old is not None:  # a file in the layout before 3 wrote it in [train], under its old name
+        sections.append("train")
+        keys.append(old)
+    for section, key in zip(sections, keys):
+        line = _line_of(text, section, key)
         if line:
             return f"{origin}:{line}"
     return origin
 
 
+#: Layout 3 path → its [train] key before layout 3 (where an older file shows the line).
+_OLD_NAMES = {new: old for old, new in migrate.LAYOUT_3.items()}
+
+
+def upgrade(data: dict, origin: str, notes: list[str] | None = None, text: str | None = None) -> dict:
+    """``data`` (a file's table or an override dict) in the current layout; ``notes`` gets one line naming the
+    keys that moved (``origin`` is the file, or ``--set`` for flags). ConfigError when a field is given under
+    both its old and new name."""
+    moves: list[tuple[str, str]] = []
+    try:
+        data = migrate.config(data, moves)
+    except migrate.LayoutConflict as exc:
+        raise ConfigError(f"{_place(origin, text, str(exc).split()[0])}: {exc}") from None
+    if moves and notes is not None:
+        shown = ", ".join(f"{old} → {new}" for old, new in moves[:4]) + (", …" if len(moves) > 4 else "")
+        place = _place(origin, text, moves[0][1]) if len(moves) == 1 else origin
+        notes.append(f"{place}: read under config layout 3's names ({shown}); the old names keep working")
+    return data
+
+
 def validate(data: dict, origin: str = "config", text: str | None = None) -> RunConfig:
     """Validate a merged dict (migrated first when it is an older layout); ConfigError naming the first bad
     field, with file:line when the text shows it."""
-    data = migrate.config(data)
+    data = upgrade(data, origin, text=text)
     cls = config_class_at(_task_name(data, origin), origin)
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
-        field, msg = _describe(error)
+        field, msg = _describe(error, cls)
         place = _place(origin, text, field)
         value = error.get("input")
         shown = "" if isinstance(value, dict) or error.get("type") == "missing" else f"={_clip(repr(value), 60)}"
@@ -260,14 +310,19 @@ def load(
     preset: str | None = None,
     overrides: dict | None = None,
     task: str | None = None,
+    notes: list[str] | None = None,
 ) -> RunConfig:
-    """Resolve defaults → preset → TOML file → overrides (nested dict, e.g. from CLI flags) into a RunConfig."""
+    """Resolve defaults → preset → TOML file → overrides (nested dict, e.g. from CLI flags) into a RunConfig.
+
+    A file or override in an older layout is read in the current one; ``notes`` gets a line saying so."""
     file_data: dict = {}
     text = None
     origin = "config"
     if config_path is not None:
         file_data, text = read_toml(config_path)
         origin = str(config_path)
+        if not migrate.is_v1_config(file_data):  # a v1 file is migrated whole below, once its task is known
+            file_data = upgrade(file_data, origin, notes, text)
     overrides = overrides or {}
     file_task = file_data.get("task", {}) if isinstance(file_data.get("task"), dict) else {}
     if "task" in file_data and not isinstance(file_data["task"], dict):
@@ -282,8 +337,9 @@ def load(
         spec.default_preset
     if not isinstance(preset_name, str):
         raise ConfigError(f"{origin}: task.preset={preset_name!r}: must be a string")
-    base = deep_merge(preset_dict(task_name, preset_name) if spec.presets or preset else {},
-                       {"task": {"name": task_name, "preset": preset_name}})
+    # a plugin's preset written for the layout before 3 is read in this one (its user cannot change it: no note)
+    base = deep_merge(upgrade(preset_dict(task_name, preset_name), f"preset {preset_name!r} of task {task_name!r}")
+                      if spec.presets or preset else {}, {"task": {"name": task_name, "preset": preset_name}})
     if registry.is_plugin(task_name):  # a plugin's preset its own section refuses: named as the preset's error
         validate(base, f"preset {preset_name!r} of task {task_name!r}")
     # Validate the file on its own first so its errors point at its own lines.
@@ -294,6 +350,7 @@ def load(
     if migrate.is_v1_config(overrides):  # an override dict in the old layout (a script written for v1)
         overrides = migrate.config({**overrides, "task": {**overrides.get("task", {}), "name": task_name}})
         overrides.pop("version")
+    overrides = upgrade(overrides, "--set", notes)
     merged = deep_merge(merged, overrides)
     return validate(merged, "flags")
 

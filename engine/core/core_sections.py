@@ -1,4 +1,5 @@
-"""The config sections every run has, whatever its task: task, data, train, checkpoint, budget, autotune.
+"""The config sections every run has, whatever its task: task, data, train, optimizer, schedule, evaluation,
+policies, runtime, checkpoint, budget, autotune.
 
 Each field carries its bounds and a one-line description (the README's config
 reference is generated from them). A task's own section is declared by its
@@ -38,7 +39,7 @@ class DataConfig(_Section):
 
 
 class TrainConfig(_Section):
-    """Optimisation, schedule, evaluation and stopping policy."""
+    """What trains and for how long: the step count, the batch, the seed, how often a step is told."""
 
     max_steps: int = Field(300, ge=0, description="Optimizer steps to run (0 = use epochs × steps_per_epoch).")
     epochs: int = Field(1, ge=1, description="Epochs, when max_steps is 0.")
@@ -46,27 +47,47 @@ class TrainConfig(_Section):
     batch_size: int = Field(16, ge=1, le=1_000_000, description="Samples per optimizer step (the effective batch).")
     grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per step; micro-batch = "
                             "batch_size/grad_accum.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
+    log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
+    print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
+
+
+class OptimizerConfig(_Section):
+    """AdamW and the gradient clip (engine.optim.optimization)."""
+
     lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate.")
     betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="AdamW betas.")
     eps: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon.")
     weight_decay: float = Field(0.01, ge=0, le=10, description="AdamW decoupled weight decay.")
-    schedule: Literal["constant", "cosine", "rsqrt", "onecycle"] = Field("cosine", description="LR schedule.")
+    clip_grad_norm: float = Field(1.0, ge=0, description="Clip the global grad norm to this (0 = off).")
+
+
+class ScheduleConfig(_Section):
+    """The learning-rate schedule over the run's steps (engine.optim.schedule)."""
+
+    kind: Literal["constant", "cosine", "rsqrt", "onecycle"] = Field("cosine", description="LR schedule.")
     warmup_frac: float = Field(0.05, ge=0, lt=1, description="Fraction of steps of linear warm-up.")
     cooldown_frac: float = Field(0.1, ge=0, lt=1, description="rsqrt: fraction of steps of linear cool-down to 0.")
-    min_lr_frac: float = Field(0.0, ge=0, le=1, description="cosine/onecycle: final LR as a fraction of lr.")
-    clip_grad_norm: float = Field(1.0, ge=0, description="Clip the global grad norm to this (0 = off).")
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a "
-                                                       "grad scaler.")
-    eval_every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
-    log_every: int = Field(1, ge=1, description="Write a step event every N steps.")
-    print_every: int = Field(10, ge=1, description="Headless console: print a step line every N steps.")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of torch, numpy and python RNGs and the data order.")
+    min_lr_frac: float = Field(0.0, ge=0, le=1, description="cosine/onecycle: final LR as a fraction of "
+                               "optimizer.lr.")
+
+
+class EvaluationConfig(_Section):
+    """When validation runs, and the overfit checks (engine.training.evaluator, overfit_gate)."""
+
+    every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
     overfit: int = Field(0, ge=0, description="If > 0: train and validate on this many frozen samples (a sanity gate).")
     overfit_target: float = Field(0.1, gt=0, le=1, description="Overfit gate passes when final val loss <= this x "
                                   "the untrained one.")
     overfit_gate: int = Field(0, ge=0, le=1024, description="If > 0: before training, a copy of the model must "
                               "learn this many frozen samples (engine.training.overfit_gate) or the run stops, exit 1.")
     overfit_gate_steps: int = Field(300, ge=1, le=100_000, description="Steps the overfit gate trains its copy.")
+
+
+class PoliciesConfig(_Section):
+    """What the run does when something goes wrong: a metric that gets worse, NaN, OOM, a hang-up
+    (engine.training.policies)."""
+
     abort_drop: float = Field(1.5, ge=0, description="Abort when the primary metric sits this much worse than its "
                               "best since the LR warm-up ended, in its own unit...")
     abort_patience: int = Field(2, ge=0, description="...on this many consecutive evals (0 = never abort)...")
@@ -77,7 +98,19 @@ class TrainConfig(_Section):
         "rollback", description="After nan_patience consecutive non-finite steps: roll back to last good or stop.")
     nan_patience: int = Field(5, ge=1, description="Consecutive non-finite steps tolerated (each is skipped).")
     rollback_lr_factor: float = Field(0.5, gt=0, le=1, description="LR multiplier applied on a NaN rollback.")
+    oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective "
+                               "batch.")
+    on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and "
+                                                   "exit.")
+
+
+class RuntimeConfig(_Section):
+    """How the run executes, not what it computes: device, precision, threads and data workers, the strategy
+    across ranks, compile, the step's readback."""
+
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks CUDA when available.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 with a "
+                                                       "grad scaler.")
     prefetch: bool = Field(True, description="Build the next batch on a background thread during the step "
                            "(off: every batch inline, for a task whose make_batch is not thread-safe).")
     data_workers: int = Field(-1, ge=-1, le=256, description="With prefetch: build batches in this many DataLoader "
@@ -85,10 +118,6 @@ class TrainConfig(_Section):
                               "step cost and the cores, engine.training.threads).")
     threads: int = Field(0, ge=0, le=1024, description="torch intra-op threads (0 = planned from the usable cores, "
                          "engine.training.threads).")
-    on_hangup: Literal["continue", "stop"] = Field("continue", description="SIGHUP: keep training, or checkpoint and "
-                                                   "exit.")
-    oom_recovery: bool = Field(True, description="On out-of-memory, halve the micro-batch and keep the effective "
-                               "batch.")
     strategy: Literal["ddp", "fsdp2"] = Field(
         "ddp", description="Across ranks: ddp (replicas; one checkpoint file) or fsdp2 (fully_shard; DCP "
         "checkpoint directories; without --nproc-per-node a world of 1). Fixed for the run's life.")

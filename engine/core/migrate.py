@@ -6,6 +6,10 @@ of them), ``train.abort_drop_db`` was in dB, ``EvalDone`` carried ``psnr_db`` an
 ``extra``, and ``status.json`` had ``best_psnr``. Version 2 gives each task its own
 section under its name (``[sensorlm.model]``, ``[toy]``), keeps ``data.path`` as the
 one shared data source, and names the primary metric wherever a best value is kept.
+Version 3 splits v2's one ``[train]`` table into the sections of the components that
+read them: ``train`` (what and how long), ``optimizer``, ``schedule``, ``evaluation``,
+``policies`` and ``runtime`` (``LAYOUT_3``). An old key in a new file or a ``--set``
+flag is moved too: the caller gets the (old, new) pairs, to tell the user in one line.
 
 The old names have to appear here to be migrated, which is why this module (with the
 task registry and the SensorLM package) is allowed to name them by the source-scan
@@ -17,7 +21,21 @@ from __future__ import annotations
 from typing import Any
 
 #: Version of the config layout written as ``version`` in config.toml and checkpoints.
-CONFIG_VERSION = 2
+CONFIG_VERSION = 3
+
+#: Layout 3: each v2 ``train.<key>`` that moved → its new dotted path (the rest of [train] stays).
+LAYOUT_3: dict[str, str] = {
+    **{key: f"optimizer.{key}" for key in ("lr", "betas", "eps", "weight_decay", "clip_grad_norm")},
+    "schedule": "schedule.kind",
+    **{key: f"schedule.{key}" for key in ("warmup_frac", "cooldown_frac", "min_lr_frac")},
+    "eval_every": "evaluation.every",
+    **{key: f"evaluation.{key}" for key in ("overfit", "overfit_target", "overfit_gate", "overfit_gate_steps")},
+    **{key: f"policies.{key}" for key in ("abort_drop", "abort_patience", "abort_patience_steps", "abort_patience_s",
+                                          "nan_policy", "nan_patience", "rollback_lr_factor", "oom_recovery",
+                                          "on_hangup")},
+    **{key: f"runtime.{key}" for key in ("device", "precision", "prefetch", "data_workers", "threads", "strategy",
+                                         "step_readback", "compile", "compile_backend", "collective_timeout_s")},
+}
 
 #: v1 key → toy key (toy read these of [model] and [data]; the rest it ignored).
 _TOY_MODEL = {"dim": "dim", "depth": "depth", "dropout": "dropout"}
@@ -36,8 +54,50 @@ def is_v1_config(data: Any) -> bool:
         (isinstance(train, dict) and "abort_drop_db" in train)
 
 
-def config(data: Any) -> Any:
-    """A v2 config dict from a v1 one (anything else comes back unchanged; the validator judges it)."""
+class LayoutConflict(ValueError):
+    """One field given under its old and its new name; ``str()`` names both."""
+
+
+def moved(dotted: str) -> str | None:
+    """The layout-3 path of a v2 dotted path (``train.lr`` → ``optimizer.lr``); None when it did not move."""
+    section, _, key = dotted.partition(".")
+    return LAYOUT_3.get(key) if section == "train" else None
+
+
+def config(data: Any, moves: list[tuple[str, str]] | None = None) -> Any:
+    """A current config dict from an older one; anything else comes back unchanged (the validator judges it).
+
+    ``moves`` (when given) gets one (old, new) dotted pair per key moved to its layout-3 section; LayoutConflict
+    when a dict holds a field under both names."""
+    data = _split_train(_v1_to_v2(data), moves)
+    if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] < CONFIG_VERSION:
+        data = {**data, "version": CONFIG_VERSION}
+    return data
+
+
+def _split_train(data: Any, moves: list[tuple[str, str]] | None) -> Any:
+    """Layout 3 from layout 2: the keys of ``[train]`` that moved, in their sections (idempotent)."""
+    train = data.get("train") if isinstance(data, dict) else None
+    if not isinstance(train, dict) or not set(train) & set(LAYOUT_3):
+        return data
+    out = {**data, "train": dict(train)}
+    for key in train:
+        section, _, new = LAYOUT_3.get(key, ".").partition(".")
+        if not section or (section in out and not isinstance(out[section], dict)):
+            continue  # not moved; or its section is not a table (`runtime = 5`): the validator names that
+        table = dict(out.get(section) or {})
+        if new in table:
+            raise LayoutConflict(f"train.{key} and {section}.{new} are the same field (train.{key} is its name "
+                                 f"before config layout 3); give it once, as {section}.{new}")
+        table[new] = out["train"].pop(key)
+        out[section] = table
+        if moves is not None:
+            moves.append((f"train.{key}", f"{section}.{new}"))
+    return out
+
+
+def _v1_to_v2(data: Any) -> Any:
+    """A v2 config dict from a v1 one (anything else comes back unchanged)."""
     if not is_v1_config(data):
         return data
     out = {k: v for k, v in data.items() if k not in ("model", "data")}
@@ -62,12 +122,13 @@ def config(data: Any) -> Any:
         train = dict(train)
         train["abort_drop"] = train.pop("abort_drop_db")  # v1's only primary metric was PSNR in dB
         out["train"] = train
-    out["version"] = CONFIG_VERSION
+    out["version"] = 2
     return out
 
 
 def event(record: dict) -> dict:
-    """A schema-2 event record from a schema-1 one (idempotent; other types pass through)."""
+    """A schema-2 event record from a schema-1 one, a RunStarted's config in the current layout (idempotent;
+    other types pass through)."""
     kind = record.get("type")
     if kind == "eval" and ("psnr_db" in record or "extra" in record):
         out = {k: v for k, v in record.items() if k not in ("psnr_db", "extra")}
@@ -83,12 +144,19 @@ def event(record: dict) -> dict:
         return out
     if kind == "run_started":
         out = dict(record)
-        if is_v1_config(record.get("config")):  # a run of the previous release: v1 config, no capabilities
+        if is_v1_config(record.get("config")):  # a run of an early release: v1 config, no capabilities
             out["config"] = config(record["config"])
             if not record.get("capabilities"):
                 out["capabilities"] = _builtin_capabilities(record.get("task") or "")
+        elif _engine_config_before_3(record.get("config")):  # viewers read one layout: the current one
+            out["config"] = config(record["config"])
         return out
     return record
+
+
+def _engine_config_before_3(data: Any) -> bool:
+    """An engine's config of layout 2 (an integration's free-form config carries no version and stays as is)."""
+    return isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] < CONFIG_VERSION
 
 
 def _builtin_capabilities(task: str) -> dict:

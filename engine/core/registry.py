@@ -29,7 +29,8 @@ BUILTIN_SPECS: dict[str, str] = {
 #: The task a config without ``task.name`` trains.
 DEFAULT_TASK = "sensorlm"
 #: Section names the core owns; a task's section cannot take one of them.
-RESERVED = frozenset({"name", "version", "task", "train", "data", "checkpoint", "budget"})
+RESERVED = frozenset({"name", "version", "task", "train", "optimizer", "schedule", "evaluation", "policies",
+                      "runtime", "data", "checkpoint", "budget", "autotune"})
 
 
 class UnknownTask(LookupError):

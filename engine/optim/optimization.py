@@ -23,17 +23,17 @@ from typing import Callable
 import torch
 
 from engine.checkpoint import format as ckpt
-from engine.core.core_sections import TrainConfig
+from engine.core.core_sections import OptimizerConfig, ScheduleConfig
 from engine.optim.clipping import GradClipper
 from engine.optim.fused import fused_adamw
 from engine.optim.schedule import lr_at
 
 
-def adamw(groups: list[dict], train: TrainConfig) -> torch.optim.Optimizer:
+def adamw(groups: list[dict], optimizer: OptimizerConfig, precision: str) -> torch.optim.Optimizer:
     """AdamW with the run's betas/eps over ``groups``: fused where ``engine.optim.fused`` says the run allows it
-    and every parameter is a plain tensor on a device with the kernel (not a DTensor shard)."""
+    (at ``precision``) and every parameter is a plain tensor on a device with the kernel (not a DTensor shard)."""
     params = [p for group in groups for p in group["params"]]
-    fused = bool(params) and fused_adamw(runtime.precision, sharded=False) and all(
+    fused = bool(params) and fused_adamw(precision, sharded=False) and all(
         not hasattr(p, "placements") and p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point
         for p in params)
     return torch.optim.AdamW(groups, lr=optimizer.lr, betas=tuple(optimizer.betas), eps=optimizer.eps,
@@ -56,11 +56,13 @@ def as_float(value: torch.Tensor) -> torch.Tensor:
 class Optimization:
     """AdamW + precision + schedule + clipping for one model."""
 
-    def __init__(self, train: TrainConfig, model: torch.nn.Module, groups: list[dict], device: torch.device,
-                 total_steps: int, lr_fault: Callable[[int], float] | None = None) -> None:
-        """``groups`` are torch param groups (``Task.param_groups(model)``); ``total_steps`` shapes the schedule;
-        ``lr_fault(step)``, a test hook (engine.training.faults' ``lr@A-B=F``), multiplies step ``step``'s LR."""
-        self.train = train
+    def __init__(self, optimizer: OptimizerConfig, schedule: ScheduleConfig, precision: str, model: torch.nn.Module,
+                 groups: list[dict], device: torch.device, total_steps: int,
+                 lr_fault: Callable[[int], float] | None = None) -> None:
+        """The run's ``optimizer`` and ``schedule`` sections and ``runtime.precision``; ``groups`` are torch param
+        groups (``Task.param_groups(model)``); ``total_steps`` shapes the schedule; ``lr_fault(step)``, a test hook
+        (engine.training.faults' ``lr@A-B=F``), multiplies step ``step``'s LR."""
+        self.schedule, self.clip_norm = schedule, optimizer.clip_grad_norm
         self.lr_fault = lr_fault
         self.total_steps = total_steps
         #: Peak LR (``set lr`` changes it) and the multiplier NaN rollbacks lower.
@@ -70,9 +72,9 @@ class Optimization:
         #: optimizer's state is indexed by (the groups' order).
         self.clip = GradClipper([p for p in model.parameters() if p.requires_grad])
         self.params = [p for group in groups for p in group["params"]]
-        self.optimizer = adamw(groups, train)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16")
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(runtime.precision)
+        self.optimizer = adamw(groups, optimizer, precision)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self._autocast: Callable = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
         #: How ``step`` brings the step's values to the host: "stacked" (one tensor, one transfer) where a read
         #: waits for the device; "each" (``.item()`` per value) on CPU, where no read waits and the stack is
@@ -99,9 +101,9 @@ class Optimization:
 
     def lr(self, step: int) -> float:
         """The LR for optimizer step ``step``."""
-        t = self.train
-        lr = self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, self.schedule.kind, self.schedule.warmup_frac,
-                                                  self.schedule.cooldown_frac, self.schedule.min_lr_frac)
+        s = self.schedule
+        lr = self.peak_lr * self.lr_scale * lr_at(step, self.total_steps, 1.0, s.kind, s.warmup_frac, s.cooldown_frac,
+                                                  s.min_lr_frac)
         return lr if self.lr_fault is None else lr * self.lr_fault(step)
 
     @property
@@ -118,7 +120,7 @@ class Optimization:
             # at lr × ratio: the warm-up and the decay still apply to every group.
             group["lr"] = lr * group.get("lr_mult", 1.0)
         self.scaler.unscale_(self.optimizer)
-        max_norm = self.optimizer.clip_grad_norm if self.optimizer.clip_grad_norm > 0 else math.inf
+        max_norm = self.clip_norm if self.clip_norm > 0 else math.inf
         grad_norm = self.clip(max_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (a norm over shards); its value on every rank
             grad_norm = grad_norm.full_tensor()

@@ -74,11 +74,10 @@ class StepReadback:
         return any(tensor is buffer for buffer in self._buffers)
 
 
-def deferred_readback(train, optim, device: torch.device) -> bool:
+def deferred_readback(mode: str, optim, device: torch.device) -> bool:
     """Whether a run reads its steps back deferred (``runtime.step_readback``): auto on CUDA where the optimizer
     skips on the device; ``deferred`` anywhere it can (CPU too: the tests' path, and a measurement); ValueError
     naming the field where it cannot."""
-    mode = runtime.step_readback
     if mode == "sync":
         return False
     if not optim.skips_on_device:

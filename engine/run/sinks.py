@@ -388,7 +388,8 @@ class ConsoleSink:
 def model_summary(event: ev.RunStarted) -> str:
     """" trainable 1,024 precision bf16 data 10,000/64" (what a run of an older release reported: less)."""
     parts = [f" trainable {event.trainable:,}"] if event.trainable else []
-    precision = (event.config.get("train") or {}).get("precision")
+    # the engine's [runtime]; an integration's free-form [train] (Lightning's precision)
+    precision = (event.config.get("runtime") or event.config.get("train") or {}).get("precision")
     if precision:
         parts.append(f" precision {precision}")
     if event.train_samples:

@@ -40,12 +40,12 @@ class PlannedPrefetcher:
                  viewers: Callable[[], int] | None = None, pin_memory: bool = False) -> None:
         """``build(key)`` builds a batch here; ``worker_args()`` = (config as JSON, task state) for worker
         processes; ``pin_memory``: workers' batches into page-locked memory (a CUDA device's copies overlap)."""
-        t = config.train
         self._build = build
         self._pin = pin_memory
         self._worker_args = worker_args
         self._emit = emit
-        self._threads, self._workers, self._prefetch = config.runtime.threads, config.runtime.data_workers, config.runtime.prefetch
+        runtime = config.runtime
+        self._threads, self._workers, self._prefetch = runtime.threads, runtime.data_workers, runtime.prefetch
         self._steps_left = steps_left
         self.cores = cores or usable_cores()
         #: How many viewers share the machine now (the engine process sets it once its control server runs).

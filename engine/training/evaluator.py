@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from engine.core.core_sections import TrainConfig
+from engine.core.core_sections import EvaluationConfig, PoliciesConfig
 from engine.core.exit_codes import ExitCode
 from engine.run import events as ev
 from engine.training.control_handler import GracefulStop
@@ -30,17 +30,17 @@ from engine.training.policies import AbortPolicy
 class Evaluator:
     """Runs validation passes for one task and judges them (best, abort, overfit gate)."""
 
-    def __init__(self, train: TrainConfig, task, emit: Callable[[ev.Event], None] = lambda event: None,
-                 agree: Callable[[bool], bool] = bool, warmup_steps: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """``emit`` takes the overfit gate's events; ``agree`` makes its verdict every rank's
-        (engine.training.policies); the abort rule is armed once ``warmup_steps`` are done, and counts its
-        patience's seconds on ``clock``."""
-        self.train = train
+    def __init__(self, evaluation: EvaluationConfig, policies: PoliciesConfig, task, gate: OverfitGate | None = None,
+                 emit: Callable[[ev.Event], None] = lambda event: None, agree: Callable[[bool], bool] = bool,
+                 warmup_steps: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+        """The run's ``evaluation`` section and the abort rule of its ``policies``; ``gate`` is the preflight a
+        fresh run passes before its first evaluation (``evaluation.overfit_gate``; none: no gate); ``emit``
+        takes the gate's events; ``agree`` makes its verdict every rank's (engine.training.policies); the abort
+        rule is armed once ``warmup_steps`` are done, and counts its patience's seconds on ``clock``."""
+        self.evaluation = evaluation
         self.task = task
         self.emit, self.agree = emit, agree
-        #: The preflight a fresh run passes before its first evaluation (``evaluation.overfit_gate``).
-        self.gate = OverfitGate(train)
+        self.gate = gate
         from engine.core.registry import get_spec
 
         #: The task's declared primary metric (engine.core.taskspec.Metric): decides best and the abort rule.
@@ -63,7 +63,7 @@ class Evaluator:
         the overfit gate when ``evaluation.overfit_gate`` asks for it; a failed gate raises GracefulStop (status
         failed, exit 1, the verdict as the reason, no checkpoint)."""
         if step == 0 and self.first_val_loss is None:
-            failed = self.gate.check(self.task, model, device, self.emit, autocast)
+            failed = self.gate.check(self.task, model, device, self.emit, autocast) if self.gate else ""
             if self.agree(bool(failed)):  # every rank stops, or none
                 raise GracefulStop(failed or "overfit gate failed on another rank", ExitCode.POLICY,
                                    checkpoint=False, status="failed")

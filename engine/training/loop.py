@@ -49,6 +49,7 @@ from engine.training.control_handler import ControlHandler, GracefulStop, Stop
 from engine.training.evaluator import Evaluator
 from engine.training.exporter import Exporter
 from engine.training.live_settings import LiveSettings
+from engine.training.overfit_gate import OverfitGate
 from engine.training.policies import CONTINUE_FLAGS, Agree, NanGuard, NanPolicy, OomPolicy, agree, eval_due
 from engine.training.prefetch import step_keys, upcoming_keys
 from engine.training.sample_order import SampleOrder
@@ -79,33 +80,39 @@ class Trainer:
 
     def setup(self) -> None:
         """Seed, build task/model/optimizer on the device, restore the checkpoint when resuming."""
-        t = self.config.train
-        ckpt.seed_all(t.seed)
-        self.device = dev.resolve(self.config.runtime.device)
-        self.task = make_task(self.config, self.faults)
+        c = self.config
+        ckpt.seed_all(c.train.seed)
+        self.device = dev.resolve(c.runtime.device)
+        self.task = make_task(c, self.faults)
         self.task.setup(self.resume.meta.get("task_state") if self.resume else None)
-        self.order = SampleOrder(self.config.evaluation.overfit or self.task.train_size(), t.seed, shuffle=not self.config.evaluation.overfit,
+        overfit = c.evaluation.overfit
+        self.order = SampleOrder(overfit or self.task.train_size(), c.train.seed, shuffle=not overfit,
                                  rank=self.parallel.rank, world=self.parallel.world,
-                                 source="evaluation.overfit" if self.config.evaluation.overfit else "data.train_samples")
+                                 source="evaluation.overfit" if overfit else "data.train_samples")
         self.model = self.task.build_model().to(self.device)
         self._on_host = self.device.type == "cpu"  # batches are built on the host: no per-tensor .to() a step
         self.params = sum(p.numel() for p in self.model.parameters())
         # DDP: the same parameters, gradients synchronised; FSDP2 shards them in place, so before the optimizer.
         self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
         self.weights, self.rates, self.exporter = Weights.of(self), Throughput.of(self), Exporter.of(self)
+        t = c.train
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self.order.size // t.batch_size))
-        self.optim = Optimization(t, self.model, self.task.param_groups(self.model), self.device, self.total_steps,
+        self.optim = Optimization(c.optimizer, c.schedule, c.runtime.precision, self.model,
+                                  self.task.param_groups(self.model), self.device, self.total_steps,
                                   self.faults and self.faults.lr_hook())
         self.checkpoints.bind(self.model, self.optim.optimizer)
-        self.settings = LiveSettings(self.config, self.task, self.model, self.optim)
-        self.nan = NanPolicy(self.config.policies.nan_policy, NanGuard(self.config.policies.nan_patience), self.config.policies.rollback_lr_factor, self.agree)
-        self.oom = OomPolicy(self.config.policies.oom_recovery, self.agree)
-        # also the overfit gate preflight; the abort rule is armed once the LR warm-up is done
-        self.evaluator = Evaluator(t, self.task, self.bus.emit, self.agree, warmup_steps(self.total_steps,
-                                                                                          self.config.schedule.warmup_frac))
-        self.budget = BudgetHook(self.config, self.task, self.device, self.parallel)
-        self.compiler = Compiler(self.config.runtime.compile, self.config.runtime.compile_backend, self.bus.emit)  # applied before the first step
-        self.readback = StepReadback(self.device) if deferred_readback(t, self.optim, self.device) else None
+        self.settings = LiveSettings(c, self.task, self.model, self.optim)
+        p = c.policies
+        self.nan = NanPolicy(p.nan_policy, NanGuard(p.nan_patience), p.rollback_lr_factor, self.agree)
+        self.oom = OomPolicy(p.oom_recovery, self.agree)
+        # the abort rule is armed once the LR warm-up is done
+        self.evaluator = Evaluator(c.evaluation, p, self.task, OverfitGate(c.evaluation, c.optimizer,
+                                                                           c.runtime.precision),
+                                   self.bus.emit, self.agree, warmup_steps(self.total_steps, c.schedule.warmup_frac))
+        self.budget = BudgetHook(c, self.task, self.device, self.parallel)
+        self.compiler = Compiler(c.runtime.compile, c.runtime.compile_backend, self.bus.emit)  # before the 1st step
+        deferred = deferred_readback(c.runtime.step_readback, self.optim, self.device)
+        self.readback = StepReadback(self.device) if deferred else None
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         self.autotune = Autotuner(self)
         if self.resume:
@@ -181,7 +188,8 @@ class Trainer:
     def _upcoming(self, keys: list[tuple], done: int):
         """Every batch key after ``keys[:done]`` to the end of the run, at today's settings (lazy; nothing moves)."""
         return upcoming_keys(keys[done:], self.order.copy(), self.order.per_rank(self.settings.batch_size),
-                             self.settings.grad_accum, self.step + 1, self.total_steps, not self.config.evaluation.overfit)
+                             self.settings.grad_accum, self.step + 1, self.total_steps,
+                             not self.config.evaluation.overfit)
 
     def _step_on(self, indices: list[int], started: float) -> None:
         self.optim.zero_grad()

@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from engine.core.core_sections import TrainConfig
+from engine.core.core_sections import EvaluationConfig, OptimizerConfig
 from engine.run import events as ev
 
 
@@ -47,8 +47,10 @@ def verdict(first: float | None, last: float | None, target: float) -> tuple[boo
 class OverfitGate:
     """The preflight check of ``evaluation.overfit_gate`` (see the module docstring); owns no state worth saving."""
 
-    def __init__(self, train: TrainConfig) -> None:
-        self.train = train
+    def __init__(self, evaluation: EvaluationConfig, optimizer: OptimizerConfig, precision: str) -> None:
+        """How many samples and steps (``evaluation``), the run's AdamW and clip (``optimizer``: the copy trains
+        as the run would) and ``runtime.precision``."""
+        self.evaluation, self.optimizer, self.precision = evaluation, optimizer, precision
 
     @property
     def enabled(self) -> bool:
@@ -60,11 +62,10 @@ class OverfitGate:
         """Run the gate; "" when it passed (or is off), else the one-line reason the run must stop."""
         if not self.enabled:
             return ""
-        t = self.train
-        n = min(self.evaluation.overfit_gate, task.train_size())
-        if self.runtime.precision == "fp16":  # fp16 would need the run's grad scaler; the gate checks wiring, fp32 does
+        n, steps = min(self.evaluation.overfit_gate, task.train_size()), self.evaluation.overfit_gate_steps
+        if self.precision == "fp16":  # fp16 would need the run's grad scaler; the gate checks wiring, fp32 does
             autocast = nullcontext
-        emit(ev.PhaseStarted(phase="overfit gate", detail=f"{n} frozen samples, {self.evaluation.overfit_gate_steps} steps"))
+        emit(ev.PhaseStarted(phase="overfit gate", detail=f"{n} frozen samples, {steps} steps"))
         faults, task.faults = getattr(task, "faults", None), None  # injected faults are for the run, not its gate
         devices = [device.index or 0] if device.type == "cuda" else []
         try:
@@ -82,11 +83,11 @@ class OverfitGate:
     def _train(self, task, model: torch.nn.Module, device: torch.device, n: int, autocast: Callable
                ) -> tuple[float, float]:
         """(val loss before, val loss after) of ``model`` trained on samples 0..n-1."""
-        t = self.train
+        o = self.optimizer
         batch = {k: v.to(device) for k, v in task.make_batch(list(range(n)), 0, train=True).items()}
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.optimizer.lr, betas=tuple(self.optimizer.betas), eps=self.optimizer.eps, weight_decay=0.0)
-        max_norm = self.optimizer.clip_grad_norm if self.optimizer.clip_grad_norm > 0 else math.inf
+        optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=0.0)
+        max_norm = o.clip_grad_norm if o.clip_grad_norm > 0 else math.inf
         first = _val_loss(task, model, batch, autocast)
         model.train()
         for _ in range(self.evaluation.overfit_gate_steps):

@@ -44,8 +44,8 @@ def train(config: RunConfig, checkpoint_dir: Path | None = None, resume=None, on
 
 def with_compile(config: RunConfig, mode: str, backend: str) -> RunConfig:
     """``config`` with ``runtime.compile`` / ``runtime.compile_backend`` set."""
-    train = config.train.model_copy(update={"compile": mode, "compile_backend": backend})
-    return config.model_copy(update={"train": train})
+    runtime = config.runtime.model_copy(update={"compile": mode, "compile_backend": backend})
+    return config.model_copy(update={"runtime": runtime})
 
 
 def compare(config: RunConfig, mode: str, backend: str) -> tuple[Run, Run]:

@@ -105,7 +105,8 @@ def test_versions_parse_from_package_metadata_strings() -> None:
 def test_sensorlm_prices_its_encoders_sdpa_as_the_math_path_where_torch_would_run_that() -> None:
     from engine.budget import analytic
 
-    config = load(task="sensorlm", preset="tiny", overrides={"train": {"batch_size": 16}, "runtime": {"precision": "bf16"}})
+    config = load(task="sensorlm", preset="tiny", overrides={"train": {"batch_size": 16},
+                                                             "runtime": {"precision": "bf16"}})
     on_h200 = analytic.estimate(config, device="cuda", target=H200).total
     on_t4 = analytic.estimate(config, device="cuda", target=T4).total  # bf16 on sm 7.5: no fused kernel
     assert on_t4 == analytic.estimate(config, device="cuda", target=H200, attn_backend="math").total > on_h200

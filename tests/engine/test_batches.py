@@ -31,9 +31,10 @@ def test_the_sampler_hands_out_the_loops_keys_and_a_cut_voids_what_was_handed_ou
     assert all(gen == generation.value for gen, _ in sampler.issued)
 
 
-def _trainer(tmp_path, resume=None, **train) -> tuple[Trainer, MemorySink]:
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "eval_every": 0, "batch_size": 8,
-                                                       "grad_accum": 2, "log_every": 1, **train}})
+def _trainer(tmp_path, resume=None, **runtime) -> tuple[Trainer, MemorySink]:
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "batch_size": 8, "grad_accum": 2,
+                                                       "log_every": 1},
+                                             "evaluation": {"every": 0}, "runtime": runtime})
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls(), checkpoint_dir=tmp_path, resume=resume)
     trainer.setup()

@@ -22,9 +22,9 @@ SMALL = {"toy": {"dim": 16, "depth": 2, "channels": 2, "length": 32, "dropout": 
 BATCHES = {2: 6, 5: 8, 8: 5}
 
 
-def _config(**train):
-    return cfg.load(task="toy", overrides={**SMALL, "train": {"max_steps": 12, "eval_every": 6, "batch_size": 4,
-                                                               "schedule": "constant", **train},
+def _config():
+    return cfg.load(task="toy", overrides={**SMALL, "train": {"max_steps": 12, "batch_size": 4},
+                                           "evaluation": {"every": 6}, "schedule": {"kind": "constant"},
                                            "checkpoint": {"every_steps": 6, "keep_last": 2}})
 
 

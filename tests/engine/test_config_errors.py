@@ -14,9 +14,17 @@ from tests.conftest import ROOT, cli_env, run_cli
 
 CASES = {
     "malformed toml": ("[train\nlr = 1\n", [], "bad.toml:1:"),
-    "unknown key": ("[train]\nlrr = 1\n", [], "bad.toml:2: train.lrr=1: unknown key"),
+    "unknown key": ("[optimizer]\nlrr = 1\n", [], "bad.toml:2: optimizer.lrr=1: unknown key; allowed: lr, betas, "
+                    "eps, weight_decay, clip_grad_norm"),
     "unknown section": ("[trian]\nlr = 1\n", [], "trian"),
-    "wrong type": ("[train]\nlr = \"fast\"\n", [], "bad.toml:2: optimizer.lr='fast'"),
+    "wrong type": ("[optimizer]\nlr = \"fast\"\n", [], "bad.toml:2: optimizer.lr='fast'"),
+    # a key of the layout before 3 is read under its new name, and its errors point at its own line
+    "old key, wrong type": ("[task]\nname = \"toy\"\n[train]\nlr = \"fast\"\n", [], "bad.toml:4: optimizer.lr='fast'"),
+    "old and new name both": ("[optimizer]\nlr = 0.1\n[train]\nlr = 0.2\n", [], "bad.toml:4: train.lr and "
+                              "optimizer.lr are the same field (train.lr is its name before config layout 3); give "
+                              "it once, as optimizer.lr"),
+    "old name in a flag and the new one": (None, ["--lr", "0.1", "--set", "train.lr=0.2"], "--set: train.lr and "
+                                           "optimizer.lr are the same field"),
     "out of range": ("[train]\nbatch_size = -3\n", [], "bad.toml:2: train.batch_size=-3"),
     "bad literal": ("[sensorlm.model]\nattn_backend = \"flash9\"\n", ["--task", "sensorlm"],
                     "bad.toml:2: sensorlm.model.attn_backend='flash9': allowed:"),
@@ -34,15 +42,18 @@ CASES = {
     "bad flag range": (None, ["--batch-size", "0"], "--batch-size=0 (train.batch_size)"),
     "bad choice": (None, ["--precision", "fp8"], "--precision: invalid choice"),
     "negative lr": (None, ["--lr", "-1"], "--lr=-1.0 (optimizer.lr)"),
-    "bad --set": (None, ["--set", "train.nothing=1"], "train.nothing=1: unknown key"),
+    "bad --set": (None, ["--set", "train.nothing=1"], "--set train.nothing=1: unknown key; allowed: max_steps, "),
+    "bad --set section": (None, ["--set", "runtimes.threads=1"], "--set runtimes: unknown key; allowed: version, "
+                          "name, task, train, optimizer, schedule, evaluation, policies, runtime, data, checkpoint"),
     "missing config": (None, ["--config", "/nonexistent/run.toml"], "/nonexistent/run.toml: config file not found"),
     "resume missing dir": (None, ["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no such run directory"),
     # hostile or contradictory flags: each must be one line naming the flag, not a traceback, a no-op or accepted
-    "set a section then its field": (None, ["--set", "train=1", "--set", "optimizer.lr=0.1"],
-                                     "--set optimizer.lr: train was already set to a value (1)"),
+    "set a section then its field": (None, ["--set", "train=1", "--set", "train.max_steps=3"],
+                                     "--set train.max_steps: train was already set to a value (1)"),
     "seed past 64 bits": (None, ["--seed", str(2**64)], "--seed=18446744073709551616 (train.seed): Input should be "
                           "less than or equal to 9223372036854775807"),
-    "beta out of range": ("[train]\nbetas = [1.5, 0.9]\n", [], "optimizer.betas.0=1.5: Input should be less than 1"),
+    "beta out of range": ("[optimizer]\nbetas = [1.5, 0.9]\n", [], "optimizer.betas.0=1.5: Input should be less "
+                          "than 1"),
     "val_samples huge": ("[toy]\nval_samples = 1000000000000\n", [],
                          "bad.toml:2: toy.val_samples=1000000000000: Input should be less than or equal to 1000000"),
     "name over 255 bytes": (None, ["--name", "é" * 128], "256 bytes; a run name is at most 255 bytes"),
@@ -117,7 +128,7 @@ def _finished_run(tmp_path: Path) -> Path:
 
 def test_resume_refuses_config_and_another_run_dir_but_takes_its_own(tmp_path: Path) -> None:
     run = _finished_run(tmp_path)
-    (tmp_path / "other.toml").write_text("[train]\nlr = 0.5\n")
+    (tmp_path / "other.toml").write_text("[optimizer]\nlr = 0.5\n")
     before = (run / "config.toml").read_bytes()
     _one_line(run_cli("train", "--resume", str(run), "--config", str(tmp_path / "other.toml")),
               "--config " + str(tmp_path / "other.toml") + ": not allowed with --resume")

@@ -17,14 +17,15 @@ def _groups() -> list[dict]:
 
 def test_cpu_fp32_and_bf16_runs_step_with_fused_adamw_and_fp16_does_not():
     for precision, fused in (("fp32", True), ("bf16", True), ("fp16", None)):
-        train = cfg.load(task="toy", overrides={"runtime": {"precision": precision}}).train
-        assert adamw(_groups(), train).defaults["fused"] is fused, precision
+        optimizer = cfg.load(task="toy").optimizer
+        assert adamw(_groups(), optimizer, precision).defaults["fused"] is fused, precision
 
 
 def test_fused_steps_match_the_loop_to_float_rounding():
-    train = cfg.load(task="toy").train
+    config = cfg.load(task="toy")
+    optimizer = config.optimizer
     groups, reference = _groups(), _groups()
-    fused = adamw(groups, train)
+    fused = adamw(groups, optimizer, config.runtime.precision)
     loop = torch.optim.AdamW(reference, lr=optimizer.lr, betas=tuple(optimizer.betas), eps=optimizer.eps, foreach=False)
     for _ in range(3):
         for group in (groups, reference):

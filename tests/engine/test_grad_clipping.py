@@ -81,7 +81,8 @@ def test_zero_grad_drops_every_optimized_gradient_and_only_those(monkeypatch) ->
     frozen = model[0].bias
     groups = [{"params": [p for p in model.parameters() if p is not frozen]}]
     config = cfg.load(task="toy", preset="demo")
-    optim = Optimization(config.train, model, groups, torch.device("cpu"), total_steps=10)
+    optim = Optimization(config.optimizer, config.schedule, "fp32", model, groups, torch.device("cpu"),
+                         total_steps=10)
     model(torch.randn(5, 4)).sum().backward()
     frozen_grad = frozen.grad
     monkeypatch.setattr(optim.optimizer, "zero_grad",
@@ -95,8 +96,8 @@ def test_the_optimizer_step_clips_on_the_fast_path_with_torchs_norm(monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     config = cfg.load(task="toy", preset="demo")
-    optim = Optimization(config.train, model, [{"params": list(model.parameters())}], torch.device("cpu"),
-                         total_steps=10)
+    optim = Optimization(config.optimizer, config.schedule, "fp32", model, [{"params": list(model.parameters())}],
+                         torch.device("cpu"), total_steps=10)
     loss = (model(torch.randn(5, 4)) * 100).sum()
     loss.backward()
     copies = [p.grad.clone() for p in model.parameters()]

@@ -20,9 +20,10 @@ from engine.training.sample_order import SampleOrder
 torch.set_num_threads(1)
 
 
-def _trainer(tmp_path=None, checkpoint=None, **train) -> tuple[Trainer, MemorySink]:
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 10, "eval_every": 0, **train},
-                                             "checkpoint": checkpoint or {}})
+def _trainer(tmp_path=None, **sections) -> tuple[Trainer, MemorySink]:
+    """A set-up toy Trainer: 10 steps, no evaluation, ``sections`` (section → fields) laid over that."""
+    config = cfg.load(task="toy", overrides=cfg.deep_merge({"train": {"max_steps": 10}, "evaluation": {"every": 0}},
+                                                           sections))
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls(), checkpoint_dir=tmp_path)
     trainer.setup()
@@ -30,7 +31,7 @@ def _trainer(tmp_path=None, checkpoint=None, **train) -> tuple[Trainer, MemorySi
 
 
 def test_batch_size_change_neither_replays_nor_skips() -> None:
-    trainer, _ = _trainer(batch_size=7)
+    trainer, _ = _trainer(train={"batch_size": 7})
     first = trainer.order.peek([22])[0]
     trainer.train_step()
     trainer.train_step()
@@ -91,7 +92,7 @@ def test_sample_order_refuses_positions_that_are_not_in_it() -> None:
 def test_grad_accumulation_matches_one_big_batch() -> None:
     losses = {}
     for accum in (1, 4):
-        trainer, sink = _trainer(batch_size=16, grad_accum=accum, clip_grad_norm=0)
+        trainer, sink = _trainer(train={"batch_size": 16, "grad_accum": accum}, optimizer={"clip_grad_norm": 0})
         for _ in range(3):
             trainer.train_step()
             trainer.log_step()
@@ -100,7 +101,8 @@ def test_grad_accumulation_matches_one_big_batch() -> None:
 
 
 def test_clipping_is_applied() -> None:
-    trainer, _ = _trainer(clip_grad_norm=1e-3, lr=1.0, schedule="constant", warmup_frac=0.0, weight_decay=0.0)
+    trainer, _ = _trainer(optimizer={"clip_grad_norm": 1e-3, "lr": 1.0, "weight_decay": 0.0},
+                          schedule={"kind": "constant", "warmup_frac": 0.0})
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train_step()
     grads_norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in trainer.model.parameters()))
@@ -112,9 +114,10 @@ def test_a_groups_lr_mult_scales_the_scheduled_lr() -> None:
     from engine.optim.optimization import Optimization
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
-    config = cfg.load(task="toy", overrides={"optimizer": {"lr": 0.1}, "schedule": {"kind": "cosine", "warmup_frac": 0.5}})
+    config = cfg.load(task="toy", overrides={"optimizer": {"lr": 0.1},
+                                            "schedule": {"kind": "cosine", "warmup_frac": 0.5}})
     groups = [{"params": list(model[0].parameters())}, {"params": list(model[1].parameters()), "lr_mult": 16.0}]
-    optim = Optimization(config.train, model, groups, torch.device("cpu"), total_steps=10)
+    optim = Optimization(config.optimizer, config.schedule, "fp32", model, groups, torch.device("cpu"), total_steps=10)
     model(torch.ones(2, 4)).sum().backward()
     _, lr, _ = optim.step(1, torch.tensor(1.0), {}, lambda finite: False)
     assert 0 < lr < 0.1  # still warming up
@@ -123,7 +126,7 @@ def test_a_groups_lr_mult_scales_the_scheduled_lr() -> None:
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_reduced_precision_trains_on_cpu(precision: str) -> None:
-    trainer, sink = _trainer(precision=precision, max_steps=5)
+    trainer, sink = _trainer(runtime={"precision": precision}, train={"max_steps": 5})
     for _ in range(5):
         trainer.train_step()
         trainer.log_step()
@@ -157,8 +160,8 @@ def test_a_failed_final_checkpoint_is_not_a_clean_exit(tmp_path, monkeypatch) ->
     from engine.checkpoint import store
 
     real_write = ckpt_module.timed_write
-    trainer, sink = _trainer(tmp_path, max_steps=6, checkpoint={"every_steps": 3})  # a good one at step 3, then
-    # the disk fills up
+    # a good checkpoint at step 3, then the disk fills up
+    trainer, sink = _trainer(tmp_path, train={"max_steps": 6}, checkpoint={"every_steps": 3})
 
     def write(path, tensors, meta, keep_previous=False, before_commit=None):
         if meta["step"] >= 6:

@@ -1,5 +1,5 @@
-"""Run directories made by the previous release (tests/fixtures/runs_v1) attach, list and resume through
-engine.core.migrate."""
+"""Run directories made by earlier releases (tests/fixtures/runs_v1: layout 1, runs_v2: layout 2) attach, list
+and resume through engine.core.migrate; an old key in a user's file or flag is read under its new name."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from engine.run.rundir import RunDir
 from tests.conftest import read_events, run_cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs_v1"
+V2 = Path(__file__).resolve().parents[1] / "fixtures" / "runs_v2" / "toy_v2"
 
 
 @pytest.fixture
@@ -28,20 +29,20 @@ def runs(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("name, task", [("sensorlm_v1", "sensorlm"), ("toy_v1", "toy")])
-def test_v1_config_migrates_to_v2_and_migration_is_idempotent(name: str, task: str) -> None:
+def test_v1_config_migrates_to_the_current_layout_and_migration_is_idempotent(name: str, task: str) -> None:
     raw, _ = cfg.read_toml(FIXTURES / name / "config.toml")
     assert migrate.is_v1_config(raw) and "model" in raw
     new = migrate.config(raw)
     assert new["version"] == migrate.CONFIG_VERSION and "model" not in new and task in new
     assert migrate.config(new) == new
     config = cfg.load_resolved(FIXTURES / name / "config.toml")
-    assert config.task.name == task and config.train.abort_drop == raw["train"]["abort_drop_db"]
+    assert config.task.name == task and config.policies.abort_drop == raw["train"]["abort_drop_db"]
     assert config.data.path is None  # v1 synthetic data: data.path was not read, so it is not carried over
     # The v1 values land in the task's own section.
     section = config.task_config
     dim = section.model.dim if task == "sensorlm" else section.dim
     assert dim == raw["model"]["dim"] == 8
-    # Written back, it is a v2 file that reads to the same config.
+    # Written back, it is a current file that reads to the same config.
     assert cfg.validate(json.loads(config.model_dump_json())) == config
 
 
@@ -49,7 +50,8 @@ def test_v1_events_read_as_schema_2() -> None:
     events = read_history(FIXTURES / "sensorlm_v1" / "events.jsonl")
     started = next(e for e in events if isinstance(e, ev.RunStarted))
     assert started.capabilities["primary"]["name"] == "psnr_db"  # v1 runs carried none: the task's today
-    assert started.config["version"] == 2 and "sensorlm" in started.config
+    assert started.config["version"] == migrate.CONFIG_VERSION and "sensorlm" in started.config
+    assert started.config["policies"]["abort_drop"] == 1.5 and "abort_drop" not in started.config["train"]
     assert started.budget.predicted and started.budget.source == "analytic"  # typed from the old dict
     evals = [e for e in events if isinstance(e, ev.EvalDone)]
     raw = [json.loads(line) for line in (FIXTURES / "sensorlm_v1" / "events.jsonl").read_text().splitlines()]
@@ -118,3 +120,94 @@ def test_v1_run_attaches(runs: Path) -> None:
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------------------------------------- layout 2 → 3
+#: What tests/fixtures/runs_v2/toy_v2 was made with, away from the defaults, each in v2's one [train] table.
+V2_SETTINGS = {"optimizer.lr": 0.002, "schedule.kind": "constant", "schedule.warmup_frac": 0.25,
+               "policies.abort_patience": 3, "runtime.data_workers": 0, "runtime.threads": 1, "evaluation.every": 2}
+
+
+def _at(config, dotted: str):
+    for part in dotted.split("."):
+        config = config[part] if isinstance(config, dict) else getattr(config, part)
+    return config
+
+
+def test_v2_config_moves_its_train_keys_to_their_sections() -> None:
+    raw, _ = cfg.read_toml(V2 / "config.toml")
+    assert raw["version"] == 2 and raw["train"]["lr"] == 0.002 and "optimizer" not in raw
+    moves: list = []
+    new = migrate.config(raw, moves)
+    assert new["version"] == migrate.CONFIG_VERSION == 3 and migrate.config(new) == new  # idempotent
+    assert set(new["train"]) == set(cfg.RunConfig.model_fields["train"].annotation.model_fields)
+    assert ("train.eval_every", "evaluation.every") in moves and ("train.schedule", "schedule.kind") in moves
+    assert len(moves) == len(migrate.LAYOUT_3) == 33  # 41 fields, 8 of which stay in [train]
+    config = cfg.load_resolved(V2 / "config.toml")
+    assert {path: _at(config, path) for path in V2_SETTINGS} == V2_SETTINGS
+
+
+def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_path: Path) -> None:
+    run = tmp_path / "toy_v2"
+    shutil.copytree(V2, run)
+    before = len(read_events(run))
+    result = run_cli("train", "--resume", str(run), "--max-steps", "6", "--headless")
+    assert result.returncode == 0, result.stdout + result.stderr
+    new = read_events(run)[before:]
+    started = next(e for e in new if e["type"] == "run_started")
+    assert started["start_step"] == 4 and started["config"]["version"] == 3
+    assert {path: _at(started["config"], path) for path in V2_SETTINGS} == V2_SETTINGS  # the checkpoint's v2 config
+    assert [(e["step"], e["lr"]) for e in new if e["type"] == "step"] == [(5, 0.002), (6, 0.002)]  # constant LR
+    old_start = next(e for e in read_history(run / "events.jsonl") if isinstance(e, ev.RunStarted))
+    assert old_start.config["optimizer"]["lr"] == 0.002 and "lr" not in old_start.config["train"]  # viewers: one layout
+    assert "config layout 3" not in result.stdout  # a run's own files are migrated quietly
+
+
+def test_an_old_key_in_a_file_or_flag_trains_under_its_new_name_with_a_note(tmp_path: Path) -> None:
+    old = tmp_path / "old.toml"
+    old.write_text('[task]\nname = "toy"\n\n[train]\nmax_steps = 2\neval_every = 0\n')
+    result = run_cli("train", "--config", str(old), "--set", "train.lr=0.5", "--set", "train.threads=1",
+                     "--headless", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    notes = [line for line in result.stdout.splitlines() if "config layout 3" in line]
+    assert len(notes) == 2, result.stdout
+    assert f"{old}:6: read under config layout 3's names (train.eval_every → evaluation.every)" in notes[0]
+    assert "--set: read under config layout 3's names (train.lr → optimizer.lr, train.threads → runtime.threads)" \
+        in notes[1]
+    written = cfg.load_resolved(tmp_path / "run" / "config.toml")
+    assert (written.optimizer.lr, written.evaluation.every, written.runtime.threads) == (0.5, 0, 1)
+    raw, _ = cfg.read_toml(tmp_path / "run" / "config.toml")
+    assert raw["version"] == 3 and set(raw["train"]) <= set(type(written.train).model_fields)
+    warnings = [e["text"] for e in read_events(tmp_path / "run") if e["type"] == "warning"]
+    logged = [w for w in warnings if "config layout 3" in w]  # in the run's log too, for a viewer
+    assert len(logged) == 2 and all(text in line for text, line in zip(logged, notes)), (logged, notes)
+
+
+OLD_PRESET_SPEC = '''
+from engine.core.sections import Section
+from engine.core.taskspec import Capabilities, Metric, TaskSpec
+
+
+class C(Section):
+    width: int = 4
+
+
+SPEC = TaskSpec(name="old_preset", config=C, capabilities=Capabilities(primary=Metric("m")), task="old_preset:T",
+                presets={"demo": {"train": {"lr": 0.07, "eval_every": 7, "batch_size": 8}}})
+'''
+
+
+def test_a_plugins_preset_in_the_layout_before_3_is_read_in_this_one(tmp_path: Path, monkeypatch) -> None:
+    """A plugin's preset written for layout 2 is read in layout 3, so a user's new key overrides its old one
+    (merged unconverted, the two names of one field would be refused as given twice)."""
+    site = tmp_path / "site"
+    info = site / "old_preset-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: old-preset\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[sensorlm_tui.tasks]\nold_preset = old_preset:SPEC\n")
+    (site / "old_preset.py").write_text(OLD_PRESET_SPEC)
+    monkeypatch.syspath_prepend(str(site))
+    assert cfg.load(task="old_preset").optimizer.lr == 0.07
+    notes: list = []
+    config = cfg.load(task="old_preset", overrides={"optimizer": {"lr": 0.5}}, notes=notes)
+    assert (config.optimizer.lr, config.evaluation.every, config.train.batch_size, notes) == (0.5, 7, 8, [])

@@ -50,9 +50,9 @@ def test_disabled_builds_everything_inline() -> None:
     assert p.take(1) == threading.current_thread().name and (p.hits, p.misses) == (0, 1)
 
 
-def _losses(prefetch: bool, **train) -> tuple[list[float], Trainer]:
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, "eval_every": 0, "prefetch": prefetch,
-                                                       **train}})
+def _losses(prefetch: bool, data_workers: int = -1, **train) -> tuple[list[float], Trainer]:
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 12, **train}, "evaluation": {"every": 0},
+                                             "runtime": {"prefetch": prefetch, "data_workers": data_workers}})
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls())
     trainer.run()

@@ -20,12 +20,13 @@ from engine.run.sinks import EventBus
 from engine.training.loop import Trainer
 
 
-def _config(readback: str, **train):
-    return cfg.load(task="toy", overrides={
+def _config(readback: str, **sections):
+    """A 30-step toy run read back ``readback``; ``sections`` (section → fields) laid over it."""
+    return cfg.load(task="toy", overrides=cfg.deep_merge({
         "toy": {"dim": 16, "channels": 2, "length": 32},
-        "train": {"max_steps": 30, "eval_every": 0, "batch_size": 4, "prefetch": False, "schedule": "constant",
-                  "step_readback": readback, **train},
-        "checkpoint": {"every_steps": 10}})
+        "train": {"max_steps": 30, "batch_size": 4}, "evaluation": {"every": 0}, "schedule": {"kind": "constant"},
+        "runtime": {"prefetch": False, "step_readback": readback},
+        "checkpoint": {"every_steps": 10}}, sections))
 
 
 def _counted(readback: str, tmp_path) -> tuple[SyncCounter, list]:
@@ -52,16 +53,16 @@ def test_deferred_steps_make_no_host_sync_but_at_checkpoints_and_log_every_step(
           f"evaluations and checkpoints")
 
 
-def _run(readback: str, directory, **train) -> tuple[object, list]:
+def _run(readback: str, directory, **sections) -> tuple[object, list]:
     torch.set_num_threads(1)
     events: list = []
-    outcome = Trainer(_config(readback, **train), EventBus([events.append]), checkpoint_dir=directory).run()
+    outcome = Trainer(_config(readback, **sections), EventBus([events.append]), checkpoint_dir=directory).run()
     return outcome, events
 
 
 def test_deferred_nan_rollback_continues_exactly_as_the_synchronous_run(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SENSORLM_TUI_FAULTS", "nan@13-14")
-    policy = {"nan_patience": 2, "max_steps": 20, "eval_every": 5}
+    policy = {"policies": {"nan_patience": 2}, "train": {"max_steps": 20}, "evaluation": {"every": 5}}
     synced = _run("sync", tmp_path / "sync", **policy)
     deferred = _run("deferred", tmp_path / "deferred", **policy)
     assert synced[0].status == deferred[0].status == "finished"
@@ -85,8 +86,8 @@ def test_deferred_nan_rollback_continues_exactly_as_the_synchronous_run(tmp_path
 
 def test_deferred_stop_names_the_same_steps_one_step_later(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SENSORLM_TUI_FAULTS", "nan@7")
-    synced = _run("sync", tmp_path / "s", nan_patience=1, nan_policy="stop")
-    deferred = _run("deferred", tmp_path / "d", nan_patience=1, nan_policy="stop")
+    synced = _run("sync", tmp_path / "s", policies={"nan_patience": 1, "nan_policy": "stop"})
+    deferred = _run("deferred", tmp_path / "d", policies={"nan_patience": 1, "nan_policy": "stop"})
     assert synced[0].status == deferred[0].status == "failed"
     assert synced[0].reason == deferred[0].reason == "stopped: 1 consecutive non-finite steps"
     assert [e.steps for e in synced[1] if e.type == "run_finished"] == [7]
@@ -94,7 +95,7 @@ def test_deferred_stop_names_the_same_steps_one_step_later(tmp_path, monkeypatch
 
 
 def test_deferred_is_refused_where_the_optimizer_cannot_skip_on_the_device() -> None:
-    trainer = Trainer(_config("deferred", precision="fp16"), EventBus())
+    trainer = Trainer(_config("deferred", runtime={"precision": "fp16"}), EventBus())
     with pytest.raises(ValueError, match="runtime.step_readback=deferred: needs the fused AdamW kernel"):
         trainer.setup()
 

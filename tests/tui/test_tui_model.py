@@ -7,8 +7,8 @@ from tui.dashboard.scripted import demo_run
 from tui.model.dashboard import RunModel
 
 
-def _started(**config):
-    return ev.RunStarted(name="r", total_steps=100, config={"train": config}, t=1000.0)
+def _started(**policies):
+    return ev.RunStarted(name="r", total_steps=100, config={"policies": policies}, t=1000.0)
 
 
 def test_eta_waits_for_ten_steps_and_ten_seconds():

@@ -271,7 +271,9 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
     ETA are the same on every machine; that is what keeps snapshots stable.
     """
     rng = np.random.default_rng(seed)
-    config = {"train": {"batch_size": 16, "grad_accum": 1, "max_steps": total_steps, "abort_drop_db": 1.5}, "optimizer": {"lr": 2e-3}, "evaluation": {"every": eval_every}, "policies": {"abort_patience": 2},
+    config = {"train": {"batch_size": 16, "grad_accum": 1, "max_steps": total_steps},
+              "optimizer": {"lr": 2e-3}, "evaluation": {"every": eval_every},
+              "policies": {"abort_drop": 1.5, "abort_patience": 2},
               "demo": {"kernel": "fast", "window": 256, "dim": 64, "depth": 2},
               "task": {"name": task, "preset": "demo"}}
     out: list[ev.Event] = [ev.RunStarted(

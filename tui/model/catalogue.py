@@ -121,14 +121,14 @@ class Catalogue:
         i = int(np.argmax(np.where(finite, ys, -np.inf)) if higher else np.argmin(np.where(finite, ys, np.inf)))
         return int(xs[i]), float(ys[i])
 
-    def abort_threshold(self, train: dict) -> float | None:
-        """The primary value past which the engine's abort policy counts an eval as bad (``train``: the run's
-        train section): ``policies.abort_drop`` (or the older ``abort_drop_db``) away from the best, on the worse
-        side."""
+    def abort_threshold(self, policies: dict) -> float | None:
+        """The primary value past which the engine's abort policy counts an eval as bad (``policies``: the run's
+        policies section): ``policies.abort_drop`` (or the older ``abort_drop_db``) away from the best, on the
+        worse side."""
         best = self.best_of(self.primary.name)
-        if best is None or not train.get("abort_patience", 2):
+        if best is None or not policies.get("abort_patience", 2):
             return None
-        drop = train.get("abort_drop", train.get("abort_drop_db", 1.5))
+        drop = policies.get("abort_drop", policies.get("abort_drop_db", 1.5))
         if not isinstance(drop, (int, float)):
             return None
         return best[1] - float(drop) if self.primary.higher_is_better else best[1] + float(drop)

@@ -266,11 +266,11 @@ class RunModel:
         return self.finished is not None or self.state in ENDED_STATES or self.liveness in ENDED_LIVENESS
 
     @property
-    def train_config(self) -> dict:
-        """RunStarted.config['train'] (empty before the run starts)."""
+    def policies_config(self) -> dict:
+        """RunStarted.config['policies'] (empty before the run starts, and for a run of another loop)."""
         if self.started is None:
             return {}
-        return dict(self.started.config.get("train", {}) or {})
+        return dict(self.started.config.get("policies", {}) or {})
 
     def steps_per_s(self) -> float | None:
         """Recent steps/s from event timestamps (deterministic for replayed runs)."""
@@ -339,7 +339,7 @@ class RunModel:
 
     def abort_threshold(self) -> float | None:
         """The primary value past which the engine's abort policy counts an eval as bad."""
-        return self.catalogue.abort_threshold(self.train_config)
+        return self.catalogue.abort_threshold(self.policies_config)
 
     # ---------------------------------------------------------------- phases, settings, budget
     @property

@@ -65,7 +65,8 @@ def model_summary(started: ev.RunStarted | None) -> str:
         return ""
     trainable = f" ({human_count(started.trainable)} trainable)" if started.trainable else ""
     parts = [f"{human_count(started.params)} params{trainable}"]
-    precision = (started.config.get("train") or {}).get("precision")
+    # the engine's [runtime]; an integration's free-form [train] (Lightning's precision)
+    precision = (started.config.get("runtime") or started.config.get("train") or {}).get("precision")
     if precision:
         parts.append(str(precision))
     parts.append(started.device_name or started.device)

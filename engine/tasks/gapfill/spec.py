@@ -123,7 +123,7 @@ CAPABILITIES = Capabilities(
     eval_reduction="per_batch",
 )
 
-#: The overfit gate's pass mark (``evaluation.overfit_target``, for ``evaluation.overfit_gate`` and ``evaluation.overfit`` runs):
+#: The overfit gate's pass mark (``evaluation.overfit_target``, for ``evaluation.overfit_gate`` and overfit runs):
 #: the untrained model is already the blend, so the gate asks for a relative cut of the val loss, not ~0.
 OVERFIT_TARGET = 0.75
 
@@ -136,13 +136,15 @@ PRESETS = {
     "demo": {
         "gapfill": {"synthetic": {"size": 32, "days": 10}, "model": {"base": 16, "depth": 2},
                     "samples": {"long_fraction": 0.1}},
-        "train": {"batch_size": 16, "max_steps": 1000}, "optimizer": {"lr": 2e-3, "weight_decay": 1e-4}, "evaluation": {"every": 100, "overfit_target": OVERFIT_TARGET}, "schedule": {"warmup_frac": 0.05},
+        "train": {"batch_size": 16, "max_steps": 1000}, "optimizer": {"lr": 2e-3, "weight_decay": 1e-4},
+        "evaluation": {"every": 100, "overfit_target": OVERFIT_TARGET}, "schedule": {"warmup_frac": 0.05},
     },
     # A GPU-sized run: 128 px, base 48, bf16 U-Net.
     "base": {
         "gapfill": {"synthetic": {"size": 128, "days": 20}, "model": {"base": 48, "depth": 3},
                     "samples": {"val_samples": 128}},
-        "train": {"batch_size": 16, "max_steps": 20000}, "optimizer": {"lr": 1e-3, "weight_decay": 1e-4}, "evaluation": {"every": 250, "overfit_target": OVERFIT_TARGET},
+        "train": {"batch_size": 16, "max_steps": 20000}, "optimizer": {"lr": 1e-3, "weight_decay": 1e-4},
+        "evaluation": {"every": 250, "overfit_target": OVERFIT_TARGET},
     },
 }
 

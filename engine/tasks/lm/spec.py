@@ -106,7 +106,8 @@ PRESETS: dict[str, dict] = {
     "demo": {
         "lm": {"model": {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 176},
                "finetune": "full", "seq_len": 128},
-        "train": {"batch_size": 16, "max_steps": 300}, "optimizer": {"lr": 3e-3}, "evaluation": {"every": 50}, "schedule": {"warmup_frac": 0.02},
+        "train": {"batch_size": 16, "max_steps": 300}, "optimizer": {"lr": 3e-3}, "evaluation": {"every": 50},
+        "schedule": {"warmup_frac": 0.02},
     },
     # The tests' model: hidden 32, 2 layers, vocab 256; LoRA on every projection.
     "tiny": {
@@ -120,7 +121,8 @@ PRESETS: dict[str, dict] = {
         "lm": {"model": dict(_BASE_SHAPE), "finetune": "lora", "lora": {"r": 16, "alpha": 32.0,
                                                                          "targets": "all-linear"},
                "seq_len": 2048},
-        "train": {"batch_size": 8, "grad_accum": 4, "max_steps": 2000}, "optimizer": {"lr": 2e-4}, "evaluation": {"every": 200}, "runtime": {"precision": "bf16"},
+        "train": {"batch_size": 8, "grad_accum": 4, "max_steps": 2000}, "optimizer": {"lr": 2e-4},
+        "evaluation": {"every": 200}, "runtime": {"precision": "bf16"},
     },
 }
 

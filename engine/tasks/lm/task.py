@@ -183,17 +183,17 @@ class LMTask(Task):
     # -- optimizer -----------------------------------------------------------------------------
     def param_groups(self, model: nn.Module) -> list[dict]:
         """Trainable parameters only; LoRA+ groups with ``lr_mult`` when lm.lora.plus_ratio > 1."""
-        t = self.config.train
+        o = self.config.optimizer
         if self.lm.finetune == "lora" and self.lm.lora.plus_ratio > 1:
             from peft.optimizers import create_loraplus_optimizer
 
-            built = create_loraplus_optimizer(model, torch.optim.AdamW, lr=self.config.optimizer.lr,
+            built = create_loraplus_optimizer(model, torch.optim.AdamW, lr=o.lr,
                                               loraplus_lr_ratio=self.lm.lora.plus_ratio,
-                                              loraplus_weight_decay=self.config.optimizer.weight_decay)
-            return [{"params": list(g["params"]), "weight_decay": g["weight_decay"], "lr_mult": g["lr"] / self.config.optimizer.lr}
+                                              loraplus_weight_decay=o.weight_decay)
+            return [{"params": list(g["params"]), "weight_decay": g["weight_decay"], "lr_mult": g["lr"] / o.lr}
                     for g in built.param_groups if g["params"]]
         trainable = [p for p in model.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": self.config.optimizer.weight_decay, "lr_mult": 1.0},
+        groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": o.weight_decay, "lr_mult": 1.0},
                   {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr_mult": 1.0}]
         return [g for g in groups if g["params"]]
 

@@ -132,7 +132,8 @@ PRESETS: dict[str, dict] = {
                                "text_dim": 512, "text_depth": 6, "decoder_depth": 6, "text_heads": 8,
                                "embed_dim": 768, "max_caption_tokens": 64},
                      "data": {"channels": 34}},
-        "train": {"batch_size": 8, "max_steps": 100000}, "optimizer": {"lr": 3e-4}, "evaluation": {"every": 1000}, "runtime": {"precision": "bf16"},
+        "train": {"batch_size": 8, "max_steps": 100000}, "optimizer": {"lr": 3e-4}, "evaluation": {"every": 1000},
+        "runtime": {"precision": "bf16"},
     },
 }
 

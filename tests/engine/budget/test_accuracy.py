@@ -59,6 +59,6 @@ def test_toy_cpu_fp32(name: str) -> None:
 
 
 def test_bf16_bound_is_never_below_the_trace() -> None:
-    config = small(train={"batch_size": 4, "precision": "bf16"})
+    config = small(train={"batch_size": 4}, runtime={"precision": "bf16"})
     traced = trace_in_process(config, "cpu")["peak"]
     assert analytic.estimate(config, device="cpu").total >= traced

@@ -59,7 +59,8 @@ def test_cpu_without_a_budget_has_nothing_to_enforce() -> None:
 
 
 def test_cpu_with_vram_gb_enforces_it() -> None:
-    config = cfg.load(preset="demo", task="sensorlm", overrides={"train": {"batch_size": 512}, "runtime": {"device": "cpu"},
+    config = cfg.load(preset="demo", task="sensorlm", overrides={"train": {"batch_size": 512},
+                                                               "runtime": {"device": "cpu"},
                                                                "budget": {"vram_gb": 0.25}})
     result = check_start(config, DeviceInfo())
     assert result.ok and result.capped_from == 512 and result.budget.reserve == 0
@@ -100,7 +101,7 @@ def test_on_a_cuda_device_the_guard_takes_the_larger_of_the_bound_and_a_traced_s
     assert capped.config.train.batch_size < uncapped.config.train.batch_size
     # no trace for a CPU run
     cpu_calls: list = []
-    check_start(_base(train={"batch_size": 8, "device": "cpu"}), DeviceInfo(total=64 * GIB, free=60 * GIB),
+    check_start(_base(train={"batch_size": 8}, runtime={"device": "cpu"}), DeviceInfo(total=64 * GIB, free=60 * GIB),
                 tracer=_traced(2.0, cpu_calls))
     assert cpu_calls == []
 

@@ -11,7 +11,7 @@ from tests.engine.budget.conftest import small
 
 
 def _hook(**budget):
-    config = small(train={"batch_size": 4, "device": "cpu"}, budget=budget)
+    config = small(train={"batch_size": 4}, runtime={"device": "cpu"}, budget=budget)
     hook = BudgetHook(config, task=None, device=torch.device("cpu"))
     trainer = SimpleNamespace(config=config, batch_size=4, grad_accum=1)
     return hook, trainer
@@ -64,7 +64,7 @@ def test_live_predictions_are_made_for_the_runs_layout_across_ranks() -> None:
     class TwoRanks(Single):
         strategy = "ddp"
 
-    config = small(train={"batch_size": 8, "device": "cpu"}, budget={"vram_gb": 0.05})
+    config = small(train={"batch_size": 8}, runtime={"device": "cpu"}, budget={"vram_gb": 0.05})
     one, two = (BudgetHook(config, task=None, device=torch.device("cpu"), parallel=p) for p in (None, TwoRanks(0, 2)))
     trainer = SimpleNamespace(config=config, batch_size=8, grad_accum=1)
     assert one.on_start(trainer).predicted != two.on_start(trainer).predicted

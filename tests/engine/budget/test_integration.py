@@ -14,8 +14,8 @@ from tests.conftest import run_cli
 
 def _budgeted_trainer() -> tuple[Trainer, MemorySink, dict]:
     torch.set_num_threads(1)
-    config = cfg.load(task="toy", overrides={"train": {"max_steps": 2}, "evaluation": {"every": 0}, "runtime": {"device": "cpu"},
-                                            "budget": {"vram_gb": 0.03}})
+    config = cfg.load(task="toy", overrides={"train": {"max_steps": 2}, "evaluation": {"every": 0},
+                                            "runtime": {"device": "cpu"}, "budget": {"vram_gb": 0.03}})
     sink = MemorySink()
     trainer = Trainer(config, EventBus([sink]), Controls())
     trainer.setup()

@@ -154,7 +154,7 @@ def test_calibration_raises_never_lowers_and_adds_overheads() -> None:
 @gpu
 @pytest.mark.gpu
 def test_cuda_traced_and_analytic_against_max_memory_allocated() -> None:
-    config = small(train={"batch_size": 8, "device": "cuda"})
+    config = small(train={"batch_size": 8}, runtime={"device": "cuda"})
     real = truth.peak(config, "cuda", device="cuda")
     traced = trace_in_process(config, "cuda")["peak"]
     bound = analytic.estimate(config, device="cuda").total

@@ -68,8 +68,7 @@ def test_fsdp2_prediction_at_two_ranks_is_within_10_percent_of_fsdp_mem_tracker(
     config = _llama(batch_size=8)
     layout = Layout(2, "fsdp2")
     predicted = analytic.estimate(config, device="cpu", layout=layout).total
-    one_rank = cfg.validate({**config.model_dump(mode="json"), "train": {**config.train.model_dump(mode="json"),
-                                                                        "batch_size": 4}}, "test")
+    one_rank = cfg.validate(cfg.deep_merge(config.model_dump(mode="json"), {"train": {"batch_size": 4}}), "test")
     traced = trace_fsdp(one_rank, "cpu", 2)
     print(f"fsdp2 2 ranks: predicted {predicted} traced {traced['peak']} "
           f"({predicted / traced['peak'] - 1:+.1%}) {traced['breakdown']}")

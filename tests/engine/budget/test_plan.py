@@ -10,7 +10,7 @@ from tests.engine.budget.conftest import small
 
 
 def test_largest_batch_fits_when_traced_and_one_more_does_not() -> None:
-    config = small("toy", train={"device": "cpu"})
+    config = small("toy", runtime={"device": "cpu"})
     budget = plan.Budget(bytes=40 << 20, total=40 << 20, safety=1.0, source="test")
     largest = plan.largest_batch(lambda **kw: analytic.estimate(config, device="cpu", **kw), budget.bytes)
     assert largest > 1

@@ -29,7 +29,8 @@ def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path, m
     # A NaN at step 5 (patience 1) rolls every run back to its step-3 checkpoint at LR x0.5: under DDP rank 0
     # alone has the checkpoints, so the losses only keep matching if every rank loads the state it chose.
     monkeypatch.setenv("SENSORLM_TUI_FAULTS", "nan@5")
-    common = (*TOY, "--set", "train.log_every=1", "--set", "schedule.kind='constant'", "--set", "policies.nan_patience=1")
+    common = (*TOY, "--set", "train.log_every=1", "--set", "schedule.kind='constant'",
+              "--set", "policies.nan_patience=1")
     one = run_cli(*common, "--max-steps", "12", "--run-dir", str(tmp_path / "one"), module="engine")
     assert one.returncode == 0, one.stderr[-2000:]
     # The job compiles the DDP-wrapped model (aot_eager: dynamo's DDP graph split and AOTAutograd, without

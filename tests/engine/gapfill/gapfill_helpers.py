@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from engine.core.core_sections import TrainConfig
+from engine.core.core_sections import OptimizerConfig, TrainConfig
 from engine.tasks.gapfill.spec import GapfillConfig
 
 #: The tiny data set every test shares: 16 px, 5 days (day 5 validates), 2-hour cadence, 1 instrument.
@@ -23,8 +23,8 @@ def make_config(data_path=None, **sections):
                        "val_samples": 8}}
     for key, value in sections.pop("gapfill", {}).items():
         gap[key] = {**gap.get(key, {}), **value}
-    train = TrainConfig(**sections.pop("train", {}))
-    return SimpleNamespace(task_config=GapfillConfig.model_validate(gap), train=train,
+    train, optimizer = TrainConfig(**sections.pop("train", {})), OptimizerConfig(**sections.pop("optimizer", {}))
+    return SimpleNamespace(task_config=GapfillConfig.model_validate(gap), train=train, optimizer=optimizer,
                            data=SimpleNamespace(path=str(data_path) if data_path else None))
 
 

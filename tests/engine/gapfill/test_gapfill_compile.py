@@ -15,7 +15,8 @@ def test_gapfill_levels_compile_under_bf16_autocast_and_match_eager(tiny_data) -
         "gapfill": {"model": {"base": 8, "depth": 1},
                     "samples": {"neighbours": 2, "short_max": 2, "long_min": 4, "long_max": 12, "max_hours": 48,
                                 "val_samples": 8}},
-        "data": {"path": str(tiny_data)}, "train": {"max_steps": 2, "batch_size": 4}, "evaluation": {"every": 0}, "runtime": {"precision": "bf16"},
+        "data": {"path": str(tiny_data)}, "train": {"max_steps": 2, "batch_size": 4}, "evaluation": {"every": 0},
+        "runtime": {"precision": "bf16"},
         "checkpoint": {"every_steps": 0}})
     eager, compiled = compare(config, "blocks", "aot_eager")
     assert_close(eager.losses, compiled.losses, rel=1e-6)

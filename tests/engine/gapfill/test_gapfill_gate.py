@@ -20,7 +20,7 @@ def test_overfit_gate_passes_on_8_frozen_samples_and_fails_with_conditioning_cut
     result = run_cli(*cli_flags(tmp_path, tiny_data, "--max-steps", "2", "--eval-every", "0", "--run-dir", str(run),
                                 "--set", "evaluation.overfit_gate=8",
                                 "--set", f"gapfill.model.conditioned={str(conditioned).lower()}"), timeout=300)
-    target = PRESETS["demo"]["train"]["overfit_target"]
+    target = PRESETS["demo"]["evaluation"]["overfit_target"]
     events = read_events(run)
     steps = [e for e in events if e["type"] == "step"]
     finished = events[-1]

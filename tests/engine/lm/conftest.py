@@ -34,9 +34,13 @@ def corpus_file(tmp_path_factory) -> Path:
     return path
 
 
-def make_config(data_path=None, train: dict | None = None, **lm):
-    """A resolved run config of the `lm` task: the `tiny` preset with ``lm`` / ``train`` overrides."""
+def make_config(data_path=None, train: dict | None = None, optimizer: dict | None = None,
+                schedule: dict | None = None, evaluation: dict | None = None, runtime: dict | None = None, **lm):
+    """A resolved run config of the `lm` task: the `tiny` preset with ``lm`` and the shared sections' overrides."""
     from engine.core.config import load
 
-    overrides = {"lm": lm, "train": train or {}, "data": {"path": None if data_path is None else str(data_path)}}
+    shared = {"train": train, "optimizer": optimizer, "schedule": schedule, "evaluation": evaluation,
+              "runtime": runtime}
+    overrides = {"lm": lm, **{k: v for k, v in shared.items() if v}, "data": {"path": None if data_path is None
+                                                                            else str(data_path)}}
     return load(task="lm", preset="tiny", overrides=overrides)

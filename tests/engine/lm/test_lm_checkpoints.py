@@ -13,7 +13,7 @@ import torch
 
 from tests.engine.lm.conftest import make_config
 
-TWO_STEPS = {"max_steps": 2, "eval_every": 0}
+TWO_STEPS = {"train": {"max_steps": 2}, "evaluation": {"every": 0}}
 
 
 def _train(config, directory: Path, controls=None):
@@ -39,7 +39,7 @@ def _resume(config, directory: Path):
 def test_lora_checkpoint_holds_what_trains_and_resumes_only_onto_the_same_base(corpus_file, tmp_path) -> None:
     from engine.checkpoint import format as ckpt
 
-    config = make_config(corpus_file, train=TWO_STEPS)
+    config = make_config(corpus_file, **TWO_STEPS)
     trained, _ = _train(config, tmp_path / "ck")
     loaded = ckpt.read(tmp_path / "ck" / "last.safetensors")
     kept = {k[len("model."):] for k in loaded.tensors if k.startswith("model.")}
@@ -52,7 +52,7 @@ def test_lora_checkpoint_holds_what_trains_and_resumes_only_onto_the_same_base(c
     for (name, a), b in zip(trained.model.state_dict().items(), again.model.state_dict().values()):
         assert torch.equal(a, b), name
 
-    other_seed = make_config(corpus_file, train={**TWO_STEPS, "seed": 1})  # another random base
+    other_seed = make_config(corpus_file, **{**TWO_STEPS, "train": {"max_steps": 2, "seed": 1}})  # another random base
     with pytest.raises(ckpt.CheckpointMismatch, match="trained on base model .* seed 0.*this run builds"):
         _resume(other_seed, tmp_path / "ck")
 
@@ -65,7 +65,7 @@ def test_a_changed_base_directory_is_refused_by_its_fingerprint(corpus_file, tmp
     base = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=2))
     base.save_pretrained(tmp_path / "base")
-    config = make_config(corpus_file, train=TWO_STEPS, tokenizer="byte", model={"path": str(tmp_path / "base")})
+    config = make_config(corpus_file, **TWO_STEPS, tokenizer="byte", model={"path": str(tmp_path / "base")})
     _train(config, tmp_path / "ck")
     _resume(config, tmp_path / "ck")  # the same directory: fine
     with torch.no_grad():
@@ -79,7 +79,7 @@ def test_a_changed_base_directory_is_refused_by_its_fingerprint(corpus_file, tmp
 def test_full_fine_tune_saves_every_tensor(corpus_file, tmp_path) -> None:
     from engine.checkpoint import format as ckpt
 
-    trained, _ = _train(make_config(corpus_file, train=TWO_STEPS, finetune="full"), tmp_path / "ck")
+    trained, _ = _train(make_config(corpus_file, **TWO_STEPS, finetune="full"), tmp_path / "ck")
     loaded = ckpt.read(tmp_path / "ck" / "last.safetensors")
     assert {k[len("model."):] for k in loaded.tensors if k.startswith("model.")} == set(trained.model.state_dict())
     assert "frozen" not in loaded.meta
@@ -91,7 +91,7 @@ def test_steps_carry_tokens_per_s_and_mfu_and_exports_are_written(corpus_file, t
 
     controls = control.Controls()
     controls.submit(control.checkpoint_now())  # answered at the first boundary: step 0
-    config = make_config(corpus_file, train={**TWO_STEPS, "log_every": 1})
+    config = make_config(corpus_file, **{**TWO_STEPS, "train": {"max_steps": 2, "log_every": 1}})
     _, seen = _train(config, tmp_path / "run" / "checkpoints", controls)
     steps = [e for e in seen if isinstance(e, ev.StepLogged)]
     assert steps and all(s.tokens_per_s == pytest.approx(s.samples_per_s * 32, rel=1e-9) for s in steps)

@@ -14,7 +14,7 @@ from tests.engine.lm.conftest import make_config
 
 
 def test_lora_layers_compile_match_eager_and_export_the_same_adapter(corpus_file, tmp_path) -> None:
-    config = make_config(corpus_file, train={"max_steps": 2, "eval_every": 0}, finetune="lora")
+    config = make_config(corpus_file, train={"max_steps": 2}, evaluation={"every": 0}, finetune="lora")
     eager, compiled = compare(config, "blocks", "aot_eager")
     assert_close(eager.losses, compiled.losses, rel=1e-6)
     assert compiled.of("compile")[0].frames >= 1

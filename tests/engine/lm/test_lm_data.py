@@ -122,9 +122,9 @@ def test_a_live_seq_len_change_reaches_batches_built_by_data_workers(corpus_file
     from engine.run.sinks import EventBus, MemorySink
     from engine.training.loop import Trainer
 
-    def losses(**train) -> dict[int, float]:
+    def losses(**runtime) -> dict[int, float]:
         sink = MemorySink()
-        trainer = Trainer(make_config(corpus_file, train={"max_steps": 6, "eval_every": 0, **train}),
+        trainer = Trainer(make_config(corpus_file, train={"max_steps": 6}, evaluation={"every": 0}, runtime=runtime),
                           EventBus([sink]), Controls())
         trainer.setup()
         try:

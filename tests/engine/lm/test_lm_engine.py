@@ -86,8 +86,9 @@ def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
     from engine.run.sinks import EventBus
     from engine.training.loop import Trainer
 
-    config = make_config(corpus_file, train={"max_steps": 2, "eval_every": 0, "clip_grad_norm": 1e-3,
-                                             "schedule": "constant", "warmup_frac": 0.0, "lr": 1e-2},
+    config = make_config(corpus_file, train={"max_steps": 2}, evaluation={"every": 0},
+                         optimizer={"clip_grad_norm": 1e-3, "lr": 1e-2},
+                         schedule={"kind": "constant", "warmup_frac": 0.0},
                          lora={"plus_ratio": 16.0})
     seen = []
     bus = EventBus([seen.append])

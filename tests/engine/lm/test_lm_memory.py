@@ -25,7 +25,7 @@ SHAPE = {"hidden_size": 128, "intermediate_size": 344, "heads": 4, "kv_heads": 2
     ("full T64", {"seq_len": 64, "finetune": "full"}),
 ])
 def test_analytic_bounds_the_real_peak_within_ten_percent(corpus_file, label, lm) -> None:
-    config = make_config(corpus_file, train={"batch_size": 4, "device": "cpu"}, model=SHAPE, **lm)
+    config = make_config(corpus_file, train={"batch_size": 4}, runtime={"device": "cpu"}, model=SHAPE, **lm)
     real = truth.peak(config, "profiler")
     predicted = analytic.estimate(config).total
     assert real <= predicted <= 1.10 * real, f"{label}: analytic {predicted / real:.3f} x the real peak"
@@ -36,7 +36,7 @@ def test_traced_estimate_is_the_real_peak(corpus_file) -> None:
     # head: +5 % here, +13 % at T 256); engine.tasks.lm.model.real_mask_path keeps it on the real one.
     from engine.budget.trace_worker import trace
 
-    config = make_config(corpus_file, train={"batch_size": 4, "device": "cpu"}, model=SHAPE, seq_len=64)
+    config = make_config(corpus_file, train={"batch_size": 4}, runtime={"device": "cpu"}, model=SHAPE, seq_len=64)
     real = truth.peak(config, "profiler")
     traced = trace(config, "cpu")["peak"]
     assert abs(traced - real) <= 0.02 * real, f"traced {traced / real:.4f} x the real peak"
@@ -65,7 +65,7 @@ def test_math_path_bound_holds_the_real_math_step(corpus_file) -> None:
 
     from engine.tasks.attention_kernels import Target
 
-    config = make_config(corpus_file, train={"batch_size": 2, "device": "cpu"}, seq_len=256, finetune="full",
+    config = make_config(corpus_file, train={"batch_size": 2}, runtime={"device": "cpu"}, seq_len=256, finetune="full",
                          model={"hidden_size": 64, "intermediate_size": 176, "heads": 4, "kv_heads": 2})
     with sdpa_kernel(SDPBackend.MATH):
         real = truth.peak(config, "profiler")

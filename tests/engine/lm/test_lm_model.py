@@ -22,9 +22,9 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 def _train(task: LMTask, model, steps: int = 4):
     """A few AdamW steps over the task's own param groups (lr × lr_mult per group)."""
-    t = task.config.train
+    lr = task.config.optimizer.lr
     groups = task.param_groups(model)
-    opt = torch.optim.AdamW([{**g, "lr": task.config.optimizer.lr * g["lr_mult"]} for g in groups], lr=task.config.optimizer.lr)
+    opt = torch.optim.AdamW([{**g, "lr": lr * g["lr_mult"]} for g in groups], lr=lr)
     for step in range(steps):
         batch = task.make_batch(list(range(4 * step, 4 * step + 4)), step, True)
         loss, _ = task.loss(model, batch, step)
