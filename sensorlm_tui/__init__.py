@@ -5,7 +5,8 @@
 - ``sensorlm_tui.hf``: ``CockpitCallback`` for a ``transformers.Trainer``;
 - ``sensorlm_tui.plugin``: ``Task``, ``TaskSpec``, ``Capabilities``, ``Metric``, ``Setting``, ``Section``,
   what a task plugin is written in (its entry points go in the ``sensorlm_tui.tasks`` group);
-- ``sensorlm_tui.lm``: the base model an adapter of an ``lm`` run was trained on.
+- ``sensorlm_tui.lm``: the base model an adapter of an ``lm`` run was trained on;
+- ``sensorlm_tui.steps``: ``read_steps``, a run's step record as columns for pandas / polars (docs/STEP_RECORD.md).
 
 Each module only re-exports names defined in ``engine`` (this package sits above it; the engine never imports
 it). Importing this package imports nothing else: Lightning, transformers and torch come with the module
