@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,15 @@ from tests.conftest import ROOT, cli_env, read_events
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("plugin") / "site"
+    """The plugin installed into a target directory, built from a copy (an in-tree build would leave build/ and
+    *.egg-info in examples/plugin_task, whose stale copies of the code then turn up in every grep)."""
+    work = tmp_path_factory.mktemp("plugin")
+    source = shutil.copytree(ROOT / "examples" / "plugin_task", work / "plugin_task",
+                             ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(ROOT / "examples" / "plugin_task")],
-                   check=True, capture_output=True, text=True, timeout=300)
-    return target
+                    "--target", str(work / "site"), str(source)], check=True, capture_output=True, text=True,
+                   timeout=300)
+    return work / "site"
 
 
 def _cli(site: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
