@@ -256,8 +256,20 @@ def test_the_table_covers_every_shim_and_no_code_of_ours_imports_a_deprecated_pa
 
 
 def test_the_public_package_imports_no_torch_until_a_run_needs_it() -> None:
-    probe = ("import sys, sensorlm_tui, sensorlm_tui.loop, sensorlm_tui.plugin, sensorlm_tui.lm; "
+    probe = ("import sys, sensorlm_tui, sensorlm_tui.loop, sensorlm_tui.plugin, sensorlm_tui.lm, sensorlm_tui.steps; "
              "print(sorted(m for m in ('torch', 'lightning', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", output(done)
+
+
+def test_readme_docs_and_examples_import_only_the_public_package() -> None:
+    """What users copy: every tracked file of README.md, docs/ (the architecture page excepted: it is about the
+    insides) and examples/ names no ``engine`` import."""
+    tracked = subprocess.run(["git", "ls-files", "README.md", "docs", "examples"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    found = [f"{name}:{number}: {line.strip()}" for name in tracked if name != "docs/ARCHITECTURE.md"
+             and name.endswith((".md", ".py", ".toml"))
+             for number, line in enumerate((ROOT / name).read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\bfrom engine\b|\bimport engine\b", line)]
+    assert not found, "use sensorlm_tui (add the name there if it is missing):\n" + "\n".join(found)
