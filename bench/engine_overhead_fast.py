@@ -54,12 +54,13 @@ FAST_LM = {"lm": {"finetune": "lora", "seq_len": 16, "corpus_bytes": 50_000, "va
 TASKS = {"toy": ("toy", "demo", FAST), "lm": ("lm", "tiny", FAST_LM)}
 
 
-def _config(steps: int, task: str = "toy", **train):
+def _config(steps: int, task: str = "toy", **runtime):
     from engine.core import config as cfg
 
     name, preset, fast = TASKS[task]
     overrides = {k: dict(v) for k, v in fast.items()}
-    overrides["train"].update(max_steps=steps, **train)
+    overrides["train"].update(max_steps=steps)
+    overrides["runtime"] = runtime
     return cfg.load(task=name, preset=preset, overrides=overrides)
 
 
@@ -120,14 +121,14 @@ def _rates(marks: list[tuple[int, float, float]], steps: int) -> dict:
     return {"steps_per_s": (hi - lo) / (w1 - w0), "cpu_us": (c1 - c0) / (hi - lo) * 1e6}
 
 
-def engine_run(steps: int, root: Path, keep: list | None = None, task: str = "toy", **train) -> float:
-    """Steps/s of the engine as `train --headless` runs it, in this process (window 10-90 %); ``train``:
-    overrides of the [train] section (e.g. the step readback)."""
+def engine_run(steps: int, root: Path, keep: list | None = None, task: str = "toy", **runtime) -> float:
+    """Steps/s of the engine as `train --headless` runs it, in this process (window 10-90 %); ``runtime``:
+    overrides of the [runtime] section (e.g. the step readback)."""
     from engine.app.main import run_prepared
     from engine.app.prepare import Prepared
     from engine.run.rundir import RunDir
 
-    config = _config(steps, task, **train)
+    config = _config(steps, task, **runtime)
     run_dir = RunDir(root / f"engine-{time.monotonic_ns()}")
     config = config.model_copy(update={"name": run_dir.root.name})
     marks: list[tuple[int, float, float]] = []

@@ -37,7 +37,7 @@ from engine.core.registry import get_spec, make_task
 from engine.distributed.parallel import Single
 from engine.optim import device as dev
 from engine.optim.optimization import Optimization, accumulate, as_float
-from engine.optim.readback import StepReadback, deferred_readback, read_values
+from engine.optim.readback import HostReadback, StepReadback, StepResult, deferred_readback
 from engine.optim.schedule import warmup_steps
 from engine.run import events as ev
 from engine.run.control.requests import Controls
@@ -75,7 +75,7 @@ class Trainer:
         #: The test fault injector (SENSORLM_TUI_FAULTS); None in real runs. Each hook goes to its component.
         self.faults = faults.from_env()
         self.checkpoints = self._checkpointer(checkpoint_dir)
-        self._pending: tuple | None = None  # the last step's values, emitted after its checks
+        self._pending: StepResult | None = None  # the last step's values, emitted after its checks
         self._ranks = None  # the distributed strategy's per-rank telemetry event, emitted with the step's
 
     def setup(self) -> None:
@@ -111,8 +111,8 @@ class Trainer:
                                    self.bus.emit, self.agree, warmup_steps(self.total_steps, c.schedule.warmup_frac))
         self.budget = BudgetHook(c, self.task, self.device, self.parallel)
         self.compiler = Compiler(c.runtime.compile, c.runtime.compile_backend, self.bus.emit)  # before the 1st step
-        deferred = deferred_readback(c.runtime.step_readback, self.optim, self.device)
-        self.readback = StepReadback(self.device) if deferred else None
+        self.deferred = deferred_readback(c.runtime.step_readback, self.optim, self.device)
+        self.readback = StepReadback(self.device) if self.deferred else HostReadback()
         self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
         self.autotune = Autotuner(self)
         if self.resume:
@@ -211,18 +211,18 @@ class Trainer:
                 parts[name] = accumulate(parts.get(name), as_float(value.detach()), weight)
         total, parts = self.parallel.mean_losses(total, parts)  # the job's loss, not this rank's share
         samples = len(indices) * self.parallel.world
-        if self.readback is not None:  # no host sync: this step's values are read after the next one is queued
+        if self.deferred:  # no host sync: this step's values are read after the next one is queued
             values, lr = self.optim.step_on_device(self.step, total, parts)
-            self.step += 1
-            elapsed = self._observe(started)
-            previous = self.readback.put(values, (self.step, list(parts), lr, elapsed, samples))
-            if previous is not None:
-                self._conclude(read_values(*previous))
-            return
-        (total, grad_norm, parts), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
+            result = StepResult(self.step + 1, lr, 0.0, samples, parts=dict.fromkeys(parts))
+        else:
+            values = None
+            (loss, grad_norm, read), lr, skipped = self.optim.step(self.step, total, parts, self.nan.skip_step)
+            result = StepResult(self.step + 1, lr, 0.0, samples, loss, grad_norm, read, skipped)
         self.step += 1
-        elapsed = self._observe(started)
-        self._conclude((self.step, total, parts, grad_norm, lr, elapsed, samples, skipped))
+        result.seconds = self._observe(started)
+        done = self.readback.put(values, result)  # this step's (sync), the one before it (deferred)
+        if done is not None:
+            self._conclude(done)
 
     def _observe(self, started: float) -> float:
         """The step's wall seconds; the strategy's per-rank telemetry sees them (rank 0 gets an event)."""
@@ -231,7 +231,7 @@ class Trainer:
         self._ranks = self.parallel.observe(self.step, started, elapsed, self.budget.last_peak)
         return elapsed
 
-    def _conclude(self, record: tuple) -> None:
+    def _conclude(self, result: StepResult) -> None:
         """A step's values are on the host: queue its event, count it for the NaN policy, act on the policy.
 
         Deferred (``self.readback``), this runs one step late, after the next step was queued. What that
@@ -243,15 +243,15 @@ class Trainer:
         controls and the run's end ``settle()`` first, so none of them acts before an earlier step's verdict.
         """
         self.log_step()  # an earlier step's event, if still queued, comes first
-        self._pending = record
-        decision = self.nan.record(record[-1])
+        self._pending = result
+        decision = self.nan.record(result.skipped)
         if decision in ("stop", "rollback"):
             self.log_step()  # the failing step's event comes before the rollback's, in step order
-            late = self.readback.flush() if self.readback is not None else None
+            late = self.readback.flush()
             if late is not None:  # the step queued after it: logged as it happened, not counted (undone or final)
-                self._pending = read_values(*late)
+                self._pending = late
                 self.log_step()
-        event, stop = self.nan.respond(decision, record[0], self._rollback, self.optim)
+        event, stop = self.nan.respond(decision, result.step, self._rollback, self.optim)
         if stop:
             raise GracefulStop(stop, ExitCode.POLICY, checkpoint=False, status="failed")
         if event is not None:
@@ -260,10 +260,9 @@ class Trainer:
     def settle(self) -> None:
         """Bring the host up to date: the deferred readback's last step read (a wait on its copy), counted and
         logged. A no-op on the synchronous path."""
-        if self.readback is not None:
-            late = self.readback.flush()
-            if late is not None:
-                self._conclude(read_values(*late))
+        late = self.readback.flush()
+        if late is not None:
+            self._conclude(late)
         self.log_step()
 
     def _rollback(self) -> int | None:
@@ -273,24 +272,24 @@ class Trainer:
     def log_step(self) -> None:
         """Emit the last concluded step's event (its values came back in the step's one device sync, or deferred:
         one step later, without one)."""
-        if self._pending is None:
+        r = self._pending
+        if r is None:
             return
-        step, loss, parts, grad_norm, lr, elapsed, n, skipped = self._pending
         self._pending = None
-        for event in self.compiler.report(step):  # before the step's own event: what its seconds went into
+        for event in self.compiler.report(r.step):  # before the step's own event: what its seconds went into
             self.bus.emit(event)
-        self.on_step(step)
-        self.autotune.observe(step, elapsed, n)
+        self.on_step(r.step)
+        self.autotune.observe(r.step, r.seconds, r.samples)
         if self._ranks is not None:
             self.bus.emit(self._ranks)
             self._ranks = None
-        if step % self.config.train.log_every and step != self.total_steps and not skipped:
+        if r.step % self.config.train.log_every and r.step != self.total_steps and not r.skipped:
             return
         self.bus.emit(ev.StepLogged(
-            step=step, epoch=self.order.epoch, loss=loss, lr=lr, grad_norm=grad_norm,
-            batch_size=self.settings.batch_size, components=parts, skipped=skipped,
-            **self.rates.rates(n, elapsed)))  # steps/s, samples/s, tokens/s: one step's, from one window
-        sample = self.budget.sample(step)
+            step=r.step, epoch=self.order.epoch, loss=r.loss, lr=r.lr, grad_norm=r.grad_norm,
+            batch_size=self.settings.batch_size, components=r.parts, skipped=r.skipped,
+            **self.rates.rates(r.samples, r.seconds)))  # steps/s, samples/s, tokens/s: one step's, from one window
+        sample = self.budget.sample(r.step)
         if sample is not None:
             self.bus.emit(sample)
 
