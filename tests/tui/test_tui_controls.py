@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.core.invocation import program
 from engine.run.control.requests import Request
-from tests.tui.tui_helpers import make, on_screen, opened, pilot_test, wait_for
+from tests.tui.tui_helpers import burst, make, on_screen, opened, pilot_test, wait_for
 from tui.dashboard.app import DashboardApp
 from tui.dashboard.scripted import ScriptedSession, accept_policy, demo_memory, demo_run
 
@@ -161,6 +161,65 @@ async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
         await wait_for(pilot, lambda: app.model.setting("batch_size") == 64, "setting on the model")
     assert [(r.name, r.value, r.dry_run) for r in session.sent][-1] == ("batch_size", 64, False)
     assert app.model.markers[-1].name == "batch_size" and app.model.markers[-1].new == 64
+
+
+@pilot_test
+async def test_every_number_field_takes_a_burst_of_keys_in_the_order_typed():
+    # Keys read together used to act out of order: a field's Backspace / End ran only after the key had bubbled up
+    # to the app, so the digits typed after it were inserted first (tui.widgets.fields).
+    app, _ = make()
+    async with opened(app) as pilot:
+        tune = await _open_tune(pilot, app)
+        fields = [s.name for s in tune.settings if s.kind != "choice"]
+        assert fields == ["batch_size", "grad_accum", "lr", "window"]
+        typed = {}
+        for name in fields:
+            field = tune.query_one(f"#tune-{name}")
+            field.focus()
+            field.value = "64"
+            await burst(pilot, "end", "backspace", "backspace", "6", "4")
+            typed[name] = [field.value]
+            await burst(pilot, "backspace", "5")  # the cursor at the end: replaces the last digit
+            typed[name].append(field.value)
+            await burst(pilot, "home", "delete", "1", "end", "backspace", "2", "3")  # 65 → 5 → 15 → 1 → 123
+            typed[name].append(field.value)
+        assert typed == {name: ["64", "65", "123"] for name in fields}
+        # Tab in a burst moves on before the keys after it: each field gets its own digits.
+        tune.query_one("#tune-batch_size").focus()
+        await pilot.pause(0.1)
+        await burst(pilot, "end", "backspace", "backspace", "backspace", "4", "8", "tab", "end", "backspace",
+                    "backspace", "backspace", "2", "tab", "end", "backspace", "backspace", "backspace", "1")
+        assert [tune.query_one(f"#tune-{name}").value for name in fields[:3]] == ["48", "2", "1"]
+        # A key the force checkbox does not answer stays there: it is not run on the field focused after it.
+        tune.query_one("#tune-force").focus()
+        await pilot.pause(0.1)
+        await burst(pilot, "backspace", "7", "tab", "end", "backspace", "9")
+        assert tune.query_one("#tune-batch_size").value == "49" and not tune.query_one("#tune-force").value
+
+
+@pilot_test
+async def test_a_fixed_value_takes_its_error_away_from_the_tune_modal():
+    app, session = make()
+    async with opened(app) as pilot:
+        tune = await _open_tune(pilot, app)
+        results = tune.query_one("#tune-results")
+        tune.query_one("#tune-lr").value = "1e308"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: "fix first" in str(results.render()), "the refusal to apply")
+        assert str(results.render()) == "fix first: lr 1e+308 is out of range; allowed: >0..10"
+        tune.query_one("#tune-lr").value = "0.001"
+        await wait_for(pilot, lambda: "lr → 0.001" in _estimate(tune), "the fixed value's estimate")
+        assert str(results.render()) == "", "the error of a value no longer in the form"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: tune.results, "the fixed value applied")
+        assert str(results.render()) == "lr 0.002 → 0.001: applied"
+        tune.query_one("#tune-lr").value = "0.001"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: "nothing changed" in str(results.render()), "nothing to apply")
+        tune.query_one("#tune-grad_accum").value = "2"
+        await wait_for(pilot, lambda: "nothing changed" not in str(results.render()), "the note gone with the edit")
+        assert str(results.render()) == "lr 0.002 → 0.001: applied"
+    assert [(r.name, r.value) for r in session.sent if not r.dry_run] == [("lr", 0.001)]
 
 
 @pilot_test

@@ -47,6 +47,27 @@ async def on_screen(pilot, name: str) -> None:
     await wait_for(pilot, lambda: type(pilot.app.screen).__name__ == name, f"the {name}")
 
 
+async def burst(pilot, *keys: str) -> None:
+    """Send ``keys`` as a terminal delivers a fast typist's keys read together: every key event reaches the app
+    before the first is handled (``pilot.press`` waits for the app to go idle after each key, which hides what a
+    burst does), then wait until the app is idle again."""
+    import unicodedata
+
+    from textual import events
+    from textual.keys import _get_unicode_name_from_key
+
+    app = pilot.app
+    for key in keys:
+        try:
+            char = unicodedata.lookup(_get_unicode_name_from_key(key))
+        except KeyError:
+            char = key if len(key) == 1 else None
+        event = events.Key(key, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+    await pilot.pause(0.3)
+
+
 def logged(events: Iterable[ev.Event], directory: Path) -> History:
     """``events`` written to ``directory``/events.jsonl by the engine's sink, read back as a viewer reads them."""
     sink = JsonlSink(Path(directory) / "events.jsonl")

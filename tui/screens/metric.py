@@ -20,6 +20,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.widgets.fields import OrderedInput
+
 
 def matches(choice, words: list[str]) -> bool:
     """True when every word (lower case) is in the choice's label, name, unit or kind."""
@@ -28,7 +30,7 @@ def matches(choice, words: list[str]) -> bool:
     return all(word in text for word in words)
 
 
-class FilterInput(Input):
+class FilterInput(OrderedInput):
     """The chooser's filter field: it takes every character, except a chart digit while it is empty.
 
     A focused Input takes every printable key before the screen's bindings see it (and Textual drops a

@@ -35,6 +35,7 @@ from engine.run.control.requests import Request, RequestError, set_value
 from engine.run.events import Prediction, Refused, SettingChanged
 from tui.model.format import change_text, human_bytes, short_float, value_text
 from tui.screens.answers import Answered, Link, ask
+from tui.widgets.fields import KeysInOrder, OrderedInput
 
 #: Seconds of quiet after an edit before the engine is asked (one request per settled value, not per key).
 DEBOUNCE_S = 0.3
@@ -55,9 +56,10 @@ def asked_keys(changes: dict[str, Any]) -> list[tuple]:
     return keys + ([together_key(changes)] if len(changes) > 1 else [])
 
 
-class ForceBox(Checkbox, inherit_bindings=False):
+class ForceBox(KeysInOrder, Checkbox, inherit_bindings=False):
     """The force checkbox: space (or a click) ticks it; enter applies the form, as in every other field
-    (Checkbox's own enter binding toggled it, so enter un-ticked the force it was meant to send)."""
+    (Checkbox's own enter binding toggled it, so enter un-ticked the force it was meant to send). Its keys act in
+    the order typed (tui.widgets.fields), like the number fields'."""
 
     BINDINGS = [Binding("space", "toggle_button", "toggle", show=False)]
 
@@ -78,7 +80,11 @@ class TuneScreen(ModalScreen[None]):
     """
 
     BINDINGS = [Binding("escape", "close", "close"), Binding("ctrl+s", "apply", "apply"),
-                Binding("enter", "apply", "apply", show=False)]
+                Binding("enter", "apply", "apply", show=False),
+                # Tab moves the focus the moment it is read, so the keys typed after it in one burst go to the next
+                # field (as a screen binding it would run after they reached this one: tui.widgets.fields).
+                Binding("tab", "app.focus_next", show=False, priority=True),
+                Binding("shift+tab", "app.focus_previous", show=False, priority=True)]
 
 
     def __init__(self, current: dict[str, Any], settings: tuple[Setting, ...], budget: int | None,
@@ -98,6 +104,11 @@ class TuneScreen(ModalScreen[None]):
         self.pending: dict[str, tuple[str, Any]] = {}
         #: One line per answered request (tests assert on it).
         self.results: list[str] = []
+        #: Request id → the "sent: …" line shown until its answer comes.
+        self.sent: dict[str, str] = {}
+        #: What the last apply said about the form as it was (fix first, nothing changed): shown until the form
+        #: changes, so a fixed value never leaves its old error behind.
+        self.note = ""
         self._shown: dict[str, str] = {}
         self._timer = None
 
@@ -125,8 +136,8 @@ class TuneScreen(ModalScreen[None]):
             return Select(options, value=start, allow_blank=not setting.choices, id=f"tune-{setting.name}",
                           compact=True, tooltip=setting.help or None)
         text = "" if value is None else (short_float(value, 6) if setting.kind == "float" else str(value))
-        return Input(text, id=f"tune-{setting.name}", type="integer" if setting.kind == "int" else "number",
-                     compact=True, tooltip=setting.help or None)
+        return OrderedInput(text, id=f"tune-{setting.name}", type="integer" if setting.kind == "int" else "number",
+                            compact=True, tooltip=setting.help or None)
 
     def on_mount(self) -> None:
         self._shown = {s.name: self._raw(s) for s in self.settings if s.kind != "choice"}
@@ -267,9 +278,14 @@ class TuneScreen(ModalScreen[None]):
         self.refresh_estimate()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.refresh_estimate()
+        self._form_changed()
 
     def on_select_changed(self, event: Select.Changed) -> None:
+        self._form_changed()
+
+    def _form_changed(self) -> None:
+        if self.note:
+            self._show_results("")
         self.refresh_estimate()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -278,35 +294,43 @@ class TuneScreen(ModalScreen[None]):
     # ------------------------------------------------------------- apply
     def action_apply(self) -> None:
         """Send one set request per changed, valid value (in field order); acks arrive via ``show_result``."""
-        results = self.query_one("#tune-results", Static)
         if not self.may_apply:
-            results.update("[$warning]read-only viewer: nothing can be applied (attach without --read-only)[/]")
+            self._show_results("[$warning]read-only viewer: nothing can be applied (attach without --read-only)[/]")
             return
         _, errors = self.values()
         if errors:
-            results.update("[$error]fix first: " + escape("; ".join(errors)) + "[/]")
+            self._show_results("[$error]fix first: " + escape("; ".join(errors)) + "[/]")
             return
         changes = self.changes()
         if not changes:
-            results.update("[$text-muted]nothing changed[/]")
+            self._show_results("[$text-muted]nothing changed[/]")
             return
         force = self.query_one("#tune-force", Checkbox).value
         (name, value), *others = changes.items()
         try:  # one request: the changes are judged as one and applied together
             request = set_value(name, value, force=force, together=dict(others) or None)
         except RequestError as exc:
-            results.update(f"[$error]{escape(str(exc))}[/]")
+            self._show_results(f"[$error]{escape(str(exc))}[/]")
             return
         self.pending[request.id] = changes
-        results.update("[$accent]sent: " + escape(", ".join(f"{n}={value_text(v)}" for n, v in changes.items()))
-                       + (" (forced)" if force else "") + "…[/]")
+        self.sent[request.id] = ("[$accent]sent: " + escape(", ".join(f"{n}={value_text(v)}"
+                                                                        for n, v in changes.items()))
+                                 + (" (forced)" if force else "") + "…[/]")
+        self._show_results("")
         self._send(request)
+
+    def _show_results(self, note: str) -> None:
+        """The answers so far (the newest four), the requests still waiting for theirs, and ``note``."""
+        self.note = note
+        lines = self.results[-4:] + list(self.sent.values()) + ([note] if note else [])
+        self.query_one("#tune-results", Static).update("\n".join(lines))
 
     def show_result(self, request: Request, ack, error: str | None) -> None:
         """An answer for a request sent from here: applied, refused (with why) or failed."""
         if request.id not in self.pending:
             return
         changes = self.pending.pop(request.id)
+        self.sent.pop(request.id, None)
         what = ", ".join(f"{n} → {value_text(v)}" for n, v in changes.items())
         if isinstance(ack, SettingChanged):
             self.current.update(changes)
@@ -321,7 +345,7 @@ class TuneScreen(ModalScreen[None]):
         else:
             line = f"[$error]{escape(what)}: failed — {escape(error or 'no answer')}[/]"
         self.results.append(line)
-        self.query_one("#tune-results", Static).update("\n".join(self.results[-4:]))
+        self._show_results(self.note)
         self.refresh_estimate()
 
     def action_close(self) -> None:
