@@ -363,7 +363,9 @@ def test_viewers_runs_and_plot_read_the_search(runs) -> None:
     assert not state.active and state.chose.status == chose["status"]
     rows = state.rows()
     assert len(rows) == len(chose["table"]) and sum(r[-1] == "chosen" for r in rows) == 1
-    assert rows[0][1] == "grad_accum 4" and "MiB" in rows[0][2] and "MiB" in rows[0][3]
+    # the first candidate is the start, said once above the table; the others by what they change from it
+    assert rows[0][1] == "start" and state.start_text() == "start: grad_accum 4"
+    assert "MiB" in rows[0][2] and "MiB" in rows[0][3]
     assert f"grad_accum {chose['settings']['grad_accum']}" in state.headline()
     listed = {r.name: r for r in list_runs(runs)}
     assert listed["tuned"].autotune["settings"] == chose["settings"] and listed["plain"].autotune is None

@@ -17,7 +17,10 @@ from engine.run import events as ev
 from engine.run.history import History, read_history
 from engine.run.sinks import JsonlSink
 from tui.dashboard.app import DashboardApp
-from tui.dashboard.scripted import ScriptedSession, demo_memory, demo_run
+from tui.dashboard.scripted import ScriptedSession, demo_autotune, demo_memory, demo_run
+
+#: Candidates the demo search has measured when its table is first shown (of the seven it measures).
+MID_SEARCH = 4
 
 
 async def wait_for(pilot, predicate, what: str, timeout: float = 8.0) -> None:
@@ -81,6 +84,30 @@ def make(session: ScriptedSession | None = None, **kwargs) -> tuple[DashboardApp
     """A dashboard on a scripted 300-step run whose engine predicts memory with ``demo_memory``."""
     session = session or ScriptedSession(history=demo_run(300), memory=demo_memory)
     return DashboardApp(lambda: session, **kwargs), session
+
+
+def searching(measured: int = MID_SEARCH) -> tuple[DashboardApp, ScriptedSession]:
+    """A dashboard on the demo run with an autotune search from step 300 that has measured ``measured``
+    candidates (tui.dashboard.scripted.demo_autotune: long setting names, rates in tokens/s)."""
+    run = demo_run(300)
+    session = ScriptedSession(history=run + demo_autotune(300, run[-1].t, measured=measured), memory=demo_memory,
+                              detachable=True, run_dir="runs/demo-run")
+    return DashboardApp(lambda: session), session
+
+
+def finish_search(session: ScriptedSession) -> None:
+    """The rest of the demo search arrives (``searching``): three more candidates and the choice."""
+    done = demo_autotune(300, session.last_t - 4.0 * MID_SEARCH, measured=7, finished=True)
+    session.push(*done[1 + MID_SEARCH:])
+
+
+def dialog_rows(app: DashboardApp, dialog: str) -> list[str]:
+    """The rows of the modal's dialog ``dialog`` (a selector) as the terminal shows them, inside its border."""
+    from tests.tui.screens import screen_text
+
+    region = app.screen.query_one(dialog).region
+    lines = screen_text(app)
+    return [lines[y][region.x + 1:region.right - 1] for y in range(region.y + 1, region.bottom - 1)]
 
 
 def pilot_test(fn):

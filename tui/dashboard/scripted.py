@@ -69,6 +69,8 @@ class ScriptedSession(Session):
         self.last_checkpoint: str | None = None
         #: Current value of each setting, as the engine would report it in an ack's ``old``.
         self.settings: dict = {}
+        #: The autotune search running (its AutotuneStarted), None when none runs.
+        self.autotune: ev.AutotuneStarted | None = None
         #: Timestamp of the newest event seen; answers are stamped from it, so a replayed run's
         #: clock (demo_run's synthetic one) never jumps to the wall clock.
         self.last_t: float | None = None
@@ -171,6 +173,8 @@ class ScriptedSession(Session):
             self.last_checkpoint = event.path
         elif isinstance(event, ev.RunFinished):
             self._liveness = {"interrupted": "aborted"}.get(event.status, event.status)
+        elif isinstance(event, (ev.AutotuneStarted, ev.AutotuneChose)):
+            self.autotune = event if isinstance(event, ev.AutotuneStarted) else None
 
 
 def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[ev.Event]]:
@@ -221,11 +225,30 @@ def accept_policy(request: Request, s: ScriptedSession) -> tuple[ev.Event, list[
                                   checkpoint=checkpoint, resume_command=f"sensorlm-tui train --resume {root}",
                                   exit_code=130 if request.mode == "now" else 0, t=t)]
         return ack("state", s.state, "aborting", f"abort ({request.mode}) by request"), follow
+    if request.action == "autotune":
+        return _autotune(request, s), []
     if request.action == "set":
         others = [ev.SettingChanged(name=k, old=s.settings.get(k), new=v, reason=f"with {request.name}", step=step,
                                     t=t) for k, v in request.together]
         return ack(request.name, s.settings.get(request.name), request.value), others
     return ack("reserved_bytes", 0, 0, "nothing to free"), []
+
+
+def _autotune(request: Request, s: ScriptedSession) -> ev.Event:
+    """The engine's answers to autotune (engine.training.autotune.Autotuner.request): a search starts (this engine
+    measures nothing: its candidates come only from a script), or the running one is cancelled."""
+    running, rid, t = s.autotune, request.id, s.now()
+    if request.mode == "cancel":
+        if running is None:
+            return ev.Refused(request=request.to_dict(), why="no autotune is running", step=s.step, request_id=rid,
+                              t=t)
+        return ev.AutotuneChose(step=s.step, status="cancelled", settings=dict(running.start), request_id=rid, t=t)
+    if running is not None:
+        return ev.Refused(request=request.to_dict(), why="autotune is already running (cancel it first)", step=s.step,
+                          request_id=rid, t=t)
+    start = {"grad_accum": s.settings.get("grad_accum", 1)}
+    return ev.AutotuneStarted(step=s.step, reason="requested", start=start, space={"grad_accum": [1, 2, 4]},
+                              candidates=3, budget=s.budget, request_id=rid, t=t)
 
 
 def _judge(request: Request, s: ScriptedSession) -> tuple[int | None, str | None]:
@@ -319,4 +342,37 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
         out += [ev.StateChanged(state="finished", reason="max_steps reached", step=steps, t=t),
                 ev.RunFinished(status="finished", steps=steps, checkpoint=f"runs/{name}/checkpoints/last.safetensors",
                                t=t)]
+    return out
+
+
+#: The settings a demo search starts from: an LM-like task's runtime settings (long names, five of them), the
+#: case where a table that spelled every candidate out whole had no room left for its numbers.
+DEMO_AUTOTUNE_START = {"activation_checkpointing": False, "attn_backend": "sdpa", "attn_chunk": 256, "threads": 0,
+                       "data_workers": -1}
+
+
+def demo_autotune(step: int, t: float, *, measured: int = 6, finished: bool = False) -> list[ev.Event]:
+    """A deterministic autotune search from ``step`` at time ``t``: its start, ``measured`` candidates (the start
+    first, rates in tokens/s in the tens of thousands) and, when ``finished``, its choice."""
+    space = {"attn_chunk": [128, 256, 512], "threads": [0, 1], "data_workers": [-1, 0, 2]}
+    out: list[ev.Event] = [ev.AutotuneStarted(step=step, reason="user", start=dict(DEMO_AUTOTUNE_START), space=space,
+                                              candidates=18, refused=2, budget=8 << 30, unit="tokens/s", t=t)]
+    combos = [(256, 0, -1), (128, 0, -1), (512, 0, -1), (256, 1, -1), (256, 0, 0), (256, 0, 2), (512, 1, 2)]
+    best_rate = 0.0
+    chosen = None
+    for i, (chunk, threads, workers) in enumerate(combos[:measured]):
+        settings = {**DEMO_AUTOTUNE_START, "attn_chunk": chunk, "threads": threads, "data_workers": workers}
+        rate = 18_610.0 * (1 + 0.07 * i * (-1) ** i + 0.02 * threads + (0.05 if workers == 2 else 0.0))
+        best = rate > best_rate * 1.02
+        if best:
+            best_rate, chosen = rate, settings
+        peak = (3 << 30) + chunk * (6 << 20)
+        out.append(ev.AutotuneCandidate(step=step + 8 * (i + 1), settings=settings, predicted=int(peak * 1.04),
+                                        measured=peak, rate=rate, steps_per_s=rate / 4096, noise=0.012 + 0.003 * i,
+                                        steps=6, warmup=2, best=best, t=t + 4.0 * (i + 1)))
+    if finished:
+        start_rate = out[1].rate if measured else None
+        out.append(ev.AutotuneChose(step=step + 8 * (measured + 1), status="chosen", settings=chosen or {},
+                                    rate=best_rate or None, start_rate=start_rate, seconds=4.0 * measured + 1.5,
+                                    t=t + 4.0 * measured + 1.5))
     return out
