@@ -149,8 +149,9 @@ async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
         tune = await _open_tune(pilot, app)
         assert "budget 8 GiB" in _estimate(tune)
         tune.query_one("#tune-batch_size").focus()
-        # Typed key by key: one dry run, after the last key.
-        await pilot.press("end", "backspace", "backspace", "6", "4")
+        # Typed as fast as a terminal reads keys (pilot.press waits for the app between keys, which under load can
+        # outlast the debounce): one dry run, after the last key.
+        await burst(pilot, "end", "backspace", "backspace", "6", "4")
         await wait_for(pilot, lambda: "fits" in _estimate(tune), "the engine's prediction for batch 64")
         assert "predicted peak 7 GiB" in _estimate(tune) and f"({7 << 30} B) of budget 8 GiB" in _estimate(tune)
         assert [(r.name, r.value, r.dry_run) for r in session.sent] == [("batch_size", 64, True)]

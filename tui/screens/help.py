@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -36,7 +36,12 @@ HELP = [
 
 
 class HelpScreen(ModalScreen[None]):
-    """Keys and what they do; any of escape, ? or q closes it."""
+    """Keys and what they do; any of escape, ? or q closes it.
+
+    The keys sit in a scrolling list between the rule and the hint, so every key can be read at 80×24: the list
+    has the focus, and ↑/↓, PgUp/PgDn, Home/End (and the mouse wheel) scroll it. A description that wraps
+    keeps to its column, under its own first line.
+    """
 
     BINDINGS = [Binding("escape", "close", "close"), Binding("question_mark", "close", show=False),
                 Binding("q", "close", show=False)]
@@ -46,13 +51,21 @@ class HelpScreen(ModalScreen[None]):
         self.read_only = read_only
 
     def compose(self):
-        rows = "\n".join(f"[b][$accent]{key:>7}[/][/b]  {text}" for key, text in HELP)
-        note = ("\n\n[$warning]read-only viewer: control keys (space, c, a, t, f) are disabled[/]"
-                if self.read_only else "")
         with Vertical(classes="dialog wide", id="help-dialog"):
             yield Static(f"[b]sensorlm-tui keys[/b] · {RULE}", classes="dialog-title")
-            yield Static(rows + note, classes="dialog-body")
-            yield Static("[$text-muted]esc / ? close[/]", classes="dialog-hint")
+            with VerticalScroll(id="help-keys"):
+                for key, text in HELP:
+                    with Horizontal(classes="help-row"):
+                        yield Static(f"[b][$accent]{key}[/][/b]", classes="help-key")
+                        yield Static(text, classes="help-text", markup=False)
+                if self.read_only:
+                    yield Static("[$warning]read-only viewer: control keys (space, c, a, t, f) are disabled[/]",
+                                 classes="help-note")
+            yield Static("[$text-muted]↑/↓ PgUp/PgDn scroll · esc / ? close[/]", classes="dialog-hint",
+                         id="help-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-keys").focus()
 
     def action_close(self) -> None:
         """Close the help."""

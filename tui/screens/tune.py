@@ -109,6 +109,8 @@ class TuneScreen(ModalScreen[None]):
         #: What the last apply said about the form as it was (fix first, nothing changed): shown until the form
         #: changes, so a fixed value never leaves its old error behind.
         self.note = ""
+        #: The form as it was when ``note`` was said (its fields' raw values).
+        self._noted: tuple = ()
         self._shown: dict[str, str] = {}
         self._timer = None
 
@@ -284,9 +286,17 @@ class TuneScreen(ModalScreen[None]):
         self._form_changed()
 
     def _form_changed(self) -> None:
-        if self.note:
+        # Against the form the note was about, not on every Changed: a field's Changed reaches the screen after
+        # an enter typed right behind the last digit has applied (tui.widgets.fields), and must not clear the
+        # note that apply just said about that very value.
+        if self.note and self._form() != self._noted:
             self._show_results("")
         self.refresh_estimate()
+
+    def _form(self) -> tuple:
+        """Every field's raw value now."""
+        return tuple(self.query_one(f"#tune-{s.name}", Select if s.kind == "choice" else Input).value
+                     for s in self.settings)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.action_apply()
@@ -321,7 +331,7 @@ class TuneScreen(ModalScreen[None]):
 
     def _show_results(self, note: str) -> None:
         """The answers so far (the newest four), the requests still waiting for theirs, and ``note``."""
-        self.note = note
+        self.note, self._noted = note, self._form()
         lines = self.results[-4:] + list(self.sent.values()) + ([note] if note else [])
         self.query_one("#tune-results", Static).update("\n".join(lines))
 
