@@ -112,11 +112,14 @@ def test_an_ack_seen_twice_is_logged_once_and_marks_the_plot():
     assert len(m.markers) == 2, "a pause ack is not a setting change"
 
 
-def test_crash_without_run_finished_marks_failed_and_interrupted_means_aborted():
+def test_crash_without_run_finished_marks_crashed_and_interrupted_means_aborted():
     m = RunModel()
     m.ingest(demo_run(20))
     m.set_liveness("crashed")
-    assert m.state == "failed" and m.ended
+    assert m.state == "crashed" and m.ended  # the word `runs` uses
+    assert m.summary().startswith("demo-run: crashed at step 20 · ")
+    assert [e.text for e in m.take_log()][-1] == \
+        "crashed: the engine's process is gone without finishing (no heartbeat)"
     m2 = RunModel()
     m2.ingest(demo_run(20) + [ev.RunFinished(status="interrupted", steps=20, checkpoint="ck/last",
                                              resume_command="sensorlm-tui train --resume runs/x", exit_code=130)])

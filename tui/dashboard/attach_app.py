@@ -158,9 +158,9 @@ class AttachApp(DashboardApp):
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """``r`` is in the footer only when there is a run to resume here (the engine gone, a viewer that may
-        steer); otherwise its hidden twin says why not."""
-        if action == "resume_run":
-            return not self.read_only and self.model.liveness in RESUMABLE
+        steer, a run the engine can rebuild: not the user's own script); otherwise its hidden twin says why not."""
+        if action == "resume_run":  # not for the user's own script: only their command resumes it
+            return not self.read_only and self.model.liveness in RESUMABLE and not self.model.own_script
         return super().check_action(action, parameters)
 
     def action_resume_why(self) -> None:
@@ -185,7 +185,7 @@ class AttachApp(DashboardApp):
     def own_script(self) -> str | None:
         """The user's own command when the run is another framework's loop (engine.app.integrations), else None."""
         started = self.model.started
-        if started is None or not isinstance(started.config.get("integration"), dict):
+        if not self.model.own_script:
             return None
         status = self.attach_dir.read_status() or {}
         return status.get("resume_command") or started.config["integration"].get("command") or "your script"

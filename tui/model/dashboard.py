@@ -233,13 +233,15 @@ class RunModel:
         self.versions["header"] += 1
 
     def set_liveness(self, liveness: str) -> None:
-        """The session's liveness answer; a crash with no RunFinished marks the run failed."""
+        """The session's liveness answer; a process gone with no RunFinished marks the run crashed (the word
+        ``runs`` uses), said as whose process it was: the engine's, or the user's own script's."""
         if liveness == self.liveness:
             return
         self.liveness = liveness
         if liveness == "crashed" and self.finished is None and self.state not in ENDED_STATES:
-            self.state, self.state_reason = "failed", "engine process died without finishing"
-            self.log("error", "engine crashed: no heartbeat and the process is gone", self.step)
+            whose = "your script's process" if self.own_script else "the engine's process"
+            self.state, self.state_reason = "crashed", f"{whose} died without finishing"
+            self.log("error", f"crashed: {whose} is gone without finishing (no heartbeat)", self.step)
         self.versions["header"] += 1
 
     def set_compare(self, other: "RunModel | None") -> None:
@@ -254,6 +256,12 @@ class RunModel:
         if self.last_step is not None:
             return self.last_step.step
         return self.started.start_step if self.started else 0
+
+    @property
+    def own_script(self) -> bool:
+        """True when the run is the user's own training loop reporting through an integration (engine.app): their
+        script owns the process, and only their command resumes it."""
+        return self.started is not None and isinstance(self.started.config.get("integration"), dict)
 
     @property
     def total_steps(self) -> int:
@@ -373,15 +381,20 @@ class RunModel:
         config = self.started.config if self.started else {}
         return settings.setting_value(name, self.markers, self.last_step, config, self.capabilities)
 
-    def summary(self) -> str:
-        """One line for after the app exits: how the run ended, its checkpoint, its export and how to resume."""
-        name = self.started.name if self.started and self.started.name else "run"
+    def end_status(self) -> str:
+        """How the run ended (finished, aborted, interrupted, failed, crashed), or its state while it has not."""
         fin = self.finished
         status = fin.status if fin else self.state
         if fin is None and status not in ENDED_STATES and self.liveness in ENDED_LIVENESS:
             # The run dir's status (polled) said how the engine ended before its last events reached us.
             status = self.liveness
-        parts = [f"{name}: {status} at step {fin.steps if fin else self.step}"]
+        return status
+
+    def summary(self) -> str:
+        """One line for after the app exits: how the run ended, its checkpoint, its export and how to resume."""
+        name = self.started.name if self.started and self.started.name else "run"
+        fin = self.finished
+        parts = [f"{name}: {self.end_status()} at step {fin.steps if fin else self.step}"]
         best = self.best_primary()
         if best is not None:
             metric = self.primary

@@ -21,7 +21,7 @@ from tui.model.phases import model_summary
 from tui.model.settings import Marker, is_marked
 
 #: States in which the engine no longer runs.
-ENDED_STATES = ("finished", "aborted", "failed")
+ENDED_STATES = ("finished", "aborted", "failed", "crashed")
 #: Liveness answers that mean the engine is gone.
 ENDED_LIVENESS = ("finished", "aborted", "failed", "crashed")
 #: RunFinished.status → the state it leaves the run in.

@@ -8,9 +8,10 @@ from textual.widgets import Static
 
 from tui.model.format import human_count
 
-#: Badge text per run state (crashed engines show FAILED).
+#: Badge text per run state (a process gone without finishing shows CRASHED, as ``runs`` says it).
 BADGES = {"starting": "STARTING", "running": "RUNNING", "paused": "PAUSED", "checkpointing": "CHECKPOINTING",
-          "aborting": "ABORTING", "finished": "FINISHED", "aborted": "ABORTED", "failed": "FAILED"}
+          "aborting": "ABORTING", "finished": "FINISHED", "aborted": "ABORTED", "failed": "FAILED",
+          "crashed": "CRASHED"}
 
 
 class RunHeader(Horizontal):
@@ -60,7 +61,9 @@ class RunHeader(Horizontal):
         if model.read_only:
             title += " · [$warning]read-only[/]"
         state = model.state
-        if model.liveness == "crashed" or (model.connection.startswith("failed") and s is None):
+        if model.liveness == "crashed" and state not in ("finished", "aborted", "failed"):
+            state = "crashed"
+        elif model.connection.startswith("failed") and s is None:
             state = "failed"
         badge = BADGES.get(state, state.upper())
         if model.started is None and model.connection == "connecting":

@@ -58,13 +58,13 @@ class ProgressPanel(TextPanel):
                 parts += [steps, Part(f"{last.samples_per_s:.0f} samples/s", f"{last.samples_per_s:.0f} sa/s",
                                       keep=2)]
         eta = model.eta_seconds()
-        if model.ended:
-            eta_text = "done"
-        elif model.state == "paused":
-            eta_text = "paused"
+        if model.ended:  # how it ended, not an ETA: "done" read as finished for a run aborted at 42/300
+            eta_part = Part(model.end_status(), keep=6, alone=last is None)
         else:
-            eta_text = human_duration(eta) if eta is not None else "warming up"
-        parts += [Part(f"ETA {eta_text}", keep=6, alone=last is None),
+            eta_text = "paused" if model.state == "paused" else \
+                human_duration(eta) if eta is not None else "warming up"
+            eta_part = Part(f"ETA {eta_text}", keep=6, alone=last is None)
+        parts += [eta_part,
                   Part(f"elapsed {human_duration(model.elapsed())}", f"up {human_duration(model.elapsed())}", keep=3)]
         # The scheduled LR of the newest step (0 at the end of a decay is a real value, not "unknown"); the
         # configured peak only before the first step.
