@@ -53,7 +53,7 @@ def _choose(tmux: Tmux, *keys: str) -> None:
     tmux.keys("g", "m")
     tmux.wait_for("g", lambda s: "Show in chart" in s, 20, "the metric chooser")
     tmux.keys("g", "1")  # the filter is empty: the digit picks the chart
-    tmux.wait_for("g", lambda s: "Show in chart [1] 2" in s, 20, "chart 1 targeted")
+    tmux.wait_for("g", lambda s: "Show in chart 1 · on screen: [1] 2" in s, 20, "chart 1 targeted")
     for key in (*keys, "Enter"):  # one at a time, as typed
         tmux.keys("g", key)
         time.sleep(0.3)

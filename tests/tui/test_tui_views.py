@@ -63,8 +63,11 @@ async def test_the_chooser_filter_takes_every_typed_character_and_digits_pick_a_
     async with opened(app) as pilot:
         await pilot.press("m")
         await on_screen(pilot, "MetricScreen")
+        title = app.screen.query_one("#metric-title")
+        assert str(title.render()) == "Show in chart 2 · on screen: 1 [2]", "the target in words: not 'chart 1 [2]'"
         await pilot.press("1")  # the filter is empty: a digit picks the chart
         assert app.screen.target == 1 and app.screen.filter_text == ""
+        assert str(title.render()) == "Show in chart 1 · on screen: [1] 2"
         await pilot.press(*"recall 1")  # after a word, a digit is part of the filter
         field = app.screen.query_one("#metric-filter")
         assert app.screen.filter_text == "recall 1" and field.display, "the filter is on screen"
@@ -73,6 +76,22 @@ async def test_the_chooser_filter_takes_every_typed_character_and_digits_pick_a_
         await pilot.press("enter")
         await on_screen(pilot, "DashboardScreen")
         assert app.dashboard.query_one("#chart-1").shown(app.model) == "recall_at_1"
+
+
+@pilot_test
+async def test_the_evaluation_before_the_first_step_is_a_point_of_the_loss_chart():
+    run = demo_run(300)
+    first = next(i for i, e in enumerate(run) if isinstance(e, ev.StepLogged))
+    run.insert(first, ev.EvalDone(step=0, val_loss=2.4, metrics={"val_loss": 2.4, "score": 17.0}, primary="score",
+                                  seconds=1.5, t=run[0].t))
+    app, _ = make(ScriptedSession(history=run))
+    async with opened(app) as pilot:
+        chart = app.dashboard.query_one("#chart-1")
+        for key in ("", "h"):  # the last 1000 steps (the whole run here), then the full history
+            if key:
+                await pilot.press(key)
+            x, y = chart.series(app.model, 80)["val"]
+            assert x[0] == 0 and y[0] == 2.4 and chart.extent(app.model)[0] == 0, (key, x[:3])
 
 
 @pilot_test
@@ -216,6 +235,30 @@ async def test_start_up_phases_are_shown_before_the_first_step():
         text = str(chart.render())
         assert "starting up" in text and "✓ importing torch 1.2s" in text
         assert "building model" in app.dashboard.query_one("#progress").text
+
+
+@pilot_test
+async def test_every_start_up_clock_on_screen_counts_also_where_its_line_wraps():
+    # A phase line wider than its chart wraps there; the chart repainted only the rows whose *line* changed, so
+    # the wrapped clock stayed at its first value (0.0s) beside a chart whose line fit and counted.
+    import re
+    import time
+
+    from tests.tui.screens import screen_text
+
+    now = time.time()
+    phases = [ev.PhaseStarted(phase="reading the config", t=now - 1.8),
+              ev.PhaseStarted(phase="building data and model", detail="sensorlm/demo, 100k windows", t=now)]
+    app, _ = make(ScriptedSession(history=phases))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.model.starting_up and app.dashboard.query_one("#chart-2").builds > 0,
+                       "the phases in both charts")
+
+        def clocks() -> list[float]:  # the running phase's clock in each chart (chart 2's line wraps at 100 columns)
+            return [float(x) for x in re.findall(r"windows\)\s+(\d+\.\d)s", "\n".join(screen_text(app)))]
+
+        await wait_for(pilot, lambda: len(clocks()) == 2 and min(clocks()) >= 1.5,
+                       f"both clocks past 1.5 s: {clocks()}", timeout=6)
 
 
 @pilot_test

@@ -115,9 +115,11 @@ class MetricScreen(ModalScreen[tuple[int, str] | None]):
             self.dismiss((self.target, self.shown[listing.highlighted].name))
 
     def _show_target(self) -> None:
-        # The target bracketed as well as reversed: it must read in any theme, NO_COLOR and a screen reader too.
+        # The target said in words ("Show in chart 2"), then the charts on screen with it bracketed as well as
+        # reversed, so it reads in any theme, NO_COLOR and a screen reader ("Show in chart 1 [2]" read as chart 1).
         charts = " ".join(f"[reverse]\\[{i}][/]" if i == self.target else str(i) for i in sorted(self.current))
-        self.query_one("#metric-title", Static).update(f"[b]Show in chart[/b] {charts}")
+        others = f" [$text-muted]· on screen: {charts}[/]" if len(self.current) > 1 else ""
+        self.query_one("#metric-title", Static).update(f"[b]Show in chart {self.target}[/b]{others}")
         names = [c.name for c in self.shown]
         shown = self.current.get(self.target)
         self.query_one("#metric-list", OptionList).highlighted = names.index(shown) if shown in names else (

@@ -13,6 +13,7 @@ ansi theme, none at all under NO_COLOR.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 from rich.text import Text
@@ -145,7 +146,10 @@ class Chart(Widget):
         waiting = self.placeholder(self._model)
         if waiting is not None:  # an empty frame of axes says nothing; a sentence does
             self.builds += 1
-            lines = waiting.split("\n")[:height]
+            # Wrapped here, one frame row a line: ``update_from`` repaints the rows whose line changed, and a line
+            # the terminal wrapped would put a ticking phase clock on a row it never repaints.
+            lines = [row for line in waiting.split("\n")
+                     for row in (textwrap.wrap(line, width, subsequent_indent="  ") or [""])][:height]
             block = max(len(line) for line in lines)  # one left edge for every line, the block centred
             left = " " * max(0, (width - block) // 2)
             pad = "\n" * max(0, (height - len(lines)) // 2)

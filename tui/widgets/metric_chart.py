@@ -133,16 +133,21 @@ class MetricChart(Chart):
         return out
 
     def extent(self, model) -> tuple[float, float]:
-        """First and last step of the window shown (the training window, else every eval)."""
+        """First and last step of the window shown: the training window widened to the evals inside its span (the
+        evaluation before the first step, at step 0, is a point of the chart too), else every eval."""
         train, val = model.pair(self.shown(model))
         xs = np.empty(0)
         if train is not None:
             xs = model.train_series(train, RECENT_STEPS if self.window == "recent" else None)[0]
-        if not len(xs) and val is not None:
-            xs = model.val_series(val)[0]
+        vx = model.val_series(val)[0] if val is not None else np.empty(0)
+        if not len(xs):
+            xs = vx
         if not len(xs):
             return 0.0, 0.0
         lo, hi = float(xs[0]), float(xs[-1])
+        inside = vx[vx >= hi - RECENT_STEPS] if self.window == "recent" else vx
+        if len(inside):
+            lo, hi = min(lo, float(inside.min())), max(hi, float(inside.max()))
         compare = getattr(model, "compare", None)
         if compare is not None and self.window == "full":
             ctrain, cval = compare.pair(self.shown(model))
