@@ -364,12 +364,13 @@ def demo_autotune(step: int, t: float, *, measured: int = 6, finished: bool = Fa
         settings = {**DEMO_AUTOTUNE_START, "attn_chunk": chunk, "threads": threads, "data_workers": workers}
         rate = 18_610.0 * (1 + 0.07 * i * (-1) ** i + 0.02 * threads + (0.05 if workers == 2 else 0.0))
         best = rate > best_rate * 1.02
+        why = ("the first measured" if i == 0 else "faster beyond the noise") if best else ""
         if best:
             best_rate, chosen = rate, settings
         peak = (3 << 30) + chunk * (6 << 20)
         out.append(ev.AutotuneCandidate(step=step + 8 * (i + 1), settings=settings, predicted=int(peak * 1.04),
                                         measured=peak, rate=rate, steps_per_s=rate / 4096, noise=0.012 + 0.003 * i,
-                                        steps=6, warmup=2, best=best, t=t + 4.0 * (i + 1)))
+                                        steps=6, warmup=2, best=best, why=why, t=t + 4.0 * (i + 1)))
     if finished:
         start_rate = out[1].rate if measured else None
         out.append(ev.AutotuneChose(step=step + 8 * (measured + 1), status="chosen", settings=chosen or {},

@@ -6,9 +6,10 @@ the autotune modal draws ``rows()`` and ``headline()``. Textual-free.
 
 from __future__ import annotations
 
+from engine.core.fmt import number
 from engine.run import events as ev
 from engine.run.autotune_events import settings_text
-from tui.model.format import human_bytes, human_count
+from tui.model.format import human_bytes
 
 #: The table's columns, in order; the rate column is named by the search's unit (``AutotuneState.columns``).
 COLUMNS = ("#", "candidate", "predicted", "measured", "rate", "steps/s", "noise", "")
@@ -52,8 +53,9 @@ class AutotuneState:
                     f"predicted not to fit (never tried); {self.start_text() or 'start: as running'}")
         if isinstance(event, ev.AutotuneCandidate):
             self.candidates.append(event)
-            return (f"autotune: {self.varied(event.settings)} {human_count(event.rate)} {self.unit} "
-                    f"±{event.noise:.0%}{' (best so far)' if event.best else ''}")
+            why = f": {event.why}" if event.why else ""
+            return (f"autotune: {self.varied(event.settings)} {number(event.rate)} {self.unit} "
+                    f"±{event.noise:.0%}{f' (best so far{why})' if event.best else ''}")
         if isinstance(event, ev.AutotuneChose):
             self.chose = event
             return f"autotune {event.status}: {settings_text(event.settings)}" + self._gain(event)
@@ -80,7 +82,7 @@ class AutotuneState:
         out = []
         for i, c in enumerate(self.candidates, 1):
             mark = "chosen" if chosen is not None and c.settings == chosen else ("best" if c.best else "")
-            rate = human_count(c.rate) if c.steps else "not measured"
+            rate = number(c.rate) if c.steps else "not measured"
             out.append((str(i), self.varied(c.settings), human_bytes(c.predicted), human_bytes(c.measured), rate,
                         f"{c.steps_per_s:.3g}", f"±{c.noise:.0%}", mark))
         return out
@@ -104,5 +106,5 @@ class AutotuneState:
 
     def _gain(self, chose: ev.AutotuneChose) -> str:
         if chose.rate and chose.start_rate:
-            return f", {human_count(chose.rate)} {self.unit} (x{chose.rate / chose.start_rate:.2f} the start)"
+            return f", {number(chose.rate)} {self.unit} (x{chose.rate / chose.start_rate:.2f} the start)"
         return ""
