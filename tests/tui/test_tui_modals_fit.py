@@ -3,6 +3,8 @@ scrolling with the keys, and nothing is cut at an edge."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from tests.tui.screens import SIZES
@@ -16,13 +18,20 @@ def _flat(rows: list[str]) -> str:
     return " ".join(" ".join(rows).split())
 
 
+@contextlib.asynccontextmanager
+async def _modal(size: tuple[int, int], key: str, screen: str):
+    """The demo dashboard at ``size`` with the modal ``key`` opens on top."""
+    app, _ = make()
+    async with opened(app, size=size) as pilot:
+        await pilot.press(key)
+        await on_screen(pilot, screen)
+        yield app, pilot
+
+
 @pytest.mark.parametrize("size", SIZES, ids=IDS)
 @pilot_test
 async def test_every_key_of_the_help_can_be_read(size):
-    app, _ = make()
-    async with opened(app, size=size) as pilot:
-        await pilot.press("question_mark")
-        await on_screen(pilot, "HelpScreen")
+    async with _modal(size, "question_mark", "HelpScreen") as (app, pilot):
         await pilot.pause(0.2)
         keys = app.screen.query_one("#help-keys")
         views = []
@@ -47,10 +56,7 @@ async def test_every_key_of_the_help_can_be_read(size):
 @pytest.mark.parametrize("size", SIZES, ids=IDS)
 @pilot_test
 async def test_the_tune_modal_with_an_error_fixed_shows_every_line_whole(size):
-    app, _ = make()
-    async with opened(app, size=size) as pilot:
-        await pilot.press("t")
-        await on_screen(pilot, "TuneScreen")
+    async with _modal(size, "t", "TuneScreen") as (app, pilot):
         tune = app.screen
         tune.query_one("#tune-lr").value = "1e308"
         await pilot.press("ctrl+s")
