@@ -98,7 +98,9 @@ def _has_terminal() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `sensorlm-tui` console script."""
+    """Entry point of the `sensorlm-tui` console script (``argv`` None: this process is the program, and a run
+    trained here ends the process at once, engine.app.main.exit_now; tests pass ``argv`` and get the code)."""
+    entry = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["train", *argv]  # bare `sensorlm-tui [train flags]` is the dashboard on the demo run
@@ -111,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.command == "train":
-            return _train(args, argv)
+            code = _train(args, argv)
+            if entry and "torch" in sys.modules:  # a run trained in this process: skip the interpreter's teardown
+                from engine.app.main import exit_now
+                exit_now(code)
+            return code
         if args.command == "runs":
             from tui.commands.runs import main as runs_main
             return runs_main(args)

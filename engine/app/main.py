@@ -10,7 +10,9 @@ by step, in engine.app.engine_run.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import NoReturn
 
 from engine.app.prepare import Prepared, UsageError, prepare
 from engine.core.cli_args import OneLineParser, add_train_arguments
@@ -67,5 +69,33 @@ def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int
         return ExitCode.INTERRUPTED
 
 
+def exit_now(code: int) -> NoReturn:
+    """End this process with ``code`` once a run is over, without the interpreter's module teardown.
+
+    With torch (and sympy, transformers…) loaded, Python's own finalization garbage-collects every module's
+    objects one pass after another: 3-4 s of one core after the run's last line on the 2-core box, more under
+    load, during which the process is still "alive". A dashboard that exited on a stop (a second Ctrl-C)
+    left its engine running that long; a headless run held the shell prompt. Everything the run owes is done
+    before this is called (the event log closed and synced, status.json written, the lock released), and the
+    atexit handlers still run here (multiprocessing's finalizers release the data workers' semaphores, so
+    the resource tracker has nothing to report); only the teardown is skipped. Called by the process's
+    entry points only, never by code that may run inside another program (tests, the in-process viewer's
+    caller): ``python -m engine`` and the `sensorlm-tui` console script when it trained a run.
+    """
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():  # as a normal exit does first: a thread not marked daemon finishes
+        if not thread.daemon and thread is not threading.current_thread():
+            thread.join()
+    atexit._run_exitfuncs()  # what a normal exit runs next (the public atexit has no "run now")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the terminal is gone: nothing to tell it
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
