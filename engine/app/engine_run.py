@@ -239,6 +239,7 @@ class EngineRun:
         self.bus.emit(ev.RunFinished(status="interrupted", steps=self.trainer.step,
                                      reason="second SIGINT: stopped at once",
                                      checkpoint=self.trainer.checkpoints.last_checkpoint,
+                                     checkpoint_step=self.trainer.checkpoints.last_checkpoint_step,
                                      resume_command=resume_command(self.prepared.run_dir), exit_code=int(code)))
         return code, "aborted"
 
@@ -249,8 +250,9 @@ class EngineRun:
         self.status.update(hung=exc.record(), reason=str(exc), resume_command=resume)
         self.bus.emit(ev.Warning(text=f"{exc} ({exc.detail})", step=self.trainer.step))
         self.bus.emit(ev.RunFinished(status="failed", steps=self.trainer.step, reason=str(exc),
-                                     checkpoint=self.trainer.checkpoints.last_checkpoint, resume_command=resume,
-                                     exit_code=int(code)))
+                                     checkpoint=self.trainer.checkpoints.last_checkpoint,
+                                     checkpoint_step=self.trainer.checkpoints.last_checkpoint_step,
+                                     resume_command=resume, exit_code=int(code)))
         return code, "failed"
 
     def crashed(self, exc: Exception) -> tuple[int, str]:
@@ -269,6 +271,7 @@ class EngineRun:
         code = ExitCode.POLICY
         self.bus.emit(ev.RunFinished(status="failed", steps=trainer.step, reason=f"{type(exc).__name__}: {exc}",
                                      checkpoint=path or trainer.checkpoints.last_checkpoint,
+                                     checkpoint_step=trainer.step if path else trainer.checkpoints.last_checkpoint_step,
                                      resume_command=resume_command(run_dir), exit_code=int(code)))
         return code, "failed"
 

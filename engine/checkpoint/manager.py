@@ -50,6 +50,8 @@ class Checkpointer:
         self.before_commit = before_commit
         #: The newest checkpoint on disk that holds this run's state (what a failed save leaves it with).
         self.last_checkpoint: str | None = None
+        #: The step ``last_checkpoint`` holds (None before one is written or resumed from).
+        self.last_checkpoint_step: int | None = None
         #: Step of the newest ``last`` (written, or resumed from); a save at that step again is skipped.
         self.saved_last_at = -1
         #: The last write error (said again when the final save fails).
@@ -98,7 +100,7 @@ class Checkpointer:
             self._prune()
         if which == "last":
             self.saved_last_at, self.last_trusted = step, True
-        self.last_checkpoint = str(path)
+        self.last_checkpoint, self.last_checkpoint_step = str(path), step
         self.emit(ev.CheckpointSaved(step=step, path=str(path), kind=kind or which, seconds=seconds, bytes=size,
                                      digest=digest, request_id=request_id))
         return str(path)
@@ -222,7 +224,7 @@ class Checkpointer:
         return older
 
     def _restored(self, loaded: ckpt.Loaded) -> None:
-        self.last_checkpoint = str(loaded.path)
+        self.last_checkpoint, self.last_checkpoint_step = str(loaded.path), int(loaded.meta["step"])
         if loaded.path.name == "last.safetensors":
             self.last_trusted = True
             self.saved_last_at = int(loaded.meta["step"])

@@ -65,7 +65,7 @@ class ShardedCheckpointer(Checkpointer):
             if self.group.owner:
                 self.emit(ev.CheckpointFailed(step=step, path=str(path), error=error))
             return None
-        self.fresh_at, self.last_checkpoint = step, str(path)
+        self.fresh_at, self.last_checkpoint, self.last_checkpoint_step = step, str(path), step
         if which == "last":
             self.saved_last_at = step
         if self.group.owner:

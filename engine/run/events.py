@@ -330,6 +330,19 @@ class RunFinished(Event):
     exit_code: int = 0
     #: The export written as the run finished (ExportWritten), None when the task exports nothing.
     export: str | None = None
+    #: The step ``checkpoint`` holds (None: not known, a record of an older release or of a framework's loop).
+    checkpoint_step: int | None = None
+
+    def checkpoint_said(self) -> str:
+        """The checkpoint as an exit line says it: "checkpoint PATH" when it holds the last step, else that no
+        checkpoint was written at the stop and the step a resume starts from ("checkpoint PATH" alone read as
+        the state at the stop, though it was written steps before)."""
+        if not self.checkpoint:
+            return "no checkpoint"
+        if self.checkpoint_step is None or self.checkpoint_step >= self.steps:
+            return f"checkpoint {self.checkpoint}"
+        return (f"no checkpoint at step {self.steps}; a resume starts from step {self.checkpoint_step} "
+                f"({self.checkpoint})")
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -275,6 +275,11 @@ class ConsoleSink:
         self._pace = Pace(self.RATE_WINDOW)
         self._event: ev.Event | None = None  # the event being printed: its time stamps the line
 
+    def count_from(self, t: float) -> None:
+        """``elapsed`` counts from ``t`` (the first start-up phase, told before this sink existed) until the run
+        starts."""
+        self._start_t = t
+
     def _rates(self, event: ev.StepLogged) -> Rates:
         """The recent window's pace; the step's own before the window has two steps."""
         found = self._pace.rates()
@@ -376,7 +381,7 @@ class ConsoleSink:
             if event.best is not None:
                 line += f" best {event.best:.4g}"
             if event.checkpoint:
-                line += f" checkpoint {event.checkpoint}"
+                line += f" {event.checkpoint_said()}"
             if event.export:
                 line += f" export {event.export}"
             self._out("done ", line, "1")

@@ -380,10 +380,12 @@ class Trainer:
         self.control.set_state({"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}
                                .get(status, "failed"), reason)
         outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)
+        at = self.step if path else self.checkpoints.last_checkpoint_step
         resume = command("train", "--resume", self.run_dir) + resume_tail if status != "finished" and self.run_dir \
             else None
         self.bus.emit(ev.RunFinished(status=status, best=self.evaluator.abort.best, steps=self.step, reason=reason,
-                                     checkpoint=outcome.checkpoint, resume_command=resume, exit_code=int(exit_code),
+                                     checkpoint=outcome.checkpoint, checkpoint_step=at, resume_command=resume,
+                                     exit_code=int(exit_code),
                                      export=self.exporter.final(self.model, self.step, status)))
         return outcome
 

@@ -95,3 +95,12 @@ def test_large_rates_are_written_out_never_in_exponent_form() -> None:
                              tokens_per_s=18_610.0) for i in range(1, 11)]
     last = [line for line in _lines(events) if line.startswith("step ")][-1]
     assert " 10 steps/s 160 samples/s 18,610 tok/s MFU – " in last, last
+
+
+def test_the_done_line_gives_the_step_its_checkpoint_holds() -> None:
+    path = "runs/r/checkpoints/last.safetensors"
+    lines = _lines([ev.RunStarted(t=T0, total_steps=300),
+                    ev.RunFinished(t=T0 + 9, status="interrupted", steps=6, reason="second SIGINT: stopped at once",
+                                   checkpoint=path, checkpoint_step=0, exit_code=130)])
+    assert lines[1].startswith(f"done  interrupted at step 6 second SIGINT: stopped at once no checkpoint at step 6; "
+                               f"a resume starts from step 0 ({path}) elapsed 0:09 at "), lines[1]

@@ -74,6 +74,12 @@ def test_an_engine_stopped_at_once_exits_with_its_last_event(tmp_path: Path, tea
     assert engine.pid not in _torn_down(teardown_marker), "the engine tore its modules down after the run"
     log = (run / "engine.log").read_text()
     assert "leaked" not in log and "Traceback" not in log, log[-2000:]
+    # Stopped at once, nothing was saved at the stop: the exit line gives the step its checkpoint holds.
+    ended = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
+    assert ended["status"] == "interrupted" and ended["checkpoint_step"] == 0 < ended["steps"]
+    done = next(line for line in log.splitlines() if line.startswith("done  interrupted"))
+    assert (f"no checkpoint at step {ended['steps']}; a resume starts from step 0 "
+            f"({run}/checkpoints/last.safetensors)") in done, done
 
 
 def test_a_headless_run_returns_the_prompt_with_its_last_line(tmp_path: Path, teardown_marker: Path) -> None:

@@ -224,3 +224,38 @@ def test_a_run_that_does_not_count_its_samples_has_no_samples_rate():
                              for i in range(1, 21)])
     rates = m.throughput()
     assert abs(rates.steps_per_s - 2.0) < 1e-9 and rates.samples_per_s is None and rates.tokens_per_s is None
+
+
+def test_the_exit_line_gives_the_step_its_checkpoint_holds():
+    """Stopped at once at step 6, the line said "checkpoint …/last.safetensors", a file from step 0 (engine.log
+    said "no checkpoint written"). It says which step a resume starts from; a crash (no ending heard) is called
+    crashed, as `runs` calls it, with the newest checkpoint's step."""
+    path = "runs/r/checkpoints/last.safetensors"
+    head = [_started(), ev.CheckpointSaved(step=0, path=path, kind="last", t=1000.0)]
+    steps = [ev.StepLogged(step=s, loss=1.0, t=1000.0 + s) for s in range(1, 7)]
+    m = RunModel()
+    m.ingest(head + steps + [ev.RunFinished(status="interrupted", steps=6, checkpoint=path, checkpoint_step=0,
+                                            exit_code=130, t=1007.0)])
+    assert m.summary() == f"r: interrupted at step 6 · no checkpoint at step 6; a resume starts from step 0 ({path})"
+    stopped = RunModel()
+    stopped.ingest(head + steps + [ev.CheckpointSaved(step=6, path=path, kind="final", t=1007.0),
+                                   ev.RunFinished(status="aborted", steps=6, checkpoint=path, checkpoint_step=6)])
+    assert stopped.summary().endswith(f"aborted at step 6 · checkpoint {path}")
+    crashed = RunModel()
+    crashed.ingest(head + steps)
+    crashed.set_liveness("crashed")
+    assert crashed.summary() == f"r: crashed at step 6 · no checkpoint at step 6; a resume starts from step 0 ({path})"
+
+
+def test_a_killed_script_is_called_crashed_as_runs_calls_it_never_an_engine():
+    """A user's own loop killed: `runs` said crashed, the dashboard FAILED and "engine crashed" (there is no engine).
+    The exit line and the log say crashed, and whose process it was."""
+    m = RunModel()
+    m.ingest([ev.RunStarted(name="mine", task="loop", total_steps=100, t=1000.0,
+                            config={"integration": {"framework": "loop", "command": "cd /x && python train.py"}}),
+              *[ev.StepLogged(step=s, loss=1.0, t=1000.0 + s) for s in range(1, 44)]])
+    m.set_liveness("crashed")
+    said = [entry.text for entry in m.take_log()]
+    assert "crashed: your script's process is gone without finishing (no heartbeat)" in said
+    assert not any("engine" in text for text in said)
+    assert m.summary().startswith("mine: crashed at step 43")

@@ -17,7 +17,7 @@ widgets, screens and the apps read.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import numpy as np
@@ -400,8 +400,11 @@ class RunModel:
             metric = self.primary
             unit = f" {metric.unit}" if metric.unit else ""
             parts.append(f"best {metric.label or metric.name} {short_float(best[1])}{unit} @ {best[0]}")
-        checkpoint = (fin.checkpoint if fin else None) or (self.checkpoints[-1].path if self.checkpoints else None)
-        parts.append(f"checkpoint {checkpoint}" if checkpoint else "no checkpoint")
+        newest = self.checkpoints[-1] if self.checkpoints else None
+        said = fin or ev.RunFinished(steps=self.step, checkpoint=newest.path if newest else None)  # a crash: no end
+        if said.checkpoint_step is None and newest is not None and newest.path == said.checkpoint:
+            said = replace(said, checkpoint_step=newest.step)  # the log says the step where the record did not
+        parts.append(said.checkpoint_said())
         if fin and fin.export:
             parts.append(f"export {fin.export}")
         if fin and fin.resume_command:
