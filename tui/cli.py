@@ -168,12 +168,16 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
 
         return launch.run(args, argv[1:] if argv[:1] == ["train"] else argv, preflight=refusal)
 
+    headless = args.headless or not _has_terminal() or not _dashboard_available()
+    if headless:  # its first phase at once, as the dashboard shows it (engine.app.startup)
+        from engine.app.startup import tell_headless
+        tell_headless()
     try:
         prepared = prepare(args)
     except UsageError as exc:
         sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
         return ExitCode.BAD_INPUT
-    if args.headless or not _has_terminal() or not _dashboard_available():
+    if headless:
         try:
             code = run_prepared(prepared)
         except UsageError as exc:

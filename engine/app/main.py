@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None, prog: str = "sensorlm-tui train") -> int
         from engine.app.job_plan import refusal
 
         return launch.run(args, sys.argv[1:] if argv is None else argv, preflight=refusal)
+    from engine.app.startup import tell_headless
+    from engine.run.rundir import STARTUP_ENV
+
+    if not os.environ.get(STARTUP_ENV):  # launched by a dashboard, it told this phase already (engine/__main__)
+        tell_headless()
     try:
         prepared = prepare(args)
         return run_prepared(prepared)

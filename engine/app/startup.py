@@ -18,7 +18,9 @@ into) and removes the start-up file, whose job is done.
 A launched engine tells its first phase ("reading the config") from
 ``engine/__main__.py`` before the imports and the validation that take most
 of its first second (``begin_process``), so the dashboard shows a phase with
-a running clock almost as soon as the process exists.
+a running clock almost as soon as the process exists. A headless run prints
+it once its flags are parsed (``tell_headless``: ``--help`` and a bad flag
+print no phase), and both go into the run's log with the phases after them.
 
 Stopping while starting. Until the engine owns its run directory it has
 written nothing, so SIGINT or SIGTERM (a Ctrl-C, or the dashboard stopping
@@ -67,6 +69,16 @@ def begin_process(phase: str = "reading the config") -> None:
     _on_stop_signals(stop_now)
 
 
+def tell_headless(phase: str = "reading the config") -> None:
+    """A headless run's first phase, printed at once as the console prints every phase, and held for the run's
+    log (``StartupPhases`` takes it)."""
+    from engine.run.sinks import ConsoleSink
+
+    event = ev.PhaseStarted(phase=phase)
+    _told.append(event)
+    ConsoleSink(sys.stdout)(event)
+
+
 def _on_stop_signals(handler) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, handler)
@@ -97,8 +109,12 @@ class StartupPhases:
         self.console = console
         self.file = file
         self.stopping = stopping
-        #: Every phase so far, oldest first (what ``hand_over`` writes into the event log).
-        self.held: list[ev.PhaseStarted] = list(_told) if file is not None else []
+        #: Every phase so far, oldest first (what ``hand_over`` writes into the event log): those this process
+        #: told before (``begin_process``, ``tell_headless``) are taken, so a second run in the process starts afresh.
+        self.held: list[ev.PhaseStarted] = list(_told)
+        _told.clear()
+        if console is not None and self.held:
+            console.count_from(self.held[0].t)  # the console's elapsed counts from the first phase told
         self._owns_dir = False
 
     @classmethod

@@ -134,3 +134,23 @@ def test_the_console_prints_a_phase_with_its_detail() -> None:
     out = io.StringIO()
     ConsoleSink(out)(ev.PhaseStarted(phase="building data and model", detail="lm/tiny", t=0.0))
     assert out.getvalue().startswith("phase building data and model (lm/tiny) elapsed 0:00 at ")
+
+
+def test_headless_prints_reading_the_config_first_and_logs_it(tmp_path: Path) -> None:
+    """The dashboard showed "reading the config" from the process's first instant; headless skipped it. Once the
+    flags are parsed (--help and a bad flag print no phase) it is the first line, and the run's log holds it."""
+    from tests.conftest import run_cli
+
+    run = tmp_path / "run"
+    result = run_cli("train", "--headless", "--task", "toy", "--threads", "1", "--max-steps", "2",
+                     "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    phases = [line.split(" elapsed")[0] for line in result.stdout.splitlines() if line.startswith("phase ")]
+    assert phases[:2] == ["phase reading the config", "phase importing torch"]
+    assert result.stdout.startswith("phase reading the config elapsed 0:00 at ")
+    logged = [e.phase for e in map(ev.from_json, (run / "events.jsonl").read_text().splitlines())
+              if e is not None and e.type == "phase"]
+    assert logged == ["reading the config", *STARTUP, "first evaluation, first step"]
+    for argv in (["train", "--help"], ["train", "--batch-size", "x"]):
+        assert "phase" not in run_cli(*argv).stdout
+    assert "phase" not in run_cli("--help", module="engine").stdout
