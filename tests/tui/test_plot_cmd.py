@@ -110,3 +110,13 @@ def test_headless_train_draws_the_chart_at_the_end(tmp_path: Path) -> None:
     done = max(i for i, line in enumerate(lines) if line.startswith("done "))
     chart = "\n".join(lines[done + 1:])
     assert "loss (training) by step" in chart and _has_axes(chart)
+
+
+def test_run_names_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    """Runs overlaid are labelled by name: an ESC in a directory's name must not colour the chart, nor the line
+    naming a run left out."""
+    a, b = _run(tmp_path, "evil\x1b[31mred", capabilities=CAPS), _run(tmp_path, "plain", capabilities=CAPS)
+    c = _run(tmp_path, "gone\x1b[0m", evals=False)
+    rc, out, err = _plot(str(a), str(b), str(c))
+    assert rc == 0 and "\x1b" not in out + err
+    assert "evil\\x1b[31mred" in out and "gone\\x1b[0m: not drawn" in err

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engine.core.exit_codes import ExitCode
+from engine.core.fmt import printable
 
 #: Markers of overlaid runs without colour (with colour every run has its own colour and the first marker).
 MARKERS = ("hd", "•", "x", "+", "*", "o")
@@ -97,15 +98,15 @@ def draw(runs: list[Path], metric: str | None = None, width: int = 100, height: 
         if found is None:
             continue
         x, y = minmax_columns(found.steps, found.values, width)
-        label = metric if len(runs) == 1 else run.name if names.count(run.name) == 1 else str(run)
+        label = printable(metric if len(runs) == 1 else run.name if names.count(run.name) == 1 else str(run))
         marker = MARKERS[0] if colour else MARKERS[k % len(MARKERS)]
         draw = plt.scatter if len(x) == 1 or found.kind == "autotune" else plt.plot  # candidates are points
         draw(x.tolist(), y.tolist(), label=label, marker=marker)
         unit = found.kind
     kind = {"val": "validation", "autotune": "each autotune candidate's measured rate"}.get(unit, "training")
-    plt.title(f"{metric} ({kind}) by step")
+    plt.title(f"{printable(metric)} ({kind}) by step")  # names from a log or a directory: never raw on a terminal
     plt.xlabel("step")
-    plt.ylabel(metric)
+    plt.ylabel(printable(metric))
     text = plt.build()
     return Chart(text if colour else plt.uncolorize(text), left_out)
 
@@ -126,10 +127,10 @@ def main(args: argparse.Namespace) -> int:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         chart = draw(runs, args.metric, width, height, colour)
     except PlotError as exc:
-        sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
+        sys.stderr.write(f"sensorlm-tui: error: {printable(str(exc))}\n")
         return ExitCode.BAD_INPUT
     for line in chart.left_out:  # on stderr: the chart on stdout stays a chart, the user still reads why
-        sys.stderr.write(f"sensorlm-tui: plot {line}\n")
+        sys.stderr.write(f"sensorlm-tui: plot {printable(line)}\n")
     try:
         sys.stdout.write(chart.text + "\n")
         sys.stdout.flush()
@@ -145,7 +146,7 @@ def plot_after_run(run: Path, metric: str | None = None) -> None:
         text = render([Path(run)], metric, min(size.columns, 160), 20,
                       sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     except PlotError as exc:
-        sys.stderr.write(f"sensorlm-tui: plot: {exc}\n")
+        sys.stderr.write(f"sensorlm-tui: plot: {printable(str(exc))}\n")
         return
     try:
         sys.stdout.write(text + "\n")
