@@ -53,3 +53,36 @@ def test_deep_json_is_refused_before_the_decoder_recurses(tmp_path: Path) -> Non
     fine = tmp_path / "fine.json"
     fine.write_text('{"cadence_minutes": 30, "bands": ["094"]}')
     assert safe_files.read_json(fine, 1 << 20) == {"cadence_minutes": 30, "bands": ["094"]}
+
+
+def test_a_file_to_write_is_never_a_link_a_fifo_a_hard_link_or_another_users(tmp_path: Path) -> None:
+    """What every writer in a run directory opens with (open_for_write): each refused at the open, nothing written."""
+    target = tmp_path / "precious"
+    target.write_text("kept\n")
+    (tmp_path / "link").symlink_to(target)
+    os.link(target, tmp_path / "hard")
+    os.mkfifo(tmp_path / "fifo")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    for name, err, said in (("link", errno.ELOOP, "a symbolic link, not followed"),
+                            ("hard", errno.EPERM, "has 2 hard links"),
+                            ("fifo", errno.EINVAL, "a FIFO, not a regular file")):
+        with pytest.raises(OSError) as info:
+            safe_files.open_for_write(tmp_path / name, flags)
+        assert info.value.errno == err and info.value.strerror.startswith(said), (name, info.value)
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.write_text("theirs\n")
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(safe_files.NotOurs, match="owned by uid 65534, not by this user"):
+            safe_files.open_for_write(theirs, flags)
+    assert target.read_text() == "kept\n"
+
+
+def test_an_atomic_write_replaces_a_planted_link_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("kept\n")
+    (tmp_path / "config.toml").symlink_to(target)
+    safe_files.write_atomic(tmp_path / "config.toml", b"name = 'x'\n")
+    assert not (tmp_path / "config.toml").is_symlink() and (tmp_path / "config.toml").read_text() == "name = 'x'\n"
+    assert target.read_text() == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml", "precious"]
