@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.core.safe_files import check_regular
+from engine.core.safe_files import check_regular, fsync_dir, open_for_write
 from engine.run.rundir import pid_alive
 
 #: Format version written into every checkpoint's metadata.
@@ -45,6 +45,16 @@ class CheckpointMismatch(CheckpointError):
     digest, another frozen base model): the resume is refused outright rather than skipped for an older file,
     since an edit or a bug is something to look at, not damage to work around (and a base shared by every file
     would refuse them all anyway)."""
+
+
+class CheckpointForeign(CheckpointMismatch):
+    """An intact checkpoint of another run (another run id) or another task: never resumed into this run's
+    history, and refused rather than passed over (a file dropped into the wrong directory is a mistake to see)."""
+
+
+class CheckpointShape(CheckpointError):
+    """An intact checkpoint whose model is shaped otherwise than the one this config builds (a flag given with
+    the resume changed it): not damage, and said so when no checkpoint fits."""
 
 
 class CheckpointWriteError(Exception):
@@ -92,20 +102,6 @@ def verify_optimizer(optimizer: torch.optim.Optimizer, loaded: Loaded) -> str:
     return f"optimizer state sha256 {got[:16]}… matches {loaded.path}"
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename inside it survives a power cut (no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], keep_previous: bool = False,
           before_commit: Callable[[Path], None] | None = None) -> int:
     """Write one checkpoint atomically; returns its size in bytes. Raises CheckpointWriteError on failure.
@@ -126,11 +122,15 @@ def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], ke
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(path.parent)
+        tmp.unlink(missing_ok=True)  # our own pid's (a reused pid), or anything planted there: never written through
+        os.close(open_for_write(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
         save_file(tensors, str(tmp), metadata=header)
-        with open(tmp, "rb+") as handle:
-            handle.flush()
-            os.fsync(handle.fileno())
-        size = tmp.stat().st_size
+        fd = open_for_write(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
         if before_commit is not None:
             before_commit(tmp)
         if keep_previous and path.exists():
@@ -287,6 +287,24 @@ def validate_meta(loaded: Loaded) -> None:
         raise _bad(loaded, str(exc)[:120]) from None
 
 
+def check_provenance(loaded: Loaded, run_id: str, task: str) -> None:
+    """CheckpointForeign unless ``loaded`` was written by the run ``run_id`` of task ``task`` (both from the run's
+    config.toml). The run id is in the checkpoint's config (``RunConfig.run_id``); a run and checkpoints made
+    before run ids existed have none on either side, and are judged by their task alone."""
+    config = loaded.meta.get("config")
+    config = config if isinstance(config, dict) else {}
+    section = config.get("task")
+    theirs_task = section.get("name") if isinstance(section, dict) else None
+    if task and isinstance(theirs_task, str) and theirs_task != task:
+        raise CheckpointForeign(f"{loaded.path}: a checkpoint of task {theirs_task!r}, and this run trains {task!r} "
+                                "(its config.toml): not resumed into it; move it out of checkpoints/")
+    theirs_id = config.get("run_id") or ""
+    if (run_id or theirs_id) and theirs_id != run_id:
+        raise CheckpointForeign(f"{loaded.path}: a checkpoint of another run (run id {str(theirs_id)[:64] or 'none'}; "
+                                f"this run's, in its config.toml, is {run_id or 'none'}): not resumed into it; "
+                                "move it out of checkpoints/")
+
+
 # -- state capture -----------------------------------------------------------------------
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
     """Split an optimizer state_dict into tensors (``optim.<param>.<key>``) and JSON (param groups, scalars)."""
@@ -361,7 +379,7 @@ def model_state(loaded: Loaded, live: dict[str, torch.Tensor]) -> dict[str, torc
         name = wrong[0]
         have = tuple(state[name].shape) if name in state else "missing"
         want = tuple(live[name].shape) if name in live else "none"
-        raise CheckpointError(f"{loaded.path}: checkpoint is from another model shape ({name}: {have}, "
+        raise CheckpointShape(f"{loaded.path}: checkpoint is from another model shape ({name}: {have}, "
                               f"this model: {want})")
     return state
 

@@ -11,12 +11,16 @@ this component owns the policy around it:
   fully validated by it). A ``last`` that failed validation is replaced, never
   rotated over a good ``last.prev``; a crash right after a resume saves
   nothing (the file it resumed from already holds that step).
-- restore: the candidates newest first (last, last.prev, step-N, best); each
-  must verify (checksums), pass the metadata check (types, ranges) and the
-  caller's check against the live model and optimizer (shapes), or it is
-  skipped with a note for the run's log. An intact file that is not this
-  run's state (``CheckpointMismatch``: optimizer state that does not hash to
-  its recorded digest, another frozen base) refuses the resume instead.
+- restore: the candidates newest first by the step each records
+  (engine.checkpoint.store); each must verify (checksums), pass the metadata
+  check (types, ranges) and the caller's check against the live model and
+  optimizer (shapes), or it is skipped with a note for the run's log. An
+  intact file that is not this run's state (``CheckpointMismatch``:
+  optimizer state that does not hash to its recorded digest, another frozen
+  base, another run or task) refuses the resume instead. Intact files of
+  another model shape (``CheckpointShape``: a flag given with the resume
+  changed the model) are not called damaged: when none fits, the error
+  says the shape differs.
 - the optimizer digest: every file records the sha256 of its optimizer
   state (``optimizer_digest``: a resume proves it continues the same optimizer); a restore
   recomputes it from the optimizer as loaded and says it matched
@@ -120,7 +124,7 @@ class Checkpointer:
 
         The returned checkpoint's ``skipped`` lists every file passed over and why.
         """
-        skipped = list(first.skipped)
+        skipped, shaped = list(first.skipped), []
         loaded: ckpt.Loaded | None = first
         while loaded is not None:
             try:
@@ -128,14 +132,13 @@ class Checkpointer:
             except ckpt.CheckpointMismatch:
                 raise
             except ckpt.CheckpointError as exc:
-                skipped.append(str(exc))
+                (shaped if isinstance(exc, ckpt.CheckpointShape) else skipped).append(str(exc))
                 loaded = self._older_than(loaded.path, skipped)
                 continue
-            loaded.skipped = skipped
+            loaded.skipped = skipped + shaped
             self._restored(loaded)
             return loaded
-        where = self.directory or first.path.parent
-        raise ckpt.CheckpointError(f"{where}: no usable checkpoint ({len(skipped)} damaged: {skipped[0]})")
+        raise ckpt.CheckpointError(none_usable(self.directory or first.path.parent, skipped, shaped))
 
     def rollback(self, apply: Apply, group=None) -> ckpt.Loaded | None:
         """Load the newest good checkpoint (a NaN rollback); None when there is none.
@@ -187,8 +190,12 @@ class Checkpointer:
         verified (the optimizer digest); nothing for a fresh run."""
         if loaded is None:
             return
-        for note in loaded.skipped:
-            self.emit(ev.Warning(text=f"skipped damaged checkpoint: {note}", step=step))
+        for note in loaded.skipped:  # a CheckpointShape's note says itself that the file is intact
+            what = "checkpoint" if "another model shape" in note else "damaged checkpoint"
+            self.emit(ev.Warning(text=f"skipped {what}: {note}", step=step))
+        if loaded.skipped:
+            self.emit(ev.LogLine(text=f"resume: took {loaded.path.name} (step {loaded.meta.get('step')}), the newest "
+                                      "checkpoint that verifies", stream="engine"))
         if self.verified:
             self.emit(ev.LogLine(text=f"resume: {self.verified}", stream="engine"))
 
@@ -215,6 +222,7 @@ class Checkpointer:
         return load
 
     def _older_than(self, path: Path, skipped: list[str]) -> ckpt.Loaded | None:
+        """The next candidate after ``path`` that verifies (its damaged predecessors added to ``skipped``)."""
         directory = self.directory or Path(path).parent
         try:
             older = store.load_latest(directory, after=path)
@@ -228,3 +236,15 @@ class Checkpointer:
         if loaded.path.name == "last.safetensors":
             self.last_trusted = True
             self.saved_last_at = int(loaded.meta["step"])
+
+
+def none_usable(where: Path, damaged: list[str], shaped: list[str]) -> str:
+    """The error when no candidate fits: damaged files as damage, intact files of another shape as a shape that
+    differs (a flag given with --resume builds another model than the run trained; nothing on disk is wrong)."""
+    if shaped and not damaged:
+        return (f"{shaped[0]}; the model this config builds differs from the checkpoint's ({len(shaped)} intact "
+                "checkpoint(s), none of this shape): resume without the flags that change the model")
+    if shaped:
+        return (f"{where}: no usable checkpoint ({len(damaged)} damaged: {damaged[0]}; {len(shaped)} intact of "
+                f"another model shape: {shaped[0]})")
+    return f"{where}: no usable checkpoint ({len(damaged)} damaged: {damaged[0]})"
