@@ -39,7 +39,6 @@ import json
 import os
 import selectors
 import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -51,6 +50,7 @@ from engine.run.control.wire import (
     LINE_TIMEOUT_S,
     MAX_LINE,
     PROTOCOL,
+    UCRED,
     ChannelError,
     error_reply,
     serving,
@@ -64,7 +64,6 @@ MAX_CLIENTS = 64
 #: A request the engine has not answered after this long gets an error reply (the loop is stuck in a step).
 ACK_TIMEOUT_S = 60.0
 
-_UCRED = struct.Struct("3i")  # struct ucred: pid_t pid, uid_t uid, gid_t gid
 
 
 class _Pending:
@@ -82,8 +81,11 @@ class ControlServer:
 
     def __init__(self, run_dir: RunDir, controls: Controls, bus: EventBus, *, max_clients: int = MAX_CLIENTS,
                  line_timeout: float = LINE_TIMEOUT_S, ack_timeout: float = ACK_TIMEOUT_S,
-                 max_line: int = MAX_LINE) -> None:
+                 max_line: int = MAX_LINE, run_id: str = "") -> None:
+        """``run_id``: the run's id (RunConfig.run_id), which ``hello`` answers so a client knows whose engine it
+        reached."""
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+        self.run_id = run_id
         self.controls = controls
         self.bus = bus
         self.max_clients = max_clients
@@ -222,7 +224,7 @@ class ControlServer:
 
     def _admit(self, conn: socket.socket) -> None:
         try:
-            pid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
+            pid = UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))[0]
         except OSError:
             pid = 0
         victim = None
@@ -267,7 +269,7 @@ class ControlServer:
     # ------------------------------------------------------------------ one client
     def _serve(self, conn: socket.socket) -> None:
         try:
-            uid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[1]
+            uid = UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))[1]
             if uid != os.getuid():
                 self._reject()
                 self._send_and_close(conn, error_reply(
@@ -359,5 +361,5 @@ class ControlServer:
         op = data.get("op")
         if op == "hello" and set(data) <= {"v", "op"}:
             return (json.dumps({"type": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "run": self.run_dir.name,
-                                "state": self._state, "step": self._step}) + "\n").encode()
+                                "run_id": self.run_id, "state": self._state, "step": self._step}) + "\n").encode()
         return error_reply(f"unknown op {op!r}; allowed: hello")

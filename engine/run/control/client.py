@@ -10,7 +10,12 @@
   second and acks, checkpoints and state changes at once.
 - ``send()`` opens a connection to the control socket per request (a few
   hundred µs on a Unix socket; no connection state to repair after an engine
-  restart) and returns the ack event.
+  restart) and returns the ack event. It talks only to this run's engine:
+  the socket must be the run owner's (engine.run.control.wire.connect), and
+  the engine's hello must give this run's id (status.json's ``run_id``; its
+  pid for a run without one) before the request is sent, one more round
+  trip per request: a ``pause`` meant for a finished run never reaches
+  another engine through a link or a hard link.
 - ``liveness()`` reads status.json and checks the pid (engine.run.rundir.liveness).
 
 Thread-safe: ``poll`` and ``history`` share a lock; ``send`` has its own socket.
@@ -25,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from engine.core.fmt import printable
 from engine.core.safe_files import open_regular
 from engine.run import events as ev
 from engine.run.control import wire
@@ -37,6 +43,8 @@ from engine.run.rundir import RunDir, liveness, resume_command
 POLL_INTERVAL_S = 0.02
 #: Most bytes one poll() decodes, so a viewer that fell behind catches up in bounded steps.
 POLL_MAX_BYTES = 4 << 20
+#: The channel's hello line (engine.run.control.wire).
+_HELLO = json.dumps({"v": wire.PROTOCOL, "op": "hello"})
 
 
 class RunClient(Session):
@@ -147,8 +155,8 @@ class RunClient(Session):
 
     # ------------------------------------------------------------------ controls
     def hello(self, timeout: float = 2.0) -> dict:
-        """Ask the engine who it is (pid, run, state, step) over the channel; SessionError if unreachable."""
-        reply = self._call(json.dumps({"v": wire.PROTOCOL, "op": "hello"}), timeout, "hello")
+        """Ask the engine who it is (pid, run, run id, state, step) over the channel; SessionError if unreachable."""
+        reply = self._call(_HELLO, timeout, "hello")
         if reply.get("type") != "hello":
             raise SessionError(f"engine answered hello with {reply.get('error', reply)!r}")
         return reply
@@ -172,8 +180,35 @@ class RunClient(Session):
         deadline = time.monotonic() + timeout
         try:
             sock = wire.connect(self._run_dir, timeout=max(0.05, timeout))
-        except (OSError, wire.ChannelError):
+        except wire.ChannelError as exc:
+            raise SessionError(f"{exc}; {what} not sent") from None
+        except OSError:
             raise SessionError(self._unreachable()) from None
+        try:
+            if what != "hello":
+                self._same_run(self._exchange(sock, _HELLO, deadline, timeout, "hello"), what)
+            return self._exchange(sock, line, deadline, timeout, what)
+        finally:
+            sock.close()
+
+    def _same_run(self, hello: dict, what: str) -> None:
+        """SessionError unless the engine that said ``hello`` is this run's: the run id status.json records (the
+        pid where either side has no id). Without a status record there is nothing to tell it by: the socket's
+        owner was checked already."""
+        status = self.status() or {}
+        mine, theirs = status.get("run_id") or "", hello.get("run_id") or ""
+        if mine and theirs:
+            same, told = mine == theirs, f"run id {str(theirs)[:64]}, this run's is {mine}"
+        elif "pid" in status:
+            same, told = hello.get("pid") == status["pid"], f"pid {hello.get('pid')}, this run's is {status['pid']}"
+        else:
+            return
+        if not same:
+            raise SessionError(f"{printable(self._run_dir.socket)} answers for another engine ({told}); "
+                               f"{what} not sent")
+
+    def _exchange(self, sock, line: str, deadline: float, timeout: float, what: str) -> dict:
+        """Send one line on ``sock`` and return its reply, parsed; SessionError when there is none."""
         try:
             sock.sendall(line.encode() + b"\n")
             raw = wire.read_line(sock, deadline)
@@ -183,8 +218,6 @@ class RunClient(Session):
                                "appears in the event log") from None
         except (OSError, ValueError) as exc:
             raise SessionError(f"control channel failed during {what}: {exc}") from None
-        finally:
-            sock.close()
         if raw is None:
             raise SessionError(f"engine closed the channel before answering {what} ({self._unreachable()})")
         try:

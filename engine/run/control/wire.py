@@ -27,6 +27,14 @@ the same, so a client needs nothing but the run directory's path
 (``connect``). Cost: one ``open``/``close`` per connection; Linux only, like
 ``SO_PEERCRED``.
 
+Whose socket. ``connect`` talks only to the run's own engine: the socket file
+must be a socket (never a link: a link to another engine's socket sent a
+``pause`` meant for a finished run to that engine) owned by the run
+directory's owner, and the process listening on it (``SO_PEERCRED``, filled
+in by the kernel) must run as that uid: another user who replaced the socket
+can no longer answer "paused" in the engine's name. The client then checks
+the run id the engine's hello gives (engine.run.control.client).
+
 Torch-free.
 """
 
@@ -36,11 +44,13 @@ import json
 import os
 import socket
 import stat
+import struct
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from engine.core.fmt import printable
 from engine.run.rundir import RunDir
 
 #: Version of the channel's own messages (hello, error); requests carry engine.run.control.requests.REQUEST_VERSION.
@@ -51,6 +61,8 @@ MAX_LINE = 64 * 1024
 LINE_TIMEOUT_S = 5.0
 #: Longest path bind()/connect() take on Linux (sun_path is 108 bytes with the NUL).
 SUN_PATH_MAX = 107
+#: struct ucred: pid_t pid, uid_t uid, gid_t gid (SO_PEERCRED).
+UCRED = struct.Struct("3i")
 
 
 class ChannelError(Exception):
@@ -75,17 +87,37 @@ def socket_address(path: Path) -> Iterator[str]:
 
 
 def connect(run_dir: RunDir | Path, timeout: float = 5.0) -> socket.socket:
-    """A connected client socket to a run's control channel (OSError when nobody listens)."""
-    path = run_dir.socket if isinstance(run_dir, RunDir) else RunDir(Path(run_dir)).socket
+    """A connected client socket to a run's control channel: OSError when nobody listens, ChannelError when what
+    is there is not the run's own engine (the module docstring says what is checked)."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    owner = os.stat(rd.root).st_uid
+    _check_socket_file(rd.socket, owner)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        with socket_address(path) as address:
+        with socket_address(rd.socket) as address:
             sock.connect(address)
+        uid = UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))[1]
+        if uid != owner:
+            raise ChannelError(f"{printable(rd.socket)}: the process listening runs as uid {uid}, not as the run "
+                               f"directory's owner (uid {owner}); not this run's engine")
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def _check_socket_file(path: Path, owner: int) -> None:
+    """ChannelError unless ``path`` is a socket (not a link) owned by ``owner``; OSError when it is missing."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise ChannelError(f"{printable(path)}: a symbolic link, not the engine's socket (it makes its own); "
+                           "not followed")
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ChannelError(f"{printable(path)}: not a socket")
+    if info.st_uid != owner:
+        raise ChannelError(f"{printable(path)}: owned by uid {info.st_uid}, not by the run directory's owner "
+                           f"(uid {owner}); not this run's engine")
 
 
 def serving(run_dir: RunDir | Path) -> bool:
@@ -95,12 +127,7 @@ def serving(run_dir: RunDir | Path) -> bool:
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     try:
-        if not stat.S_ISSOCK(os.stat(rd.socket).st_mode):
-            return False
-    except OSError:
-        return False
-    try:
-        connect(rd, timeout=1.0).close()
+        connect(rd, timeout=1.0).close()  # a link, or a socket of another uid, is no engine of this run
     except (OSError, ChannelError):
         return False
     return True
