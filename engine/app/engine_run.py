@@ -33,6 +33,8 @@ from engine.app.prepare import Prepared, UsageError, refuse_existing, settle_res
 from engine.app.startup import StartupPhases, StartupStopped
 from engine.core import config as cfg
 from engine.core.exit_codes import ExitCode
+from engine.core.fmt import printable
+from engine.core.safe_files import open_for_write
 from engine.run import events as ev
 from engine.run.rundir import RunDir, RunDirError, resume_command
 
@@ -168,16 +170,19 @@ class EngineRun:
             self.lock = RunLock.acquire(run_dir)  # the first file written there; a second engine stops here
             if self.prepared.fresh:
                 refuse_existing(run_dir)  # again, now that no other engine can be creating it
+            else:
+                run_dir.check_own_entries()
             run_dir.create()
             if self.prepared.resume is None:
-                run_dir.config.write_text(cfg.dump_toml(self.config))
+                write_config(run_dir, cfg.dump_toml(self.config))
             return JsonlSink(run_dir.events, warn=lambda text: self.bus.emit(ev.Warning(text=text)))
         except (RunDirError, UsageError, OSError) as exc:
             if self.lock is not None:
                 self.lock.release()
             if isinstance(exc, (RunDirError, UsageError)):
                 raise UsageError(str(exc)) from None
-            raise UsageError(f"{run_dir.root}: cannot write run directory ({exc.strerror})") from None
+            raise UsageError(f"{printable(exc.filename or run_dir.root)}: cannot write the run directory "
+                             f"({exc.strerror})") from None
 
     def attach_sinks(self, jsonl, notes: list[str | None]) -> None:
         """Events to the log, the status record, the console; the phases (told live already) into the log first,
@@ -194,7 +199,7 @@ class EngineRun:
         for note in notes:
             if note:
                 self.bus.emit(ev.Warning(text=note))
-        self.status.update(resume_command=resume_command(run_dir))
+        self.status.update(resume_command=resume_command(run_dir), run_id=self.config.run_id)
         self.status.start()
 
     def serve(self) -> None:
@@ -203,9 +208,14 @@ class EngineRun:
 
         if self.options.serve_controls:
             from engine.run.control.channel import ControlServer
+            from engine.run.control.wire import ChannelError
 
-            self.server = ControlServer(self.prepared.run_dir, self.controls, self.bus)
-            self.server.start()
+            try:
+                self.server = ControlServer(self.prepared.run_dir, self.controls, self.bus,
+                                            run_id=self.config.run_id).start()
+            except ChannelError as exc:  # the socket cannot be bound: the run ends as failed, in one line
+                self.unserved(str(exc))
+                raise UsageError(str(exc)) from None
         if self.options.install_signals:
             from engine.app import signals
 
@@ -215,6 +225,14 @@ class EngineRun:
         shares, server = int(self.options.ui_shares_machine), self.server
         self.trainer.prefetch.viewers = lambda: shares + (server.viewers() if server is not None else 0)
         self.system = SystemSampler(self.bus.emit).start()  # CPU/RAM/GPU load for viewers, every 2 s
+
+    def unserved(self, reason: str) -> None:
+        """The control channel could not open: the run directory records a failed start (not a crash), closed."""
+        self.bus.emit(ev.RunFinished(status="failed", steps=self.trainer.step, reason=reason,
+                                     exit_code=int(ExitCode.BAD_INPUT)))
+        self.status.stop(state="failed", exit_code=int(ExitCode.BAD_INPUT), step=self.trainer.step)
+        self.bus.close()
+        self.lock.release()
 
     # -- training and its endings ---------------------------------------------------
     def train(self) -> tuple[int, str]:
@@ -276,6 +294,16 @@ class EngineRun:
         return code, "failed"
 
 
+def write_config(run_dir: RunDir, text: str) -> None:
+    """config.toml of a run being created (atomic: a full disk leaves none, never an empty one, and a retry is a
+    fresh start); UsageError naming it when it cannot be written."""
+    try:
+        run_dir.write_config(text)
+    except OSError as exc:
+        raise UsageError(f"{printable(run_dir.config)}: cannot write ({exc.strerror}); nothing of the run was "
+                         "written, so the same command starts it again once that is fixed") from None
+
+
 def guarded_config(config: cfg.RunConfig, parallel=None) -> tuple[cfg.RunConfig, str]:
     """The memory guard (engine.budget.guard): UsageError listing the options when the run is predicted not
     to fit; with --vram-gb the batch is capped instead, and the note says so. Returns (config, note).
@@ -315,7 +343,8 @@ def log_crash(run_dir: RunDir, text: str) -> None:
             here, there = os.fstat(2), os.stat(log)
             if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
                 return
-        with open(log, "a", encoding="utf-8") as handle:
+        fd = open_for_write(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as handle:
             handle.write(text)
     except OSError:
         pass  # the traceback is on stderr already; a full disk must not hide the crash's own report

@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 
 from engine.core.exit_codes import ExitCode
+from engine.core.safe_files import open_for_write
 from engine.run.control.requests import Controls, checkpoint_now
 
 
 def _redirect_output(log_path: Path) -> None:
     """Point fds 1 and 2 (and sys.stdout/err) at the log: the terminal is gone."""
     try:
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = open_for_write(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # never through a link
     except OSError:
         fd = os.open(os.devnull, os.O_WRONLY)
     for target in (1, 2):

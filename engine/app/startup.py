@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from engine.core.exit_codes import ExitCode
+from engine.core.safe_files import open_for_write
 from engine.run import events as ev
 from engine.run.rundir import STARTUP_ENV
 
@@ -87,7 +88,8 @@ def _on_stop_signals(handler) -> None:
 def _append_line(path: Path, event: ev.PhaseStarted) -> bool:
     """One phase as a JSON line at the end of ``path``; False when it cannot be written."""
     try:
-        with open(path, "a", encoding="utf-8") as handle:
+        fd = open_for_write(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never through a link
+        with os.fdopen(fd, "a", encoding="utf-8") as handle:
             handle.write(ev.to_json(event) + "\n")
         return True
     except OSError:

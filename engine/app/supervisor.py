@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from engine.core.exit_codes import ExitCode
+from engine.core.safe_files import open_for_write
 
 
 class Reaper:
@@ -109,7 +110,7 @@ def record_failure(run_dir: Path, rank: int, exitcode: int, launch: str = "") ->
     status = rd.read_status() or {}
     step = status.get("step", 0)
     if rd.events.exists():
-        with open(rd.events, "a") as handle:
+        with os.fdopen(open_for_write(rd.events, os.O_WRONLY | os.O_APPEND), "a") as handle:
             for event in (ev.Warning(text=reason, step=step),
                           ev.RunFinished(status="failed", steps=step, reason=reason, resume_command=resume,
                                          checkpoint=status.get("last_checkpoint"), exit_code=code)):

@@ -62,6 +62,9 @@ class RunConfig(_Section):
     version: int = Field(migrate.CONFIG_VERSION, ge=migrate.CONFIG_VERSION, le=migrate.CONFIG_VERSION,
                          description="Layout version of this file (older ones are migrated on read).")
     name: str = Field("", description="Run name (default: a timestamp); the run directory is runs/<name>.")
+    run_id: str = Field("", max_length=64, pattern=r"^[0-9a-f]*$",
+                        description="The run's identity, made when it is created (never set by hand); every "
+                        "checkpoint carries it and a resume takes only its own run's.")
     task: TaskConfig = Field(default_factory=TaskConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -358,6 +361,9 @@ def load(
 def load_resolved(path: str | Path) -> RunConfig:
     """Read a run directory's resolved config.toml back (what --resume uses; older layouts migrated)."""
     data, text = read_toml(path)
+    if not data:  # every resolved config names its task: an empty one is a write that never finished, not defaults
+        raise ConfigError(f"{path}: empty; a run's config.toml holds at least its task, so this one was never "
+                          "written whole and there is no run here to resume")
     return validate(data, str(path), text)
 
 

@@ -12,6 +12,8 @@ Layout of ``runs/<name>/``::
     checkpoints/         last / last.prev / best / step-N .safetensors
     task/                task artefacts (tokenizer, normalisation stats)
 
+Who may use a directory and what a fresh run accepts in it: engine.run.trust.
+
 Torch-free: viewers import this.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import threading
 import time
@@ -28,6 +31,9 @@ from pathlib import Path
 from typing import Callable
 
 from engine.core import migrate
+from engine.core.fmt import printable
+from engine.core.safe_files import open_for_write, write_atomic
+from engine.run.trust import RunDirError, check_fresh, check_own_entries, check_trusted, make_dirs
 
 #: Environment variable a launcher sets to the start-up file an engine tells its phases in until its event log
 #: exists (engine.app.startup); ``RunDir.startup`` is where the launcher puts it.
@@ -36,13 +42,18 @@ STARTUP_ENV = "SENSORLM_TUI_STARTUP_FILE"
 STALE_AFTER_S = 5.0
 
 
-class RunDirError(Exception):
-    """A run directory that cannot be used (missing, not writable, not a run); one-line message."""
-
-
 def default_name() -> str:
-    """A sortable timestamp name for a new run, e.g. 20261202-141503."""
-    return datetime.now().strftime("%Y%m%d-%H%M%S")
+    """A sortable name for a new run: its start time and 24 random bits, e.g. 20261202-141503-3fa9c2.
+
+    Random as well as sortable: a name known to the second let another user prepare the directory a run
+    was about to use."""
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def new_run_id() -> str:
+    """A run's identity, made once when it is created: config.toml, status.json, every checkpoint's config and
+    the control channel's hello carry it, so a resume or a viewer can tell this run from another."""
+    return secrets.token_hex(8)
 
 
 @dataclass(frozen=True)
@@ -101,36 +112,41 @@ class RunDir:
         """Task artefacts (tokenizer, normalisation stats)."""
         return self.root / "task"
 
-    def holds_run(self) -> str | None:
-        """What makes this directory a run a fresh start must not overwrite (None when there is nothing).
-
-        Any checkpoint counts, even with events.jsonl deleted: a fresh run would rotate it away.
-        """
-        for path in (self.events, self.config):
-            if path.exists():
-                return path.name
-        try:
-            if any(self.checkpoints.iterdir()):
-                return "checkpoints"
-        except OSError:
-            pass
-        return None
-
     def create(self) -> "RunDir":
-        """Make the directory tree (owner-only), or RunDirError saying why not."""
+        """Make the directory tree (owner-only, ``make_dirs``), or RunDirError saying why not."""
+        make_dirs(self.root)
         try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.checkpoints.mkdir(exist_ok=True)
+            try:
+                self.checkpoints.mkdir(mode=0o700)
+            except FileExistsError:
+                check_own_entries(self.root)  # a link or a file named checkpoints is not ours to write into
             probe = self.root / f".write-test-{os.getpid()}"
-            probe.write_text("")
+            probe.unlink(missing_ok=True)
+            os.close(open_for_write(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
             probe.unlink()
         except PermissionError:
-            raise RunDirError(f"{self.root}: run directory is not writable") from None
-        except FileExistsError:
-            raise RunDirError(f"{self.root}: exists and is not a directory") from None
+            raise RunDirError(f"{printable(self.root)}: run directory is not writable") from None
         except OSError as exc:
-            raise RunDirError(f"{self.root}: cannot create run directory ({exc.strerror})") from None
+            raise RunDirError(f"{printable(self.root)}: cannot create run directory ({exc.strerror})") from None
         return self
+
+    def check_fresh(self) -> None:
+        """The fresh-run guard (engine.run.trust.check_fresh): RunDirError, a ``NotFresh`` naming what is there,
+        unless a new run may start here. Call it before anything is written, and again once the lock is held."""
+        check_fresh(self.root)
+
+    def check_trusted(self) -> None:
+        """RunDirError unless this user alone may write the directory and it is no system or home directory."""
+        check_trusted(self.root)
+
+    def check_own_entries(self) -> None:
+        """RunDirError naming the first of our names here that is a link or of the wrong kind (a resume's check)."""
+        check_own_entries(self.root)
+
+    def write_config(self, text: str) -> None:
+        """config.toml, atomically and durably (temp, fsync, rename): a disk that fills while it is written
+        leaves the old file or none, never an empty one that would read as "all defaults". OSError on failure."""
+        write_atomic(self.config, text.encode(), durable=True)
 
     def read_status(self) -> dict | None:
         """The status record with every known field of the right type, or None when absent or garbage.
@@ -156,7 +172,7 @@ _STATUS_TYPES: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = 
     "started": ((int, float), (0, 1e11)), "heartbeat": ((int, float), (0, 1e11)),
     "step": ((int,), (0, 2**62)), "total_steps": ((int,), (0, 2**62)), "last_eval_step": ((int,), (0, 2**62)),
     "exit_code": ((int, type(None)), (-255, 255)), "best": ((int, float, type(None)), (-1e300, 1e300)),
-    "best_metric": ((str, type(None)), None),
+    "best_metric": ((str, type(None)), None), "run_id": ((str,), None),
     "last_checkpoint": ((str, type(None)), None),
 }
 
@@ -169,11 +185,10 @@ def _well_typed(value, types: tuple[type, ...], bounds: tuple[float, float] | No
     return True
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a small file atomically (temp + rename) so a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def atomic_write_text(path: Path, text: str, durable: bool = False) -> None:
+    """Write a small file atomically (temp + rename, never through a link) so a reader never sees half of it;
+    ``durable`` fsyncs it first (for a record that must survive a power cut, not a heartbeat)."""
+    write_atomic(path, text.encode(), durable=durable)
 
 
 def pid_alive(pid: int) -> bool:

@@ -17,6 +17,12 @@ descriptor per engine. Limit: flock on NFS is only as good as the server's
 lock manager; run directories on network file systems are not supported for
 concurrent launches.
 
+The lock file is opened without following a link (``O_NOFOLLOW``) and must be
+a regular file this uid owns with one link (engine.core.safe_files), in a
+directory ``engine.run.trust.check_trusted`` accepts: a link planted as
+``engine.lock`` made root truncate the file it pointed at and write the
+lock's record into it.
+
 Torch-free.
 """
 
@@ -28,8 +34,11 @@ import os
 import socket
 import time
 
+from engine.core.fmt import printable
 from engine.core.invocation import command
+from engine.core.safe_files import NotOurs, open_for_write
 from engine.run.rundir import RunDir, RunDirError
+from engine.run.trust import make_dirs
 
 #: How long a refused engine waits for the holder to write its pid into the lock file (it does so at once).
 _HOLDER_WAIT_S = 0.5
@@ -44,27 +53,21 @@ class RunLock:
 
     @classmethod
     def acquire(cls, run_dir: RunDir) -> "RunLock":
-        """Create the directory if needed and take its lock; RunDirError (one line) naming the holder if taken."""
+        """Create the directory if needed (engine.run.trust.make_dirs: one this user alone may write) and take its
+        lock; RunDirError (one line) naming the holder if taken, or what is wrong with the directory or the file."""
         path = run_dir.lock
-        try:
-            run_dir.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except PermissionError:
-            raise RunDirError(f"{run_dir.root}: run directory is not writable") from None
-        except (FileExistsError, NotADirectoryError):
-            raise RunDirError(f"{run_dir.root}: exists and is not a directory") from None
-        except OSError as exc:
-            raise RunDirError(f"{run_dir.root}: cannot create run directory ({exc.strerror})") from None
+        make_dirs(run_dir.root)
+        fd = open_lock_file(run_dir)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise RunDirError(f"{run_dir.root}: in use by another engine ({holder}); watch it with "
+            raise RunDirError(f"{printable(run_dir.root)}: in use by another engine ({holder}); watch it with "
                               f"`{command('attach', run_dir.root)}`") from None
         except OSError as exc:
             os.close(fd)
-            raise RunDirError(f"{path}: cannot lock the run directory ({exc.strerror})") from None
+            raise RunDirError(f"{printable(path)}: cannot lock the run directory ({exc.strerror})") from None
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
         try:
             os.ftruncate(fd, 0)
@@ -83,6 +86,21 @@ class RunLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def open_lock_file(run_dir: RunDir) -> int:
+    """A descriptor on ``engine.lock``, created if absent (0600), never through a link; RunDirError saying why not.
+    The launcher makes it too, before the engine's log, so a start-up's leftovers are recognisably ours."""
+    try:
+        return open_for_write(run_dir.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except NotOurs as exc:
+        raise RunDirError(f"{printable(run_dir.lock)}: {exc.strerror}; refusing to lock or write it") from None
+    except PermissionError:
+        raise RunDirError(f"{printable(run_dir.root)}: run directory is not writable") from None
+    except (FileExistsError, NotADirectoryError):
+        raise RunDirError(f"{printable(run_dir.root)}: exists and is not a directory") from None
+    except OSError as exc:
+        raise RunDirError(f"{printable(run_dir.lock)}: cannot open the lock file ({exc.strerror})") from None
 
 
 def _holder(fd: int) -> str:

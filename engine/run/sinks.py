@@ -18,7 +18,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from engine.core.fmt import format_mfu, number
+from engine.core.fmt import format_mfu, number, printable
+from engine.core.safe_files import open_for_write
 from engine.core.taskspec import Capabilities
 from engine.run import autotune_events
 from engine.run import events as ev
@@ -113,7 +114,8 @@ class JsonlSink:
         self._step_line_t = float("-inf")  # the time of the last step line written
         self._total_steps = 0
         fresh = not self.path.exists() or self.path.stat().st_size == 0
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # never through a link, never into a FIFO or another user's file (engine.core.safe_files)
+        self._fd: int | None = open_for_write(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
         self._interval = flush_interval
         self._retry = retry_interval
@@ -306,6 +308,7 @@ class ConsoleSink:
         return f"{fields} at {time.strftime('%H:%M:%S', when)}{date}"
 
     def _out(self, tag: str, text: str, colour: str = "") -> None:
+        text = printable(text)  # a run name, a path or a warning from a task: never a terminal escape or a new line
         if self.colour and colour:
             tag = f"\x1b[{colour}m{tag}\x1b[0m"
         if self._event is not None:

@@ -381,10 +381,10 @@ class Autotuner:
         from pathlib import Path
 
         from engine.core.config import dump_toml
-        from engine.run.rundir import RunDir, atomic_write_text
+        from engine.run.rundir import RunDir
 
         try:
-            atomic_write_text(RunDir(Path(self.run.run_dir)).config, dump_toml(self.run.settings.config))
+            RunDir(Path(self.run.run_dir)).write_config(dump_toml(self.run.settings.config))
         except OSError as exc:
             self.run.bus.emit(ev.Warning(text=f"autotune: config.toml not rewritten ({exc.strerror})",
                                          step=self.run.step))

@@ -22,9 +22,12 @@ in the dashboard while connecting) the engine gets SIGINT, which during
 start-up ends it with exit 130 and nothing trained, and ``LaunchCancelled``
 says so: a starting engine is never left running unseen.
 
-The run directory and engine.log exist before the engine validates its
-config (the log must have somewhere to go); a failed launch leaves only that
-log, which holds the error. Torch-free.
+The run directory, its ``engine.lock`` and engine.log exist before the engine
+validates its config (the log must have somewhere to go); a failed launch
+leaves only those two, which a fresh run accepts as a start-up's leftovers
+(engine.run.trust: engine.log counts as ours only beside engine.lock), and
+the log holds the error. The directory is judged first (this user's alone,
+no system directory) and neither file is opened through a link. Torch-free.
 """
 
 from __future__ import annotations
@@ -36,10 +39,14 @@ import sys
 import time
 from pathlib import Path
 
+from engine.core.fmt import printable
+from engine.core.safe_files import open_for_write
 from engine.run import events as ev
 from engine.run.control.client import RunClient
 from engine.run.history import parse_line
-from engine.run.rundir import STARTUP_ENV, RunDir
+from engine.run.rundir import STARTUP_ENV, RunDir, RunDirError
+from engine.run.runlock import open_lock_file
+from engine.run.trust import make_dirs
 
 #: How often launch() checks on the starting engine (s).
 POLL_S = 0.02
@@ -197,11 +204,15 @@ def spawn(argv: list[str], run_dir: Path | str) -> Starting:
     run_dir = Path(run_dir).absolute()
     rd = RunDir(run_dir)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(rd.root)  # this user's alone, no system directory (engine.run.trust)
+        os.close(open_lock_file(rd))  # first, as an engine does: what follows is recognisably a start-up's
         rd.startup.unlink(missing_ok=True)  # an earlier launch's: its phases are not this engine's
-        log = open(rd.log, "ab")
+        log = os.fdopen(open_for_write(rd.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+    except RunDirError as exc:
+        raise LaunchError(str(exc)) from None
     except OSError as exc:
-        raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror})") from None
+        raise LaunchError(f"{printable(exc.filename or run_dir)}: cannot create the run directory "
+                          f"({exc.strerror})") from None
     log_start = log.tell()
     started = time.time()
     try:

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
+import secrets
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 import numpy as np
 
-from engine.core.safe_files import open_regular
+from engine.core.safe_files import open_for_write, open_regular
 from engine.run.history.store import History, parse_lines
 
 #: First bytes of an index file (the number is the format's version).
@@ -147,7 +147,7 @@ def save(history: History) -> None:
     if history.path is None:
         return
     target = path_for(history.path)
-    temp = target.with_name(f".{NAME}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temp = target.with_name(f".{NAME}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with open(history.path, "rb") as handle:
             head, tail = _probe(handle, history.offset)
@@ -155,7 +155,9 @@ def save(history: History) -> None:
                   for name, values in history.index_arrays().items()]
         header = msgspec.json.encode({"offset": history.offset, "skipped": history.skipped, "head": head,
                                       "tail": tail, "arrays": [(n, a.dtype.str, len(a)) for n, a in arrays]})
-        with open(temp, "wb") as out:
+        # a new file of a random name, never through a link: a viewer run as root must not write where a link
+        # planted in someone's run directory points
+        with os.fdopen(open_for_write(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as out:
             out.write(MAGIC + len(header).to_bytes(8, "little") + header)
             for _, values in arrays:
                 out.write(memoryview(np.ascontiguousarray(values)).cast("B"))

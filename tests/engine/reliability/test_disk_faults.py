@@ -137,12 +137,12 @@ def test_unwritable_run_directory_is_a_one_line_error(engines, tmp_path: Path) -
 
 
 def test_run_directory_under_proc_is_a_one_line_error(engines, tmp_path: Path) -> None:
-    """Needs no mount: /proc refuses new directories even to root."""
+    """Needs no mount: /proc is a system directory, refused before anything is tried there."""
     target = f"/proc/sensorlm-tui-test-{os.getpid()}/run"
     engine = engines.spawn([*TOY, "--max-steps", "5", "--run-dir", target], tmp_path)
     assert engine.wait(60) == 2
     lines = engine.stderr().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"sensorlm-tui: error: {target}: cannot create run directory")
+    assert len(lines) == 1 and lines[0].startswith(f"sensorlm-tui: error: --run-dir {target}: a system directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["err-0.txt", "out-0.txt"]  # nothing else written
 
 
@@ -171,7 +171,8 @@ def test_full_disk_under_the_whole_run_directory_loses_no_event(engines, tmp_pat
     says so in a Warning, and writes every one once space returns (before, it detached for good)."""
     run = tmp_path / "run"
     run.mkdir()
-    with _mounted(run, "-t", "tmpfs", "-o", "size=16m", "tmpfs"):
+    # mode 0700: a tmpfs root is 1777 by default, which a run directory may not be (engine.run.trust)
+    with _mounted(run, "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs"):
         engine = engines.spawn([*TOY, "--max-steps", "1000000", "--eval-every", "0", "--checkpoint-every", "0",
                                 "--run-dir", str(run)], tmp_path)
         engine.wait_for(r"^step\s+20/")

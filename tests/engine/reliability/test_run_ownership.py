@@ -83,7 +83,9 @@ def test_a_fresh_run_never_writes_into_a_directory_with_checkpoints(engines, tmp
     (run / "config.toml").unlink()
     kept = {p.name: _sha(p) for p in (run / "checkpoints").iterdir()}
     engine = engines.spawn([*TOY, "--max-steps", "5", "--run-dir", str(run)], tmp_path / "b")
-    _one_line_refusal(engine, "already holds a run (checkpoints)")
+    # no config.toml: --resume could not continue it, so the refusal does not advise it
+    _one_line_refusal(engine, f"{run}: holds checkpoints, status.json, which a fresh run would overwrite")
+    assert "--resume" not in engine.stderr()
     assert {p.name: _sha(p) for p in (run / "checkpoints").iterdir()} == kept
     assert not (run / "config.toml").exists()
 
