@@ -67,6 +67,7 @@ OWN_ENTRIES: dict[str, OwnEntry] = {
     "control.sock": OwnEntry("socket"),
     "task": OwnEntry("dir"),
     "exports": OwnEntry("dir"),
+    "steps": OwnEntry("dir"),  # the step record (engine.run.steps.layout.DIRNAME)
 }
 #: What a fresh run accepts in its directory, as the refusal says it.
 LEFTOVERS = "engine.lock, engine.log, startup.jsonl, ranks/ and an empty checkpoints/"

@@ -12,7 +12,8 @@ identical tree before and after (the case's work area, the corpus file).
 A case is a file (config, CSV, checkpoint: the file is the input) or, for
 what git cannot hold (a FIFO, a link to /dev/zero, a sparse 3 GB file, a
 model directory or a plugin with one thing wrong), a builder in
-tests/hostile/builders.py that makes it in the work area. The history index
+tests/hostile/builders.py (the run directory's own cases: tests/hostile/run_dirs.py) that makes it in the
+work area; a case marked ``root`` (a directory another uid owns) is skipped, saying so, without root. The history index
 is a cache: its cases expect ``plot`` to draw the run (exit 0) as if it were
 absent. A few config cases also go through the real ``sensorlm-tui train``
 command, and one proves the checkpoint corpus is not stale (its valid
@@ -34,10 +35,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from tests.hostile.builders import BUILDERS, Bases
+from tests.hostile import builders, run_dirs
+from tests.hostile.builders import Bases
 
 CORPUS = ROOT / "tests" / "hostile"
 CASES = tomllib.loads((CORPUS / "cases.toml").read_text())
+BUILDERS = {**builders.BUILDERS, **run_dirs.BUILDERS}
 IDS = [f"{kind}/{name}" for kind, cases in CASES.items() if kind != "control" for name in cases]
 CSV_FLAGS = ["--task", "sensorlm", "--set", "sensorlm.data.channels=2", "--set", "sensorlm.model.patch_channels=2"]
 #: Files larger than this are compared by size and modification time (a sparse 3 GB case is not read).
@@ -104,6 +107,8 @@ def bases(engines, tmp_path_factory) -> Bases:
 def test_hostile_input_is_a_one_line_error_and_changes_nothing(engines, bases, tmp_path: Path, case: str) -> None:
     kind, name = case.split("/", 1)
     spec = _case(kind, name)
+    if spec.get("root") and os.geteuid() != 0:
+        pytest.skip("needs root: the case is a directory another uid (65534) owns")
     area = tmp_path / "area"
     area.mkdir()
     if "build" in spec:
