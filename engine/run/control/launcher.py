@@ -72,7 +72,7 @@ class LaunchError(Exception):
 
     def whole(self) -> str:
         """The error line, its detail lines, and where the engine's log is."""
-        return "\n".join([str(self), *self.details, *([f"engine log: {self.log}"] if self.log else [])])
+        return "\n".join([str(self), *self.details, *([f"engine log: {printable(self.log)}"] if self.log else [])])
 
 
 class LaunchCancelled(LaunchError):
@@ -269,10 +269,11 @@ def _wait_up(process: subprocess.Popen, rd: RunDir, watch: LaunchWatch, tail: _S
         if watch.cancelled():
             raise _stop(process, rd, tail.current)
         if watch.abandoned():
-            raise LaunchError(f"stopped waiting for the engine (pid {process.pid}); it keeps starting in {rd.root}")
+            raise LaunchError(f"stopped waiting for the engine (pid {process.pid}); it keeps starting in "
+                              f"{printable(rd.root)}")
         if time.monotonic() > deadline:
             process.terminate()
-            raise LaunchError(f"engine did not come up within {timeout:g} s (stopped it); see {rd.log}",
+            raise LaunchError(f"engine did not come up within {timeout:g} s (stopped it); see {printable(rd.log)}",
                               log=rd.log)
         time.sleep(POLL_S)
 
@@ -287,7 +288,7 @@ def _stop(process: subprocess.Popen, rd: RunDir, phase: str) -> LaunchCancelled:
         process.kill()
         code = process.wait()
     where = f" while {phase}" if phase else " as it started"
-    return LaunchCancelled(f"stopped the engine{where} (exit {code}): nothing was trained; {rd.root}",
+    return LaunchCancelled(f"stopped the engine{where} (exit {code}): nothing was trained; {printable(rd.root)}",
                            exit_code=code, log=rd.log)
 
 
