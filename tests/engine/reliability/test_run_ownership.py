@@ -84,8 +84,8 @@ def test_a_fresh_run_never_writes_into_a_directory_with_checkpoints(engines, tmp
     kept = {p.name: _sha(p) for p in (run / "checkpoints").iterdir()}
     engine = engines.spawn([*TOY, "--max-steps", "5", "--run-dir", str(run)], tmp_path / "b")
     # no config.toml: --resume could not continue it, so the refusal does not advise it
-    _one_line_refusal(engine, f"{run}: holds checkpoints, status.json, which a fresh run would overwrite")
-    assert "--resume" not in engine.stderr()
+    _one_line_refusal(engine, f"{run}: holds checkpoints, status.json")  # and what else the run left
+    assert "which a fresh run would overwrite" in engine.stderr() and "--resume" not in engine.stderr()
     assert {p.name: _sha(p) for p in (run / "checkpoints").iterdir()} == kept
     assert not (run / "config.toml").exists()
 
