@@ -18,6 +18,9 @@ Static terms (bytes):
   frozen base has none);
 - input: one micro-batch on the device (the loop makes each micro-batch just
   before its forward);
+- batches built ahead (CPU only): the micro-batches the data path builds
+  while the step trains, host memory the step shares on a CPU run
+  (engine.budget.ahead);
 - scalars: the loop's running loss sums, loss components and grad-norm
   scalars (bounded by 64 of them);
 - autocast weight copies: under bf16/fp16 every matmul weight is cast once
@@ -65,6 +68,7 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+from engine.budget import ahead
 from engine.budget import settings as knobs
 from engine.budget.layout import SINGLE, Layout
 from engine.core.config import RunConfig
@@ -155,11 +159,14 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
     layout = layout or SINGLE
     first, later = micro_batches(layout.rank_batch(B), accum)
     best: ledger.Peak | None = None
+    built_ahead = 0
     for micro, pre in ((first, False), (later, True)):
         if micro is None:
             continue
         tl = model(config, micro, prec, dev, target=target or Target.local(dev)) if _takes_target(model) \
             else model(config, micro, prec, dev)
+        if not pre:  # the batches ahead are any of the step's micro-batches: the first is the largest
+            built_ahead = ahead.ahead_bytes(config, dev, tl.input_bytes)[1]
         tensors = tl.param_tensors
         trained = tensors if tl.trainable_tensors is None else tl.trainable_tensors
         W = layout.world if layout.sharded else 1
@@ -168,6 +175,8 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
         trainable = F32 * sum(-(-n // W) for n in trained)
         static = {"weights": params, "optimizer": 2 * trainable + F32 * len(trained), "input": tl.input_bytes,
                   "scalars": SCALARS * (CUDA_BLOCK if dev == "cuda" else F32)}
+        if built_ahead:
+            static["batches built ahead"] = built_ahead
         if layout.strategy == "ddp":
             static["DDP gradient buckets"] = trainable
         if tl.cast_elements:
@@ -192,6 +201,8 @@ def detail(config: RunConfig, batch_size: int | None = None, precision: str | No
     assert best is not None
     settings = {"batch_size": B, "grad_accum": accum, "micro_batch": first, "precision": prec,
                 **knobs.task_values(config), "device": dev, "phase": best.phase, **layout.settings()}
+    if dev == "cpu":
+        settings["batches_ahead"] = ahead.of(config)
     return best, settings
 
 

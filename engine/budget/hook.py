@@ -124,7 +124,7 @@ class BudgetHook:
         if cache and cache[0] is config:  # the same config object: skip the ~30 µs JSON key (every step)
             return cache[2]
         key = (config.task_config.model_dump_json(), config.train.batch_size, config.train.grad_accum,
-               config.runtime.precision)
+               config.runtime.precision, config.runtime.prefetch, config.runtime.data_workers)
         if cache and cache[1] == key:
             self._predicted_cache = (config, key, cache[2])
             return cache[2]

@@ -148,8 +148,10 @@ class TracedLine:
 
         key = tuple(sorted((k, v) for k, v in settings.items() if v is not None))
         if key not in self.lines:
-            one = trace.trace(self.config, batch_size=1, device=self.device, layout=self.layout, **settings)
-            four = trace.trace(self.config, batch_size=4, device=self.device, layout=self.layout, **settings)
+            one = trace.trace(self.config, batch_size=1, device=self.device, layout=self.layout, target=self.target,
+                              **settings)
+            four = trace.trace(self.config, batch_size=4, device=self.device, layout=self.layout, target=self.target,
+                               **settings)
             self.lines[key] = (one, four)
         one, four = self.lines[key]
         B = batch_size or self.config.train.batch_size

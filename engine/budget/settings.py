@@ -22,9 +22,10 @@ ENGINE = {
     "threads": "runtime.threads",
     "data_workers": "runtime.data_workers",
 }
-#: Engine settings that move no device memory the budget predicts (the LR; torch threads and data worker
-#: processes cost host memory outside the training step's tensors).
-NO_MEMORY = ("lr", "threads", "data_workers")
+#: Engine settings that move no memory the budget predicts (the LR; torch threads cost host memory outside the
+#: training step's tensors). ``data_workers`` does move it: the batches they build ahead share a CPU run's memory
+#: (engine.budget.ahead).
+NO_MEMORY = ("lr", "threads")
 
 
 def declared(config: RunConfig) -> tuple:

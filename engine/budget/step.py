@@ -131,7 +131,8 @@ def batch_template(task) -> dict:
     return out
 
 
-def _is_spec(spec) -> bool:
+def is_spec(spec) -> bool:
+    """Whether a ``batch_template`` entry describes a batch-first tensor (tail shape, dtype, dim order)."""
     return isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[1], torch.dtype)
 
 
@@ -139,7 +140,7 @@ def empty_batch(template: dict, batch_size: int, device) -> dict:
     """A batch of ``batch_size`` samples laid out like ``template`` (zeros; under FakeTensorMode, no memory)."""
     out = {}
     for key, spec in template.items():
-        if _is_spec(spec):
+        if is_spec(spec):
             tail, dtype, order = spec
             shape = (batch_size, *tail)
             stored = torch.zeros([shape[d] for d in order], dtype=dtype, device=device)

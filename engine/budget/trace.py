@@ -29,6 +29,7 @@ import time
 from importlib import metadata, util
 from pathlib import Path
 
+from engine.budget.ahead import ahead_bytes
 from engine.budget.layout import SINGLE, Layout
 from engine.budget.settings import describe, with_settings
 from engine.core.config import RunConfig
@@ -44,7 +45,8 @@ IRRELEVANT = {
     "schedule": None,
     "evaluation": {"every", "overfit"},
     "policies": None,
-    "runtime": {"threads", "device", "compile", "compile_backend"},  # the trace is an eager step's
+    "runtime": {"threads", "device", "compile", "compile_backend",  # the trace is an eager step's
+                "prefetch", "data_workers"},  # the batches built ahead are added to the traced step (_to_estimate)
 }
 
 
@@ -120,13 +122,19 @@ def cache_key(config: RunConfig, device: str, layout: Layout = SINGLE) -> str:
     return digest.hexdigest()[:24]
 
 
-def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float, layout: Layout = SINGLE) -> Estimate:
+def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float, layout: Layout = SINGLE,
+                 target: str | None = None) -> Estimate:
     settings = describe(config) | {"device": device} | layout.settings()
     breakdown = {k: int(v) for k, v in result["breakdown"].items() if v}
     total = int(result["peak"])
     if layout.strategy == "ddp":  # allocated when DDP wraps the model: alive at every moment of the step
         breakdown["DDP gradient buckets"] = int(result.get("trainable_bytes", 0))
         total += breakdown["DDP gradient buckets"]
+    batches, built = ahead_bytes(config, target or device, int(result.get("batch_bytes", 0)))
+    if built:  # host memory beside the step at every moment of it (engine.budget.ahead)
+        breakdown["batches built ahead"] = built
+        total += built
+        settings["batches_ahead"] = batches
     return Estimate(
         total=total,
         breakdown=breakdown,
@@ -177,12 +185,15 @@ def trace(
     timeout: float = 600.0,
     grad_accum: int | None = None,
     layout: Layout | None = None,
+    target: str | None = None,
     **task_settings,
 ) -> Estimate:
     """Peak of two optimizer steps traced on fake tensors (see module docstring); cached by config hash.
 
     ``task_settings`` are the task's declared settings by name (engine.budget.settings). With a
-    ``layout``, one rank of that job, and ``batch_size`` (or the config's) is the rank's share.
+    ``layout``, one rank of that job, and ``batch_size`` (or the config's) is the rank's share. ``target``:
+    the device the run will use, when the trace runs on another (a CUDA run traced on this CPU): the
+    batches built ahead count only against a CPU run's memory (engine.budget.ahead).
     """
     layout = layout or SINGLE
     config = with_settings(config, batch_size=batch_size, precision=precision, grad_accum=grad_accum,
@@ -192,7 +203,7 @@ def trace(
     if use_cache and path.exists():
         try:
             cached = json.loads(path.read_text())
-            return _to_estimate(cached, config, device, 0.0, layout)
+            return _to_estimate(cached, config, device, 0.0, layout, target)
         except (OSError, ValueError, KeyError):
             pass  # a torn cache file: trace again and overwrite it
     start = time.perf_counter()
@@ -205,4 +216,4 @@ def trace(
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache only costs the next caller a trace
-    return _to_estimate(result, config, device, seconds, layout)
+    return _to_estimate(result, config, device, seconds, layout, target)

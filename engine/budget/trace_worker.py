@@ -14,8 +14,9 @@ asks for ``cuda`` on a CUDA build.
 
 The result: the peak and its split by MemTracker category, the activations
 each module keeps after its forward (last call, depth ≤ 3), the bytes of the
-trainable parameters (what DDP's gradient buckets copy), and the wall time
-and peak RSS of the trace itself.
+trainable parameters (what DDP's gradient buckets copy), the bytes of one
+micro-batch (what each batch the data path builds ahead costs:
+engine.budget.ahead), and the wall time and peak RSS of the trace itself.
 
 ``strategy = "fsdp2"`` with ``world`` W traces one rank of a W-rank FSDP2 job
 on a fake process group (``init_process_group("fake")``: collectives return
@@ -178,6 +179,17 @@ def _trainable_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
+def batch_bytes(template: dict, config) -> int:
+    """Bytes of the step's first (largest) micro-batch as the task makes it (its batch-first tensors)."""
+    import math
+
+    from engine.budget import step as stepmod
+    from engine.budget.analytic import micro_batches
+
+    micro = micro_batches(config.train.batch_size, config.train.grad_accum)[0]
+    return sum(micro * math.prod(spec[0]) * spec[1].itemsize for spec in template.values() if stepmod.is_spec(spec))
+
+
 def _prepared(config, device_type: str):
     """The task set up (one torch thread), its batch template and the traced device: what both traces start from."""
     import torch
@@ -253,7 +265,8 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
     finally:
         dist.destroy_process_group()
     snap = peak.get(device) or next(iter(peak.values()), {})
-    return _result(snap, FSDP_CATEGORY_KEYS, start, device, {}, trainable)
+    result = _result(snap, FSDP_CATEGORY_KEYS, start, device, {}, trainable)
+    return {**result, "batch_bytes": batch_bytes(template, config)}
 
 
 def trace(config, device_type: str = "cpu") -> dict:
@@ -284,7 +297,8 @@ def trace(config, device_type: str = "cpu") -> dict:
         modules = _module_activations(tracker, device)
         trainable = _trainable_bytes(model)
     snap = peak.get(device) or next(iter(peak.values()), {})
-    return _result(snap, CATEGORY_KEYS, start, device, modules, trainable)
+    result = _result(snap, CATEGORY_KEYS, start, device, modules, trainable)
+    return {**result, "batch_bytes": batch_bytes(template, config)}
 
 
 def main(argv: list[str]) -> int:

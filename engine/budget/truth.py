@@ -22,6 +22,7 @@ Costs real memory and real compute: small configs only (tests use a few MiB).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engine.budget import step as stepmod
@@ -40,8 +41,9 @@ def unique_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-def _setup(config: RunConfig, device: torch.device, steps: int = 2):
-    """Task, model and optimizer on ``device``, and a batch_for that copies pre-made samples onto it."""
+def _setup(config: RunConfig, device: torch.device, steps: int = 2, ahead: int = 0):
+    """Task, model and optimizer on ``device``, and a batch_for that copies pre-made samples onto it, with
+    ``ahead`` more micro-batches copied before the one asked for is trained on (the data path's prefetch)."""
     from engine.core.registry import load_task_class
 
     task = load_task_class(config.task.name)(config)
@@ -57,12 +59,24 @@ def _setup(config: RunConfig, device: torch.device, steps: int = 2):
     # Kept as numpy so that slicing them is invisible to a tracker; only the copy is an allocation.
     made = {step: {k: v.numpy() if torch.is_tensor(v) else v
                    for k, v in task.make_batch(list(range(step * B, (step + 1) * B)), step, True).items()}
-            for step in range(steps)}
+            for step in range(steps + ahead)}
+    order = [(step, chunk[0], chunk[-1] + 1) for step in made
+             for chunk in np.array_split(np.arange(step * B, (step + 1) * B), config.train.grad_accum) if len(chunk)]
+    built: dict[tuple, dict] = {}
 
-    def batch_for(step: int, indices: list) -> dict:
-        a, b = indices[0] - step * B, indices[-1] + 1 - step * B
+    def copy(step: int, a: int, b: int) -> dict:
+        a, b = a - step * B, b - step * B
         return {k: (torch.from_numpy(v[a:b]).to(device, copy=True) if hasattr(v, "dtype") else v)
                 for k, v in made[step].items()}
+
+    def batch_for(step: int, indices: list) -> dict:
+        key = (step, indices[0], indices[-1] + 1)
+        batch = built.pop(key) if key in built else copy(*key)
+        at = order.index(key)
+        for later in order[at + 1: at + 1 + ahead]:  # what the data path builds while this one trains
+            if later not in built:
+                built[later] = copy(*later)
+        return batch
 
     return task, model, optimizer, batch_for
 
@@ -89,11 +103,13 @@ def profiler_peak(run) -> int:
     return peak
 
 
-def peak(config: RunConfig, method: str = "profiler", device: str = "cpu", steps: int = 2, **settings) -> int:
-    """Real peak bytes of ``steps`` optimizer steps of ``config`` (with ``settings`` applied) by ``method``."""
+def peak(config: RunConfig, method: str = "profiler", device: str = "cpu", steps: int = 2, ahead: int = 0,
+         **settings) -> int:
+    """Real peak bytes of ``steps`` optimizer steps of ``config`` (with ``settings`` applied) by ``method``;
+    ``ahead``: micro-batches the data path holds built beside the one trained on (engine.budget.ahead)."""
     config = with_settings(config, **settings)
     dev = torch.device(device)
-    task, model, optimizer, batch_for = _setup(config, dev, steps)
+    task, model, optimizer, batch_for = _setup(config, dev, steps, ahead)
 
     def run():
         stepmod.run_steps(task, model, optimizer, config, dev.type, batch_for, steps=steps)

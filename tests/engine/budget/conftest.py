@@ -14,7 +14,9 @@ SMALL = {
               "text_depth": 1, "decoder_depth": 1, "text_heads": 2, "max_caption_tokens": 16, "vocab_size": 128,
               "embed_dim": 32},
     "data": {"channels": 8, "minutes": 240},
+    # the step alone: what the data path builds ahead is engine.budget.ahead's (test_never_under)
     "train": {"batch_size": 2},
+    "runtime": {"prefetch": False},
 }
 #: Keys of SMALL and of the cases that belong to the task's own section ([sensorlm.model], [sensorlm.data]).
 TASK_KEYS = ("model", "data")
@@ -33,7 +35,7 @@ def _merge(base: dict, over: dict) -> dict:
 def small(task: str = "sensorlm", **sections) -> cfg.RunConfig:
     """A small config of ``task``: SMALL for sensorlm, the toy's demo preset otherwise; sections override."""
     if task == "toy":
-        return cfg.load(task="toy", overrides=sections)
+        return cfg.load(task="toy", overrides=_merge({"runtime": {"prefetch": False}}, sections))
     merged = _merge(SMALL, sections)
     own = {k: merged.pop(k) for k in TASK_KEYS if k in merged}
     return cfg.load(task="sensorlm", preset="demo", overrides={**merged, "sensorlm": own})

@@ -29,7 +29,7 @@ def test_lora_dropout_is_counted_by_the_bound_and_the_trace() -> None:
     torch.set_num_threads(1)
     config = cfg.load(task="lm", preset="demo", overrides={
         "lm": {"finetune": "lora", "seq_len": 300, "lora": {"dropout": 0.1}},
-        "train": {"batch_size": 12, "device": "cpu"}})
+        "train": {"batch_size": 12}, "runtime": {"device": "cpu"}})
     real = truth.peak(config, "dispatcher", steps=3)
     bound = analytic.estimate(config, device="cpu").total
     traced = trace_in_process(config, "cpu")["peak"]
@@ -56,3 +56,41 @@ def test_chunk_snapshots_inside_a_checkpointed_block_are_counted_until_its_backw
     error = _report("SensorLM small, chunked 8 + checkpointing, batch 4", analytic.estimate(config, device="cpu").total,
                     real)
     assert 0 <= error <= 10
+
+
+def test_batches_built_ahead_are_in_a_cpu_budget() -> None:
+    # A batch far larger than the model's activations (the toy: length 10080, batch 8, a 62 MB batch
+    # against an 8 kB margin). The builder thread keeps one micro-batch ahead; two workers keep four.
+    torch.set_num_threads(1)
+    from engine.budget import trace
+
+    shape = {"toy": {"channels": 8, "length": 2048, "dim": 16}}
+    for workers, ahead, accum in ((0, 1, 1), (2, 4, 3)):
+        config = cfg.load(task="toy", overrides={**shape, "train": {
+            "batch_size": 48, "grad_accum": accum}, "runtime": {"device": "cpu", "data_workers": workers}})
+        real = truth.peak(config, "dispatcher", steps=3, ahead=ahead)
+        estimate = analytic.estimate(config, device="cpu")
+        error = _report(f"toy 16384 values a sample, batch 48, data_workers {workers}", estimate.total, real)
+        assert 0 <= error <= 10 and estimate.settings["batches_ahead"] == ahead
+        micro = 48 // accum  # each batch ahead is a micro-batch: target, mask and masked, fp32
+        assert estimate.breakdown["batches built ahead"] == ahead * 3 * 4 * micro * 16384
+    traced = trace.trace(config, use_cache=False)  # a traced task's prediction adds them the same way
+    assert traced.breakdown["batches built ahead"] == estimate.breakdown["batches built ahead"]
+    assert 0 <= (traced.total - real) / real * 100 <= 10
+    # on a GPU they stay on the host: not in a device budget
+    assert "batches built ahead" not in analytic.estimate(config, device="cuda").breakdown
+
+
+def test_the_bound_on_batches_ahead_covers_every_data_plan() -> None:
+    from engine.budget import ahead
+    from engine.training import threads
+
+    measured = [None, threads.Costs(0.001, 0.1), threads.Costs(0.05, 0.1), threads.Costs(0.2, 0.05),
+                threads.Costs(5.0, 0.01)]
+    for usable in (1, 2, 3, 8):
+        for prefetch in (False, True):
+            for workers in (-1, 0, 1, 3):
+                for costs in measured:
+                    plan = threads.plan(threads.Cores(usable), False, costs, 10**6, 0, workers, prefetch)
+                    assert plan.depth <= ahead.depth(prefetch, workers, usable), (usable, prefetch, workers, costs)
+    assert ahead.PER_WORKER == threads.WORKER_AHEAD
