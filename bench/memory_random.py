@@ -29,7 +29,14 @@ from bench.common import Section, smoke
 TASKS = ("lm", "sensorlm", "toy", "gapfill")
 
 
+#: LoRA target choices: the shorthands and a few lists of names (peft matches each by its suffix).
+_TARGETS = ("all-linear", "attention", "mlp", ["q_proj", "v_proj"], ["o_proj", "down_proj"],
+            ["k_proj", "gate_proj", "up_proj"])
+
+
 def _lm(rng: random.Random) -> tuple[str, dict]:
+    """Every [lm] setting (model shape and attention, full or LoRA with every [lm.lora] field, sequence, tokenizer,
+    the corpus reading), the model directory apart: a random Llama of the drawn shape stands for one."""
     heads = rng.choice((2, 4))
     hidden = heads * rng.choice((8, 12, 16, 24))
     lora = rng.random() < 0.5
@@ -37,10 +44,14 @@ def _lm(rng: random.Random) -> tuple[str, dict]:
              "layers": rng.randint(1, 3), "intermediate_size": rng.choice((64, 96, 128, 176, 256)),
              "vocab_size": rng.choice((256, 384, 512, 1024)), "tie_embeddings": rng.random() < 0.5,
              "attn_implementation": rng.choice(("sdpa", "eager")), "activation_checkpointing": rng.random() < 0.3}
-    lm = {"model": model, "finetune": "lora" if lora else "full", "seq_len": rng.choice((8, 16, 32, 64, 96, 128, 192))}
+    lm = {"model": model, "finetune": "lora" if lora else "full", "seq_len": rng.choice((8, 16, 32, 64, 96, 128, 192)),
+          "tokenizer": rng.choice(("auto", "byte")), "text_field": rng.choice(("text", "body")),
+          "val_fraction": rng.choice((0.02, 0.05, 0.2)), "val_samples": rng.randint(1, 16),
+          "corpus_bytes": rng.choice((100_000, 300_000))}
     if lora:
-        lm["lora"] = {"r": rng.choice((2, 4, 8)), "targets": rng.choice(("all-linear", "attention", "mlp")),
-                      "train_norms": rng.random() < 0.5}
+        lm["lora"] = {"r": rng.choice((1, 2, 4, 8)), "alpha": rng.choice((1.0, 8.0, 32.0)),
+                      "dropout": rng.choice((0.0, 0.0, 0.05, 0.1, 0.3)), "targets": rng.choice(_TARGETS),
+                      "train_norms": rng.random() < 0.5, "plus_ratio": rng.choice((1.0, 16.0))}
     return "tiny", {"lm": lm}
 
 
@@ -50,13 +61,15 @@ def _sensorlm(rng: random.Random) -> tuple[str, dict]:
     model = {"dim": heads * rng.choice((8, 16, 24)), "depth": rng.randint(1, 3), "heads": heads,
              "patch_time": rng.choice((30, 60, 120)), "patch_channels": rng.choice((4, 8)),
              "attn_backend": backend, "attn_chunk": rng.choice((8, 16, 32)),
-             "activation_checkpointing": rng.random() < 0.3, "text_view": rng.choice(("clean", "masked"))}
-    return "demo", {"sensorlm": {"model": model}}
+             "activation_checkpointing": rng.random() < 0.3, "text_view": rng.choice(("clean", "masked")),
+             "dropout": rng.choice((0.0, 0.0, 0.1)), "contrastive_encoder_grad": rng.choice((1.0, 1.0, 0.5, 0.0))}
+    return "demo", {"sensorlm": {"model": model, "data": {"minutes": rng.choice((480, 1440))}}}
 
 
 def _toy(rng: random.Random) -> tuple[str, dict]:
     return "demo", {"toy": {"dim": rng.choice((16, 32, 64, 128, 256)), "depth": rng.randint(1, 4),
-                            "channels": rng.choice((2, 4, 8)), "length": rng.choice((32, 64, 128, 256))}}
+                            "channels": rng.choice((2, 4, 8)), "length": rng.choice((32, 64, 128, 256)),
+                            "dropout": rng.choice((0.0, 0.0, 0.2))}}
 
 
 def _gapfill(rng: random.Random) -> tuple[str, dict]:
@@ -69,6 +82,9 @@ def _gapfill(rng: random.Random) -> tuple[str, dict]:
 _DRAW = {"lm": _lm, "sensorlm": _sensorlm, "toy": _toy, "gapfill": _gapfill}
 #: Largest batch drawn per task (three real steps of each must stay cheap on a CPU).
 _MAX_BATCH = {"lm": 8, "sensorlm": 12, "toy": 256, "gapfill": 6}
+#: The data path's settings: built inline, on the builder thread, in one or two worker processes, or planned.
+_DATA_PATHS = ({"prefetch": False}, {"data_workers": 0}, {"data_workers": 1}, {"data_workers": 2},
+               {"data_workers": -1})
 
 
 def configs(task: str, n: int, seed: int = 0) -> list[tuple[str, object]]:
@@ -80,19 +96,26 @@ def configs(task: str, n: int, seed: int = 0) -> list[tuple[str, object]]:
     while len(out) < n:
         preset, overrides = _DRAW[task](rng)
         batch = rng.randint(2 if task == "sensorlm" else 1, _MAX_BATCH[task])
-        overrides["train"] = {"batch_size": batch, "grad_accum": rng.choice((1, 1, 2)) if batch > 1 else 1,
-                              "precision": "fp32", "device": "cpu"}
+        overrides["train"] = {"batch_size": batch, "grad_accum": rng.choice((1, 1, 2)) if batch > 1 else 1}
+        overrides["runtime"] = {"precision": "fp32", "device": "cpu", **rng.choice(_DATA_PATHS)}
         config = load(task=task, preset=preset, overrides=overrides)
         out.append((f"{task} #{len(out)} " + json.dumps(overrides, sort_keys=True, separators=(",", ":")), config))
     return out
 
 
-def predict(config) -> tuple[int, str]:
-    """(bytes, source) of the start guard's prediction: the analytic bound where the task has one, else the trace."""
-    from engine.budget import analytic, trace
+def predict(config, in_process: bool = False) -> tuple[int, str]:
+    """(bytes, source) of the start guard's prediction: the analytic bound where the task has one, else the trace,
+    both with the batches the data path builds ahead (``in_process``: the trace in this process, as a test
+    runs it, instead of the guard's subprocess)."""
+    from engine.budget import ahead, analytic, trace
 
     if analytic.has_model(config):
         return analytic.estimate(config, device="cpu").total, "analytic"
+    if in_process:
+        from engine.budget.trace_worker import trace as trace_here
+
+        result = trace_here(config, "cpu")
+        return result["peak"] + ahead.ahead_bytes(config, "cpu", result["batch_bytes"])[1], "trace"
     with tempfile.TemporaryDirectory() as cache:
         return trace.trace(config, cache_dir=cache, use_cache=False).total, "trace"
 
@@ -101,11 +124,11 @@ def measure(label: str, config) -> dict:
     """One config: prediction and the dispatcher-counted truth of three steps; error in percent of the truth."""
     import torch
 
-    from engine.budget import truth
+    from engine.budget import ahead, truth
 
     torch.set_num_threads(1)
     predicted, source = predict(config)
-    real = truth.peak(config, "dispatcher", steps=3)
+    real = truth.peak(config, "dispatcher", steps=3, ahead=ahead.of(config))
     return {"config": label, "predicted": predicted, "source": source, "truth": real,
             "error": (predicted - real) / real * 100}
 
