@@ -78,7 +78,7 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     listed = {r.name: r for r in list_runs(run.parent)}["plain"]
     assert listed.state == "crashed" and "plain_loop.py" in listed.resume_command
     header, said = _attached_to_the_crashed_run(run)
-    assert "plain · loop/Sequential" in header and "FAILED" in header, header  # the badge of a dead engine
+    assert "plain · loop/Sequential" in header and "CRASHED" in header, header  # the badge of a dead process
     assert "plain_loop.py" in said, said
     saved_step = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["step"]
     assert saved_step == saved_at[0]["step"]
