@@ -114,8 +114,7 @@ class JsonlSink:
         self._step_line_t = float("-inf")  # the time of the last step line written
         self._total_steps = 0
         fresh = not self.path.exists() or self.path.stat().st_size == 0
-        # never through a link, never into a FIFO or another user's file (engine.core.safe_files)
-        self._fd: int | None = open_for_write(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd: int | None = open_for_write(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # no link
         self._lock = threading.Lock()
         self._interval = flush_interval
         self._retry = retry_interval
@@ -308,13 +307,12 @@ class ConsoleSink:
         return f"{fields} at {time.strftime('%H:%M:%S', when)}{date}"
 
     def _out(self, tag: str, text: str, colour: str = "") -> None:
-        text = printable(text)  # a run name, a path or a warning from a task: never a terminal escape or a new line
+        text = printable(text)  # a name, a path, a task's warning: never a terminal escape or a second line
         if self.colour and colour:
             tag = f"\x1b[{colour}m{tag}\x1b[0m"
-        if self._event is not None:
-            text += self._clock_fields(self._event)
+        clock = self._clock_fields(self._event) if self._event is not None else ""
         try:
-            self.stream.write(f"{tag} {text}\n")
+            self.stream.write(f"{tag} {text}{clock}\n")
             self.stream.flush()
         except (OSError, ValueError):  # terminal gone (SIGHUP): events.jsonl still has everything
             pass

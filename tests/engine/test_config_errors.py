@@ -44,7 +44,8 @@ CASES = {
     "negative lr": (None, ["--lr", "-1"], "--lr=-1.0 (optimizer.lr)"),
     "bad --set": (None, ["--set", "train.nothing=1"], "--set train.nothing=1: unknown key; allowed: max_steps, "),
     "bad --set section": (None, ["--set", "runtimes.threads=1"], "--set runtimes: unknown key; allowed: version, "
-                          "name, run_id, task, train, optimizer, schedule, evaluation, policies, runtime, data, checkpoint"),
+                          "name, run_id, task, train, optimizer, schedule, evaluation, policies, runtime, data, "
+                          "checkpoint"),
     "missing config": (None, ["--config", "/nonexistent/run.toml"], "/nonexistent/run.toml: config file not found"),
     "resume missing dir": (None, ["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no such run directory"),
     # hostile or contradictory flags: each must be one line naming the flag, not a traceback, a no-op or accepted
