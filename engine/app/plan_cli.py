@@ -123,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
     if args.trace:
         from engine.budget.settings import with_settings
         from engine.budget.trace import TraceError, trace, trace_device
+        from engine.tasks.base import TaskError
 
         chosen = config
         if plan.recommended is not None:
@@ -134,6 +135,9 @@ def main(args: argparse.Namespace) -> int:
         except TraceError as exc:
             sys.stderr.write(f"sensorlm-tui: error: {exc}\n")
             return 1
+        except TaskError as exc:  # the task's own code raised while traced (a plugin's make_batch): bad input
+            sys.stderr.write(f"sensorlm-tui: error: {str(exc).splitlines()[0]}\n")
+            return ExitCode.BAD_INPUT
         from engine.budget.analytic import estimate, has_model
 
         # the analytic bound on the device the trace faked (None for a task without an analytic model)

@@ -147,10 +147,13 @@ def _to_estimate(result: dict, config: RunConfig, device: str, seconds: float, l
 
 
 def run_worker(config: RunConfig, device: str = "cpu", timeout: float = 600.0, layout: Layout = SINGLE) -> dict:
-    """Run the trace subprocess and return its raw result dict; TraceError on any failure."""
+    """Run the trace subprocess and return its raw result dict; TraceError on any failure.
+
+    The worker imports what this process imports: this tree first, then every entry of this process's
+    ``sys.path`` (a task plugin found through a path the engine was started with, not only an installed one)."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([root, *(p for p in sys.path if p)]))
     env.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="sensorlm-tui-trace-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"

@@ -190,6 +190,32 @@ def batch_bytes(template: dict, config) -> int:
     return sum(micro * math.prod(spec[0]) * spec[1].itemsize for spec in template.values() if stepmod.is_spec(spec))
 
 
+#: Modules whose exceptions say the trace cannot follow the step on fake tensors (no values, no fake kernel): a limit
+#: of the trace, not a fault of the task's code.
+TRACE_LIMITS = ("torch._subclasses", "torch.fx.experimental")
+
+
+@contextmanager
+def task_code(task, method: str):
+    """Around a call of the task's own ``method``: what it raises becomes a TaskError naming the function and the
+    exception ("plugin_mod:Task.make_batch raised ValueError: …"), which the engine says in one line (exit 2, no
+    run directory made) instead of a failed trace's traceback. A TaskError (the task refusing its input) and the
+    trace's own limits pass through as they are."""
+    from engine.tasks.base import TaskError
+
+    try:
+        yield
+    except TaskError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith(TRACE_LIMITS):
+            raise
+        text = (str(exc).strip().splitlines() or [""])[0][:200]
+        where = f"{type(task).__module__}:{type(task).__qualname__}.{method}"
+        raise TaskError(f"{where} raised {type(exc).__name__}{': ' + text if text else ''} (called by the memory "
+                        "trace)") from None
+
+
 def _prepared(config, device_type: str):
     """The task set up (one torch thread), its batch template and the traced device: what both traces start from."""
     import torch
@@ -199,8 +225,10 @@ def _prepared(config, device_type: str):
 
     torch.set_num_threads(1)
     task = load_task_class(config.task.name)(config)
-    task.setup()
-    template = stepmod.batch_template(task)
+    with task_code(task, "setup"):
+        task.setup()
+    with task_code(task, "make_batch"):
+        template = stepmod.batch_template(task)
     device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
     return task, template, device
 
@@ -225,7 +253,7 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
         mesh = init_device_mesh(device.type, (world,))
         with FakeTensorMode():
             torch.manual_seed(config.train.seed)
-            with device, skipped_init():
+            with device, skipped_init(), task_code(task, "build_model"):
                 model = task.build_model()
             trainable = _trainable_bytes(model)  # before sharding: the whole model's
             # exactly as the fsdp2 strategy wraps it (engine.distributed.fsdp.Fsdp2.wrap): the task's shard
@@ -280,7 +308,8 @@ def trace(config, device_type: str = "cpu") -> dict:
     task, template, device = _prepared(config, device_type)
     with FakeTensorMode():
         torch.manual_seed(config.train.seed)
-        with device, skipped_init():  # on the traced device: ``.to`` of a fake model cannot swap tensors
+        # on the traced device: ``.to`` of a fake model cannot swap tensors
+        with device, skipped_init(), task_code(task, "build_model"):
             model = task.build_model()
         optimizer = stepmod.make_optimizer(model, config)
         tracker = tracker_class()()

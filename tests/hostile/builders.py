@@ -252,6 +252,43 @@ def _plugin_case(kind: str, command: str) -> Callable:
     return lambda area, bases: _plugin(area, kind, PLUGINS[kind], argv)
 
 
+# -- plugins whose own functions raise while the memory trace calls them (no analytic model: it is traced) -----
+_TRACED = _SECTION + '''import torch
+from torch import nn
+from sensorlm_tui.plugin import Task
+def check(method):
+    if method == "{raises}":
+        raise ValueError(f"the plugin's {{method}} is broken")
+class T(Task):
+    name = "{name}"
+    def setup(self, state=None):
+        check("setup")
+    def build_model(self):
+        check("build_model")
+        return nn.Linear(16, 1)
+    def train_size(self):
+        return 64
+    def val_indices(self):
+        return [1000, 1001]
+    def make_batch(self, indices, step, train):
+        check("make_batch")
+        return {{"x": torch.ones(len(indices), 16)}}
+    def loss(self, model, batch, step):
+        return model(batch["x"]).pow(2).mean(), {{}}
+    def eval_batch(self, model, batch):
+        return {{"m": 0.0}}
+SPEC = TaskSpec(name="{name}", config=C, capabilities=Capabilities(primary=Metric("m")), task="hostile_{name}:T",
+                presets={{"demo": {{}}}})
+'''
+
+
+def _traced_plugin(raises: str, command: str) -> Callable:
+    name = f"{raises}_{command}"
+    argv = ["plan", "--task", name, "--device", "cpu"] if command == "plan" else \
+        ["train", "--headless", "--task", name, "--threads", "1", "--max-steps", "2", "--run-dir", "RUN"]
+    return lambda area, bases: _plugin(area, name, _TRACED.format(name=name, raises=raises), argv)
+
+
 # -- launch flags (train --nproc-per-node) -------------------------------------------------------------
 def _launch(*flags: str) -> Callable:
     return lambda area, bases: Invocation(["--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir",
@@ -315,6 +352,9 @@ BUILDERS: dict[str, Callable[[Path, Bases], Invocation]] = {
     # plugins
     **{f"presets_{kind}": _plugin_case(kind, "presets") for kind in PLUGINS if kind != "class_missing"},
     **{f"train_{kind}": _plugin_case(kind, "train") for kind in PLUGINS},
+    **{f"traced_{raises}_{command}": _traced_plugin(raises, command)
+       for raises, command in (("setup", "train"), ("make_batch", "train"), ("build_model", "train"),
+                               ("make_batch", "plan"))},
     # launch flags
     "nproc_999": _launch("--nproc-per-node", "999"),
     "port_99999": _launch("--nproc-per-node", "2", "--rdzv-endpoint", "localhost:99999"),
