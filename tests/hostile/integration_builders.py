@@ -74,12 +74,24 @@ def _saved(*damage: str) -> Callable:
     return build
 
 
-def _holds(config: str | None) -> Callable:
-    """A directory holding another run: an engine's config, another framework's, a log without a config."""
+def _holds(config: str | None, log: bool = True, files: dict[str, str] | None = None) -> Callable:
+    """A directory holding another run (an engine's config, another framework's, a log without a config) or a
+    user's own files (``files``: name → text)."""
     def build(area: Path, bases) -> Invocation:
-        return Invocation([str(_run(area, config)), "--steps", "4"], entry="loop")
+        run = _run(area, config, log)
+        for name, text in (files or {}).items():
+            (run / name).write_text(text)
+        return Invocation([str(run), "--steps", "4"], entry="loop")
 
     return build
+
+
+def _linked_log(area: Path, bases) -> Invocation:
+    """A run of this loop whose events.jsonl is a link to a file elsewhere (planted: never written through)."""
+    run = _run(area, log=False)
+    (area / "elsewhere.txt").write_text("not the run's\n")
+    (run / "events.jsonl").symlink_to(area / "elsewhere.txt")
+    return Invocation([str(run), "--steps", "4"], entry="loop")
 
 
 def _engine_resume(area: Path, bases) -> Invocation:
@@ -106,6 +118,9 @@ INTEGRATION_BUILDERS: dict[str, Callable] = {
     "loop_on_an_engine_run": _holds('[task]\nname = "toy"\n\n[train]\nmax_steps = 4\n'),
     "loop_on_a_lightning_run": _holds(LOOP_CONFIG.replace('"loop"', '"lightning"')),
     "loop_on_a_log_without_config": _holds(None),
+    "loop_on_a_users_status_json": _holds(None, log=False, files={"status.json": '{"mine": true}\n',
+                                                                  "notes.txt": "my notes\n"}),
+    "loop_events_a_link": _linked_log,
     "engine_resume_of_a_loop_run": _engine_resume,
     "metric_a_string": _metric("'abc'"),
     "metric_a_list": _metric("[1, 2]"),

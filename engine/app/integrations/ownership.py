@@ -2,7 +2,8 @@
 
 An integration run's config.toml carries an ``[integration]`` table (its
 framework and the command that ran it; engine.app.integrations.core writes it).
-That table is the mark both ways:
+That table is the mark both ways (after the directory's own trust,
+engine.run.trust, which the engine's runs go through too):
 
 - an integration opened on a directory holding any other run (an engine's, or
   another framework's) is refused with one line, before a byte is written:
@@ -17,6 +18,7 @@ Torch-free.
 
 from __future__ import annotations
 
+from engine.core.fmt import printable
 from engine.run.rundir import RunDir
 
 
@@ -34,15 +36,36 @@ def integration_of(run_dir: RunDir) -> dict | None:
 
 
 def foreign(run_dir: RunDir, framework: str) -> str | None:
-    """Why an integration of ``framework`` must not write into ``run_dir`` (one line), None when it may: the
-    directory is new, or holds this framework's own run (rerunning the script continues it). An engine's run
-    (its events would be appended to, `plot` would draw both runs as one curve), another framework's, or a log
-    with no config.toml beside it is another run's."""
-    if not run_dir.config.exists():
-        if run_dir.events.exists():
-            return (f"{run_dir.root}: holds a run log (events.jsonl) but no config.toml: not a run of this script; "
-                    "give your run another directory")
-        return None
+    """Why an integration of ``framework`` must not write into ``run_dir`` (one line), None when it may.
+
+    First the run directory's trust (engine.run.trust): another uid's or a group-writable directory, a system
+    one, a link or a FIFO under one of our names. Then whose run it holds: none (the fresh-run guard: nothing
+    of a run's there, so no user's status.json is overwritten; the framework's own output beside it, such as a
+    Trainer's output_dir, is left alone), or this framework's (rerunning the script continues it). An engine's
+    run (its events would be appended to, `plot` would draw both runs as one curve) or another framework's is
+    another run's."""
+    from engine.run.trust import NotFresh, RunDirError, check_fresh, check_own_entries, check_trusted
+
+    try:
+        check_trusted(run_dir.root)
+        check_own_entries(run_dir.root)
+        if not run_dir.config.exists():
+            check_fresh(run_dir.root)
+            return None
+    except NotFresh as exc:
+        if not exc.run_files:
+            return None  # only files that are not ours (the framework's output): never written by the cockpit
+        return (f"{printable(run_dir.root)}: holds {', '.join(exc.run_files)} but no config.toml: not a run of this "
+                "script; give your run another directory")
+    except RunDirError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{printable(run_dir.root)}: cannot use the run directory ({exc.strerror})"
+    return _whose(run_dir, framework)
+
+
+def _whose(run_dir: RunDir, framework: str) -> str | None:
+    """For a directory holding a run (its config.toml): None when it is this framework's, else why not."""
     from engine.core.config import ConfigError, read_toml
 
     try:
@@ -52,10 +75,11 @@ def foreign(run_dir: RunDir, framework: str) -> str | None:
     table = data.get("integration")
     if not isinstance(table, dict):
         task = data.get("task", {}).get("name") if isinstance(data.get("task"), dict) else None
-        return (f"{run_dir.root}: holds an engine run{f' of task {task!r}' if isinstance(task, str) else ''} "
-                "(resume it with sensorlm-tui train --resume); give your run another directory")
+        return (f"{printable(run_dir.root)}: holds an engine run"
+                f"{f' of task {printable(task)!r}' if isinstance(task, str) else ''} (resume it with sensorlm-tui "
+                "train --resume); give your run another directory")
     theirs = table.get("framework")
     if theirs != framework:
-        return (f"{run_dir.root}: holds a {str(theirs)[:40]!r} run, and this is a {framework} run: give your run "
-                "another directory")
+        return (f"{printable(run_dir.root)}: holds a {printable(theirs)[:40]!r} run, and this is a {framework} run: "
+                "give your run another directory")
     return None

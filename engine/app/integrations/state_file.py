@@ -57,16 +57,19 @@ class StateFile:
 
     def write(self, state: dict[str, Any]) -> Path:
         """Write ``state`` atomically as ``last.pt`` (the previous good one kept as ``last.prev.pt``); OSError and
-        torch's errors pass to the caller, with the temporary file removed."""
+        torch's errors pass to the caller, with the temporary file removed. The temporary file is a new one
+        (``O_EXCL``) opened through no link (engine.core.safe_files.open_for_write): a link planted under its
+        name is refused, never written through."""
         import torch
 
-        from engine.checkpoint.format import fsync_dir
+        from engine.core.safe_files import fsync_dir, open_for_write
 
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, exist_ok=True)
         self.remove_dead_writers()
         temporary = self.directory / f".{LAST}.tmp-{os.getpid()}"
         try:
-            with open(temporary, "wb") as handle:
+            temporary.unlink(missing_ok=True)  # our own pid's (a reused pid), or anything planted there
+            with os.fdopen(open_for_write(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
                 torch.save(state, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
