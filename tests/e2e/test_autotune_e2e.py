@@ -23,8 +23,8 @@ pytestmark = [needs_tmux, pytest.mark.e2e]
 
 def _rate(text: str) -> float:
     """The steps/s the progress panel shows (-1 when not on screen)."""
-    found = re.search(r"([\d.]+) steps/s", text)
-    return float(found.group(1)) if found else -1.0
+    found = re.search(r"([\d.,]+) steps/s", text)  # 1,020 steps/s: thousands separated (engine.core.fmt.number)
+    return float(found.group(1).replace(",", "")) if found else -1.0
 
 
 def _step(text: str) -> int:

@@ -34,8 +34,8 @@ def _true_rate(run: Path, seconds: float = 4.0) -> float | None:
 
 
 def _shown_rate(screen: str) -> float | None:
-    found = re.search(r"([\d.]+(?:e[+-]?\d+)?)\s*steps/s", screen)
-    return float(found.group(1)) if found else None
+    found = re.search(r"([\d.,]+)\s*steps/s", screen)  # 1,020 steps/s: thousands separated, never an exponent
+    return float(found.group(1).replace(",", "")) if found else None
 
 
 def _eta_rate(screen: str) -> float | None:

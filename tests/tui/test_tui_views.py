@@ -289,6 +289,34 @@ async def test_an_in_process_dashboard_shows_the_trainers_first_phase_before_its
         release.set()
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+@pilot_test
+async def test_the_progress_panels_throughput_numbers_agree(size):
+    # The panel showed a smoothed steps/s beside the last step's own samples/s: 14.5 it/s · 1100 sa/s · bs 32.
+    import re
+
+    batch, steps = 32, 120
+    history = [ev.RunStarted(name="r", task="toy", config={"train": {"batch_size": batch}}, total_steps=1000, t=1000.0)]
+    for i in range(1, steps + 1):  # a step every 0.1 s; each step's own rates (compute alone) jump around 150/s
+        own = 100.0 * (1 + 0.5 * (i % 4))
+        history.append(ev.StepLogged(t=1000.0 + 0.1 * i, step=i, loss=1.0, steps_per_s=own, samples_per_s=own * batch,
+                                     batch_size=batch))
+    app, _ = make(ScriptedSession(history=history))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.model.step == steps, "the steps")
+        app.redraw(force=True)
+        await pilot.pause(0.2)
+        text = " ".join(app.dashboard.query_one("#progress").text.split())
+        rate = float(re.search(r"([\d.,]+) (?:steps|it)/s", text).group(1))
+        shown = re.search(r"([\d.,]+) (?:samples|sa)/s", text)
+        assert abs(rate - 10.0) < 0.2, text
+        assert re.search(rf"\b(batch|bs) {batch}\b", text), text
+        if shown:  # it may give way at 80 columns (the panel's least wanted number): never a wrong one
+            assert abs(float(shown.group(1).replace(",", "")) / (rate * batch) - 1) < 0.05, text
+        else:
+            assert size == (80, 24), text
+
+
 @pilot_test
 async def test_memory_gauge_shows_predicted_against_measured_with_the_error():
     app, _ = make()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from textual.markup import escape
 
-from engine.core.fmt import format_mfu
+from engine.core.fmt import format_mfu, number
 from tui.model.format import human_duration, short_float, short_label
 from tui.widgets.fit import Part, fit
 from tui.widgets.panel import TextPanel
@@ -46,17 +46,22 @@ class ProgressPanel(TextPanel):
     def parts(model) -> list[Part]:
         """The labelled numbers under the bar, most wanted kept longest: rate and ETA, the best, the settings."""
         last = model.last_step
-        rate = model.steps_per_s()
+        # steps/s, samples/s and tokens/s from one window (RunModel.throughput), so steps/s × batch = samples/s:
+        # the last step's own samples/s beside a smoothed steps/s read 14.5 it/s · 1100 sa/s · bs 32.
+        rates = model.throughput()
         parts = []
         if last is not None:
-            speed = short_float(rate, 3) if rate else "–"
+            speed = number(rates.steps_per_s) if rates is not None and rates.steps_per_s else "–"
             steps = Part(f"{speed} steps/s", f"{speed} it/s", keep=6)
-            if last.tokens_per_s:  # a task that counts tokens (and MFU beside it: "–" without a known peak, CPU)
-                parts += [Part(f"{last.tokens_per_s:.0f} tokens/s", f"{last.tokens_per_s:.0f} tok/s", keep=6),
+            if rates is not None and rates.tokens_per_s:  # a task that counts tokens (and MFU beside it: "–"
+                tokens = number(rates.tokens_per_s)       # without a known peak, CPU)
+                parts += [Part(f"{tokens} tokens/s", f"{tokens} tok/s", keep=6),
                           Part(f"MFU {format_mfu(last.mfu)}", keep=5), steps]
             else:
-                parts += [steps, Part(f"{last.samples_per_s:.0f} samples/s", f"{last.samples_per_s:.0f} sa/s",
-                                      keep=2)]
+                parts.append(steps)
+                if rates is not None and rates.samples_per_s is not None:  # None: a run that does not count them
+                    samples = number(rates.samples_per_s)
+                    parts.append(Part(f"{samples} samples/s", f"{samples} sa/s", keep=2))
         eta = model.eta_seconds()
         if model.ended:  # how it ended, not an ETA: "done" read as finished for a run aborted at 42/300
             eta_part = Part(model.end_status(), keep=6, alone=last is None)
