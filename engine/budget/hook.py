@@ -11,7 +11,8 @@
 - ``check_change(changes, force) -> str | None``: None when the run with
   ``changes`` (batch_size or a task's declared setting) is predicted to fit,
   or there is no budget, or ``force``; else the refusal with its numbers and
-  the largest batch that would fit. The prediction is the calibrated one
+  the largest batch that would fit. A change predicted past the machine's
+  own memory (device total, or RAM) is refused even when forced. The prediction is the calibrated one
   once the run has been measured (engine.budget.measure).
 - ``measure_step(step)``: a context manager the Trainer wraps each step in.
   On CPU, for step CALIBRATE_AT, every CPU_MEASURE_EVERY-th step and the
@@ -221,11 +222,14 @@ class BudgetHook:
         return self._window or None
 
     def predict_change(self, changes: dict) -> dict:
-        """What a change would be judged by: {"predicted", "budget" (bytes or None), "fits", "why"}.
+        """What a change would be judged by: {"predicted", "budget" (bytes or None), "fits", "why", "forceable"}.
 
         ``why`` is the refusal a real, unforced request would get ("" when it
         would apply). The tune modal's dry run and the real ``set`` both come
-        here, so the advice and the refusal cannot disagree.
+        here, so the advice and the refusal cannot disagree. ``forceable`` is
+        False when the predicted peak exceeds the machine itself (the device's
+        total, or the RAM of a CPU run): ``force`` passes the budget, never
+        that (a forced batch of 10⁶, 40 GiB on a 23 GiB box, was applied).
         """
         current = self._live()
         try:
@@ -236,6 +240,13 @@ class BudgetHook:
         if self.trainer is None or self.meter is None:
             return {"predicted": None, "budget": budget.bytes if budget else None, "fits": True, "why": ""}
         peak = self._predict(proposed)
+        machine = self.info.total if self.info is not None else None
+        if machine and peak > machine:
+            what = ", ".join(f"{k} {describe(current).get(k)} → {v}" for k, v in changes.items())
+            where = "RAM" if self.info.type == "cpu" else f"on {self.info.name}"
+            return {"predicted": peak, "budget": budget.bytes if budget else None, "fits": False, "forceable": False,
+                    "why": f"{what}: predicted peak {human(peak)} exceeds this machine's memory ({human(machine)} "
+                           f"{where}); force passes the budget, never the machine"}
         if budget is None or peak <= budget.bytes:
             return {"predicted": peak, "budget": budget.bytes if budget else None, "fits": True, "why": ""}
         why = ""
@@ -251,8 +262,8 @@ class BudgetHook:
     def check_change(self, changes: dict, force: bool) -> str | None:
         """None if the change is predicted to fit (or forced, or there is no budget); else the reason."""
         result = self.predict_change(changes)
-        if result["predicted"] is None and not result["fits"]:
-            return result["why"]  # the value itself is bad: force does not apply it
+        if (result["predicted"] is None and not result["fits"]) or result.get("forceable") is False:
+            return result["why"]  # the value itself is bad, or more than the machine has: force does not apply it
         return None if force else (result["why"] or None)
 
     def measure_step(self, step: int):

@@ -164,7 +164,7 @@ class ControlHandler:
             return self.emit(ev.Prediction(name=name, value=value, predicted=judged["predicted"],
                                            budget=judged["budget"], fits=judged["fits"], refused=judged["why"],
                                            step=self.run.step, request_id=request.id))
-        if judged["why"] and (not request.force or judged["predicted"] is None):
+        if judged["why"] and (not request.force or judged["predicted"] is None or judged.get("forceable") is False):
             return self.refuse(request, judged["why"], judged["predicted"], judged["budget"])
         for key, new in request.together:
             before, why = self.change(key, new)

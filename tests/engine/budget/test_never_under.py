@@ -94,3 +94,33 @@ def test_the_bound_on_batches_ahead_covers_every_data_plan() -> None:
                     plan = threads.plan(threads.Cores(usable), False, costs, 10**6, 0, workers, prefetch)
                     assert plan.depth <= ahead.depth(prefetch, workers, usable), (usable, prefetch, workers, costs)
     assert ahead.PER_WORKER == threads.WORKER_AHEAD
+
+
+def test_force_passes_the_budget_but_never_the_machine() -> None:
+    # The case: a forced batch of 10⁶ (predicted 40 GiB on a 23 GB box) was applied. Here a sample is 192 kB
+    # of input alone: 10⁶ of them are ~190 GiB, more RAM than any machine these tests run on.
+    from engine.run import events as ev
+    from engine.run.control.requests import Controls, Request
+    from engine.run.sinks import EventBus, MemorySink
+    from engine.training.loop import Trainer
+
+    torch.set_num_threads(1)
+    config = cfg.load(task="toy", overrides={"toy": {"channels": 8, "length": 2048, "dim": 16},
+                                             "train": {"max_steps": 2, "batch_size": 4},
+                                             "evaluation": {"every": 0}, "runtime": {"device": "cpu"},
+                                             "budget": {"vram_gb": 0.1}})
+    sink = MemorySink()
+    trainer = Trainer(config, EventBus([sink]), Controls())
+    trainer.setup()
+    started = trainer.budget.on_start(trainer.settings)
+    machine = trainer.budget.info.total
+    trainer.control.apply([Request("set", name="batch_size", value=1_000_000, force=True)])
+    refused = [e for e in sink.drain() if isinstance(e, ev.Refused)]
+    assert refused and "exceeds this machine's memory" in refused[-1].why and "\n" not in refused[-1].why
+    assert refused[-1].predicted > machine and trainer.settings.batch_size == 4
+    print(f"\nforced batch 10⁶ refused: {refused[-1].why}")
+    # a forced change past the budget but within the machine is still applied
+    over_budget = 2 * started.largest_batch
+    assert trainer.budget.check_change({"batch_size": over_budget}, force=False)
+    trainer.control.apply([Request("set", name="batch_size", value=over_budget, force=True)])
+    assert trainer.settings.batch_size == over_budget
