@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["train", *argv]  # bare `sensorlm-tui [train flags]` is the dashboard on the demo run
+    if entry and argv[0] == "train":  # before the parser's imports: a hang-up while starting must not end the run
+        from engine.app.signals import catch_hangup
+        catch_hangup()
     parser = _parser()
     args = parser.parse_args(argv)
     if args.version:

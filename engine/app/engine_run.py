@@ -30,6 +30,7 @@ import traceback
 from dataclasses import dataclass
 
 from engine.app.prepare import Prepared, UsageError, refuse_existing, settle_resumed_batch
+from engine.app.signals import EngineSignals, starting_policy
 from engine.app.startup import StartupPhases, StartupStopped
 from engine.core import config as cfg
 from engine.core.exit_codes import ExitCode
@@ -65,8 +66,13 @@ class EngineRun:
         self.console = ConsoleSink(sys.stdout, print_every=prepared.config.train.print_every) \
             if options.console else None
         self.startup = StartupPhases.from_environment(options.extra_sinks, self.console, self.controls.stopping)
+        self.signals = EngineSignals(self.controls, prepared.config.policies.on_hangup, prepared.run_dir.log,
+                                     note=lambda text: self.bus.emit(ev.Warning(text=text)))
         if options.install_signals:
             self.startup.catch_signals()  # Ctrl-C while starting: one line, 130 (engine.app.signals takes over)
+            # a hang-up (from the first instruction: engine.app.signals) follows the run's on_hangup from here
+            starting_policy(prepared.config.policies.on_hangup,
+                            lambda: self.startup.stop_now("SIGHUP (policies.on_hangup = stop)"))
         self.server = self.system = self.lock = self.status = None
 
     def run(self) -> int:
@@ -217,10 +223,7 @@ class EngineRun:
                 self.unserved(str(exc))
                 raise UsageError(str(exc)) from None
         if self.options.install_signals:
-            from engine.app import signals
-
-            signals.install(self.controls, self.config.policies.on_hangup, self.prepared.run_dir.log,
-                            note=lambda text: self.bus.emit(ev.Warning(text=text)))
+            self.signals.install()
         # The data plan (engine.training.threads) leaves a core to viewers on this machine.
         shares, server = int(self.options.ui_shares_machine), self.server
         self.trainer.prefetch.viewers = lambda: shares + (server.viewers() if server is not None else 0)
@@ -241,15 +244,21 @@ class EngineRun:
 
         first = "restoring state, first step" if self.prepared.resume is not None else "first evaluation, first step"
         self.bus.emit(ev.PhaseStarted(phase=first))
+        outcome = None
         try:
-            outcome = self.trainer.run()
-            return outcome.exit_code, "finished" if outcome.status == "finished" else "aborted"
+            try:
+                with self.signals.interruptible():  # the second SIGINT stops at once only in here
+                    outcome = self.trainer.run()
+            finally:
+                self.signals.end()  # no signal cuts the ending short: the exit code is the one status.json records
         except KeyboardInterrupt:
-            return self.interrupted()
+            if outcome is None:  # (one that came as the training returned changes nothing)
+                return self.interrupted()
         except CollectiveTimeout as exc:
             return self.hung(exc)
         except Exception as exc:
             return self.crashed(exc)
+        return outcome.exit_code, "finished" if outcome.status == "finished" else "aborted"
 
     def interrupted(self) -> tuple[int, str]:
         """A second SIGINT: stopped at once, no save."""

@@ -32,7 +32,10 @@ the lock on, the signal raises KeyboardInterrupt in the engine's own code,
 which ``EngineRun`` turns into the same ending with the directory closed
 properly; ``engine.app.signals`` takes over once the run serves. An
 in-process dashboard cannot signal its own process: its stop lands at the
-next phase boundary (``StartupStopped``).
+next phase boundary (``StartupStopped``). A second signal while the first one's
+ending is under way changes nothing (its KeyboardInterrupt would cut that
+ending short with a traceback). A hang-up with ``on_hangup = "stop"``
+(engine.app.signals) ends the start-up the same way, its line saying so.
 """
 
 from __future__ import annotations
@@ -117,7 +120,9 @@ class StartupPhases:
         _told.clear()
         if console is not None and self.held:
             console.count_from(self.held[0].t)  # the console's elapsed counts from the first phase told
-        self._owns_dir = False
+        self._owns_dir = self._stopping = False
+        #: What stopped the start-up, when a signal did ("SIGHUP …"; "" for a Ctrl-C or a viewer's stop).
+        self.cause = ""
 
     @classmethod
     def from_environment(cls, live=(), console=None, stopping=lambda: False) -> "StartupPhases":
@@ -154,6 +159,14 @@ class StartupPhases:
         self._owns_dir = True
 
     def _on_signal(self, signum, frame) -> None:
+        self.stop_now()
+
+    def stop_now(self, cause: str = "") -> None:
+        """End the start-up here (from a signal handler: a Ctrl-C, a SIGTERM, a hang-up with ``on_hangup = stop``):
+        before the run directory is the engine's, one line and exit 130 at once; after, KeyboardInterrupt, once."""
+        if self._stopping:
+            return  # the first stop's ending is under way
+        self._stopping, self.cause = True, cause
         if self._owns_dir:
             raise KeyboardInterrupt
         self.tell(self.stopped(), with_console=True)
@@ -162,8 +175,9 @@ class StartupPhases:
 
     def stopped(self, resume_command: str | None = None) -> ev.RunFinished:
         """The ending of a start-up that was stopped."""
+        cause = f"{self.cause}: " if self.cause else ""
         return ev.RunFinished(status="interrupted", steps=0, exit_code=int(ExitCode.INTERRUPTED),
-                              reason=f"stopped while {self.current or 'starting'}: nothing was trained",
+                              reason=f"{cause}stopped while {self.current or 'starting'}: nothing was trained",
                               resume_command=resume_command)
 
     def tell(self, event: ev.Event, with_console: bool) -> None:

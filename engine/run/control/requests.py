@@ -59,6 +59,11 @@ class RequestError(ValueError):
     """A request that is not one of the Controls (unknown action, bad setting or value)."""
 
 
+class BuildInterrupted(Exception):
+    """A stop came while the training thread waited for a step's first batch: the step is given up (raised in that
+    thread by the engine's signal handler, ``Controls.interrupt_build``; the loop then stops at the step before)."""
+
+
 @dataclass(frozen=True)
 class Request:
     """One control request: ``action`` plus, for ``set``, ``name``/``value``; ``force`` skips the budget check;
@@ -231,6 +236,9 @@ class Controls:
         self.stop_reason = ""
         self.graceful_reason = ""
         self.graceful_exit_code = 0
+        #: True while the training thread waits for the first batch of a step (engine.training.loop sets it):
+        #: nothing of the step has run yet, so a stop may give it up there (``interrupt_build``).
+        self.building = False
 
     def request_graceful(self, reason: str, exit_code: int) -> None:
         """Checkpoint at the next step boundary (or inside an eval), then stop with ``exit_code``."""
@@ -244,6 +252,14 @@ class Controls:
         self.stop_reason = reason
         self.stop_event.set()
         self._wake.set()
+
+    def interrupt_build(self) -> None:
+        """Raise BuildInterrupted when the training thread is waiting for a step's first batch. Called by a signal
+        handler, which runs in that thread: a batch of a forced huge size took over 10 s to build, and the stop
+        waited for a step boundary the build never reached."""
+        if self.building:
+            self.building = False
+            raise BuildInterrupted
 
     def stopping(self) -> bool:
         """True once any stop was asked for, graceful or immediate."""

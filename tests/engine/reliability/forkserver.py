@@ -15,7 +15,8 @@ Protocol (JSON lines on stdin/stdout): ``{"op": "spawn", "argv": [...],
 ``{"pid": N}``; ``{"op": "wait", "pid": N, "timeout": s}`` →
 ``{"status": exit code (negative = killed by that signal) | null}``. ``"entry"``: ``"cli"`` runs the
 ``sensorlm-tui`` console script instead, ``"loop"`` a user's plain loop with the cockpit
-(tests/integrations/user_loop.py).
+(tests/integrations/user_loop.py), ``"module"`` engine/__main__.py itself (its first instruction, and its
+exit through ``exit_now`` with the atexit handlers a real process runs).
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ def _child(request: dict) -> None:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         sys.path[:0] = request.get("path") or []  # a plugin's site directory (its entry point is found there)
-        if request.get("entry") == "cli":  # `sensorlm-tui ARGV`: the console script's own entry point
+        if request.get("entry") == "module":  # `python -m engine ARGV`, its __main__ run as a fresh one would
+            import runpy
+
+            sys.argv = ["python -m engine", *request["argv"]]
+            runpy.run_module("engine", run_name="__main__", alter_sys=True)  # ends in exit_now (atexit, os._exit)
+        elif request.get("entry") == "cli":  # `sensorlm-tui ARGV`: the console script's own entry point
             from tui.cli import main as cli_main
 
             code = cli_main(request["argv"])

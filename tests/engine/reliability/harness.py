@@ -48,9 +48,10 @@ class ForkServer:
 
     def spawn(self, argv: list[str], workdir: Path, faults: str = "", tty: str | None = None, entry: str = "engine",
               path: list[str] | None = None) -> "Engine":
-        """Start ``python -m engine argv`` (forked; ``entry="cli"``: ``sensorlm-tui argv``; ``entry="loop"``: a
-        user's plain loop, tests/integrations/user_loop.py; ``path`` put first on its sys.path); its stdout/stderr
-        go to files in ``workdir``."""
+        """Start ``python -m engine argv`` (forked, into ``engine.app.main.main``; ``entry="module"``: through
+        engine/__main__.py itself; ``entry="cli"``: ``sensorlm-tui argv``; ``entry="loop"``: a user's plain loop,
+        tests/integrations/user_loop.py; ``path`` put first on its sys.path); its stdout/stderr go to files in
+        ``workdir``."""
         workdir.mkdir(parents=True, exist_ok=True)
         n = len(list(workdir.glob("out-*.txt")))
         out, err = workdir / f"out-{n}.txt", workdir / f"err-{n}.txt"

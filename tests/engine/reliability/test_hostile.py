@@ -18,7 +18,9 @@ is a cache: its cases expect ``plot`` to draw the run (exit 0) as if it were
 absent. A few config cases also go through the real ``sensorlm-tui train``
 command, and one proves the checkpoint corpus is not stale (its valid
 control file resumes). Control-channel cases are requests sent to one live
-engine: each is refused with its reason and the run goes on.
+engine: each is refused with its reason and the run goes on. Start-up signal cases are signals sent to real
+``python -m engine`` processes while they import torch, all started at once: each ends in one line and exit
+130, or trains on to exit 0.
 """
 
 from __future__ import annotations
@@ -27,21 +29,26 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli_env, run_cli
 from tests.hostile import builders, run_dirs
 from tests.hostile.builders import Bases
 
 CORPUS = ROOT / "tests" / "hostile"
 CASES = tomllib.loads((CORPUS / "cases.toml").read_text())
 BUILDERS = {**builders.BUILDERS, **run_dirs.BUILDERS}
-IDS = [f"{kind}/{name}" for kind, cases in CASES.items() if kind != "control" for name in cases]
+#: Sections with a runner of their own (below): requests to a live engine, signals to a starting one.
+OWN_RUNNERS = ("control", "startup_signals")
+IDS = [f"{kind}/{name}" for kind, cases in CASES.items() if kind not in OWN_RUNNERS for name in cases]
 CSV_FLAGS = ["--task", "sensorlm", "--set", "sensorlm.data.channels=2", "--set", "sensorlm.model.patch_channels=2"]
 #: Files larger than this are compared by size and modification time (a sparse 3 GB case is not read).
 _HASHED_BYTES = 64 << 20
@@ -187,3 +194,54 @@ def test_hostile_control_requests_are_refused_with_a_reason_and_the_run_goes_on(
     finally:
         engine.signal(9)
         engine.wait(30)
+
+
+def test_signals_while_an_engine_starts_end_it_in_one_line_or_let_it_train(tmp_path: Path) -> None:
+    """Every [startup_signals] case: a real ``python -m engine`` each, started together (importing torch is then
+    slower still: the signals land in it), signalled once it prints the case's phase; the exit, the line, the run
+    directory, and never a traceback."""
+    cases = CASES["startup_signals"]
+    started = {}
+    for name, spec in cases.items():
+        area = tmp_path / name
+        area.mkdir()
+        program = ["tui.cli", "train", "--headless"] if spec.get("entry") == "cli" else ["engine"]
+        argv = [sys.executable, "-m", *program, "--task", "toy", "--threads", "1", "--max-steps", "3",
+                "--run-dir", str(area / "run"), *spec.get("flags", [])]
+        with open(area / "out", "w") as out, open(area / "err", "w") as err:
+            started[name] = subprocess.Popen(argv, cwd=area, env=cli_env(), stdin=subprocess.DEVNULL, stdout=out,
+                                             stderr=err, start_new_session=True)
+    waiting, deadline = dict(cases), time.monotonic() + 240
+    while waiting:
+        assert time.monotonic() < deadline, f"never printed their phase: {sorted(waiting)}"
+        for name, spec in list(waiting.items()):
+            if spec.get("at", "phase importing torch") in (tmp_path / name / "out").read_text():
+                del waiting[name]
+                _send(started[name], spec["signals"])
+        time.sleep(0.02)
+    failures = []
+    for name, spec in cases.items():
+        area, process = tmp_path / name, started[name]
+        try:
+            code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        stdout, stderr = (area / "out").read_text(), (area / "err").read_text()
+        run = area / "run"
+        status = json.loads((run / "status.json").read_text()) if (run / "status.json").exists() else {}
+        if code != spec["code"] or stderr or spec["stdout"] not in stdout or run.exists() != spec["run_dir"] or \
+                (spec["run_dir"] and (status.get("state"), status.get("exit_code")) != ("finished", code)):
+            failures.append(f"{name}: exit {code}, run directory {'left' if run.exists() else 'none'}, status "
+                            f"{status.get('state')}/{status.get('exit_code')}\n{stdout[-1200:]}\n{stderr[-1500:]}")
+    assert not failures, "\n\n".join(failures)
+
+
+def _send(process: subprocess.Popen, names: list[str]) -> None:
+    """The signals ``names``, 50 ms apart, to ``process`` (a process already gone needs no more)."""
+    for i, name in enumerate(names):
+        if i:
+            time.sleep(0.05)
+        if process.poll() is not None:
+            return
+        process.send_signal(getattr(signal, name))
