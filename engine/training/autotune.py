@@ -59,12 +59,21 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from engine.core.core_sections import AutotuneConfig
 from engine.core.registry import get_spec
 from engine.run import events as ev
+from engine.run.control.requests import Request
 from engine.training.autotune_search import CoordinateSearch, Dimension, Measure, differs, key
 from engine.training.autotune_space import RUNTIME, count_refused, dimensions
+
+if TYPE_CHECKING:
+    from engine.budget.hook import BudgetHook
+    from engine.distributed.parallel import Single
+    from engine.training.live_settings import LiveSettings
+    from engine.training.sample_order import SampleOrder
+    from engine.training.threads import Cores
 
 #: Steps a run has taken before ``train --autotune`` starts: the first allocates the optimizer state. It also
 #: waits for the batch plan to settle (its first batches measured, its worker processes up: the run's own
@@ -100,18 +109,54 @@ class Window:
     check_at: int | None = None
 
 
+class Progress(Protocol):
+    """Where the run is (the Trainer): the last step done, and the steps it will run."""
+
+    step: int
+    total_steps: int
+
+
+class Steering(Protocol):
+    """How a search applies a candidate and answers a request: as the control handler does a viewer's ``set``."""
+
+    def change(self, name: str, value: Any) -> tuple[Any, str]:
+        """Apply a checked change: (old value, a note)."""
+
+    def refuse(self, request: Request, why: str) -> None:
+        """Answer ``request``: not applied, and why."""
+
+
+class BatchPlan(Protocol):
+    """What a search reads of the batch source (engine.training.batch_source.PlannedPrefetcher)."""
+
+    cores: Cores  # the cores the run may use: torch threads and data workers are tried up to them
+
+    @property
+    def ready(self) -> bool:
+        """The plan has settled: its first batches measured, its worker processes up."""
+
+
 class Autotuner:
     """See the module docstring. The loop calls ``boundary()`` before each step and ``observe`` after it."""
 
-    def __init__(self, run) -> None:
-        """``run`` is the Trainer (its settings, budget, control handler, batch source, parallel strategy, bus)."""
-        self.run = run
+    def __init__(self, config: AutotuneConfig, settings: LiveSettings, steering: Steering, budget: BudgetHook,
+                 prefetch: BatchPlan, parallel: Single, progress: Progress, order: SampleOrder,
+                 tokens_per_sample: Callable[[], int | None], emit: Callable[[ev.Event], None],
+                 write_config: Callable[[str], None] | None = None) -> None:
+        """``config``: the [autotune] section; ``settings``: the live knobs searched; ``steering`` applies a
+        candidate; ``budget`` predicts whether one fits and measures its peak; ``prefetch``: whether the batch plan
+        settled, and the cores; ``parallel``: one decision on every rank; ``order`` splits the batch over the
+        ranks; ``tokens_per_sample`` (the task's) sets the unit; ``write_config(text)`` records the result in
+        config.toml (None: not this rank's to write)."""
+        self.config, self.settings, self.steering, self.budget = config, settings, steering, budget
+        self.prefetch, self.parallel, self.progress, self.order = prefetch, parallel, progress, order
+        self.tokens_per_sample, self.emit, self.write_config = tokens_per_sample, emit, write_config
         self.search: CoordinateSearch | None = None
         self.window: Window | None = None
         self.dims: list[Dimension] = []
         self.table: list[dict] = []
         self._started_at = 0.0
-        self._auto_due = run.config.autotune.on_start
+        self._auto_due = config.on_start
         self._fits: dict[tuple, tuple[bool, int | None]] = {}
 
     # -- the loop's and the control handler's interface -------------------------------------------
@@ -122,42 +167,41 @@ class Autotuner:
 
     def request(self, request) -> None:
         """A viewer's ``autotune`` request (at a step boundary, agreed across ranks): start or cancel."""
-        control = self.run.control
         if request.mode == "cancel":
             if not self.active:
-                return control.refuse(request, "no autotune is running")
+                return self.steering.refuse(request, "no autotune is running")
             return self._conclude("cancelled", request_id=request.id)
         if self.active:
-            return control.refuse(request, "autotune is already running (cancel it first)")
+            return self.steering.refuse(request, "autotune is already running (cancel it first)")
         why = self.start("requested", request.id)
         if why:
-            control.refuse(request, why)
+            self.steering.refuse(request, why)
 
     def boundary(self) -> None:
         """Before each step: start the search ``train --autotune`` asked for, or end a window that is due."""
-        if self._auto_due and not self.active and self.run.step >= START_AFTER and self._settled():
+        if self._auto_due and not self.active and self.progress.step >= START_AFTER and self._settled():
             self._auto_due = False
             why = self.start("train --autotune")
             if why:
-                self.run.bus.emit(ev.Warning(text=f"autotune: {why}", step=self.run.step))
+                self.emit(ev.Warning(text=f"autotune: {why}", step=self.progress.step))
         window = self.window
         if window is None:
             return
         current = self._current()
         if any(current[name] != value for name, value in window.settings.items()):
             return self._stop("the settings changed under it (a rollback, an out-of-memory back-off or a set)")
-        if window.check_at is not None and self.run.step >= window.check_at:
+        if window.check_at is not None and self.progress.step >= window.check_at:
             window.check_at = None
-            early = self.run.parallel.broadcast(self._early(window))  # rank 0's verdict, at a step all ranks know
+            early = self.parallel.broadcast(self._early(window))  # rank 0's verdict, at a step all ranks know
             if early is not None:
                 self._record(window, early)
                 self._next()
             return
-        if self.run.step < window.until:
+        if self.progress.step < window.until:
             return
-        shared = self.run.parallel.broadcast(self._summary(window))  # rank 0's numbers decide on every rank
+        shared = self.parallel.broadcast(self._summary(window))  # rank 0's numbers decide on every rank
         if shared["more"]:
-            window.until += self.run.config.autotune.window_steps
+            window.until += self.config.window_steps
             window.extensions += 1
             return
         self._record(window, shared)
@@ -165,16 +209,16 @@ class Autotuner:
 
     def _settled(self) -> bool:
         """The batch plan has settled (or waited long enough), by rank 0's word on every rank."""
-        ready = self.run.prefetch.ready or self.run.step >= START_AFTER + START_WAIT
-        return bool(self.run.parallel.broadcast(ready))  # a collective each boundary until the search starts
+        ready = self.prefetch.ready or self.progress.step >= START_AFTER + START_WAIT
+        return bool(self.parallel.broadcast(ready))  # a collective each boundary until the search starts
 
     def observe(self, step: int, seconds: float, samples: int) -> None:
         """After each step: its wall time and samples (the job's), timed unless it is part of the warm-up."""
         window = self.window
         if window is None or step <= window.began:
             return
-        cold = (step - window.began <= self.run.config.autotune.warmup_steps or not self.run.prefetch.ready
-                or self.run.budget.counted_step == step)
+        cold = (step - window.began <= self.config.warmup_steps or not self.prefetch.ready
+                or self.budget.counted_step == step)
         if cold and not window.times:
             window.warm += 1
         elif not cold:
@@ -188,23 +232,21 @@ class Autotuner:
     def _stop(self, reason: str) -> None:
         """End the search where it is, the settings in force kept (no collective: a run may be ending)."""
         current = self._current()
-        self.run.bus.emit(self._chose("stopped", {d.name: current[d.name] for d in self.dims}, None, [],
-                                      reason=reason))
+        self.emit(self._chose("stopped", {d.name: current[d.name] for d in self.dims}, None, [], reason=reason))
         self.search = self.window = None
 
     # -- the search ------------------------------------------------------------------------------
     def start(self, reason: str, request_id: str | None = None) -> str:
         """Begin a search (the first candidate is the settings in force); the reason it cannot, or ""."""
-        cfg, run = self.run.config.autotune, self.run
+        cfg, left = self.config, self.progress.total_steps - self.progress.step
         per_candidate = cfg.warmup_steps + cfg.window_steps
-        if run.total_steps - run.step < 2 * per_candidate:
-            return (f"too few steps left ({run.total_steps - run.step}) to measure two candidates of "
-                    f"{per_candidate} steps")
+        if left < 2 * per_candidate:
+            return f"too few steps left ({left}) to measure two candidates of {per_candidate} steps"
         current = self._current()
-        caps = get_spec(run.config.task.name).capabilities
-        dims, note = dimensions(caps, cfg.settings, run.order.per_rank(run.settings.batch_size),
-                                run.settings.grad_accum, run.prefetch.cores.usable, current)
-        self.dims, note = run.parallel.broadcast((dims, note))  # rank 0's cores: one space on every rank
+        caps = get_spec(self.settings.config.task.name).capabilities
+        dims, note = dimensions(caps, cfg.settings, self.order.per_rank(self.settings.batch_size),
+                                self.settings.grad_accum, self.prefetch.cores.usable, current)
+        self.dims, note = self.parallel.broadcast((dims, note))  # rank 0's cores: one space on every rank
         if not self.dims:
             return "nothing to search: " + (note or "the task declares no settings with values to try")
         start = {d.name: current[d.name] for d in self.dims}
@@ -212,22 +254,22 @@ class Autotuner:
         count_refused(self.dims, start, self._predicted_to_fit)  # every rank judges the whole grid once
         self._agree_on_fits()
         fit, refused = count_refused(self.dims, start, self._predicted_to_fit)
-        limit = min(cfg.max_candidates, (run.total_steps - run.step) // per_candidate)
+        limit = min(cfg.max_candidates, left // per_candidate)
         self.search = CoordinateSearch(self.dims, start, self._predicted_to_fit, limit,
                                         peak=self._predicted_to_fit_peak)
         self.table, self._started_at = [], time.monotonic()
-        _, budget = run.budget.peak_for({})
-        run.bus.emit(ev.AutotuneStarted(step=run.step, reason=reason, start=start,
-                                        space={d.name: list(d.values) for d in self.dims}, candidates=fit,
-                                        refused=refused, budget=budget, unit=self._unit(), note=note,
-                                        request_id=request_id))
+        _, budget = self.budget.peak_for({})
+        self.emit(ev.AutotuneStarted(step=self.progress.step, reason=reason, start=start,
+                                     space={d.name: list(d.values) for d in self.dims}, candidates=fit,
+                                     refused=refused, budget=budget, unit=self._unit(), note=note,
+                                     request_id=request_id))
         self._next()
         return ""
 
     def _agree_on_fits(self) -> None:
         """A candidate fits only where it fits every rank's budget (each judged its own): the ranks' verdicts are
         gathered to rank 0, combined, and sent back, so every rank's search skips the same candidates."""
-        parallel = self.run.parallel
+        parallel = self.parallel
         verdicts = parallel.gather(self._fits, "autotune fits")
         combined = None
         if verdicts is not None:
@@ -243,12 +285,12 @@ class Autotuner:
         try:
             self._apply(candidate, f"autotune: candidate {len(self.table) + 1}")
         except ValueError as exc:  # a task refusing a value it declared (TaskError): not this candidate
-            self.run.bus.emit(ev.Warning(text=f"autotune: {key(candidate)} not applied ({exc})", step=self.run.step))
+            self.emit(ev.Warning(text=f"autotune: {key(candidate)} not applied ({exc})", step=self.progress.step))
             self.search.record(candidate, Measure(0.0, 0.0))
             return self._next()
-        cfg = self.run.config.autotune
-        self.run.budget.open_window()
-        began = self.run.step
+        cfg = self.config
+        self.budget.open_window()
+        began = self.progress.step
         check = began + cfg.warmup_steps + max(MIN_TIMED, cfg.window_steps // 2)
         until = began + cfg.warmup_steps + cfg.window_steps
         self.window = Window(candidate, self._predicted_to_fit_peak(candidate), began, until,
@@ -257,13 +299,13 @@ class Autotuner:
     def _record(self, window: Window, shared: dict) -> None:
         measure = Measure(shared["rate"], shared["noise"])
         why = self.search.record(window.settings, measure)
-        row = dict(step=self.run.step, settings=window.settings, predicted=window.predicted,
+        row = dict(step=self.progress.step, settings=window.settings, predicted=window.predicted,
                    measured=shared["measured"], rate=shared["rate"], steps_per_s=shared["steps_per_s"],
                    noise=shared["noise"], steps=shared["steps"], warmup=shared["warmup"], best=bool(why), why=why,
                    ended=shared.get("ended", ""))
         self.table.append(row)
         self.window = None
-        self.run.bus.emit(ev.AutotuneCandidate(**row))
+        self.emit(ev.AutotuneCandidate(**row))
 
     def _conclude(self, status: str, request_id: str | None = None) -> None:
         """Apply the result (the fastest, the start kept, or the start restored), say so, record it."""
@@ -272,12 +314,12 @@ class Autotuner:
         self.search = self.window = None
         self._apply(target, "autotune: cancelled, settings before it restored" if status == "cancelled"
                     else "autotune: the fastest measured")
-        self.run.settings.searched()
-        ranks = self.run.parallel.gather({"rank": self.run.parallel.rank, "step": self.run.step,
-                                          "settings": {k: self._current()[k] for k in target}}, "autotune ranks")
+        self.settings.searched()
+        ranks = self.parallel.gather({"rank": self.parallel.rank, "step": self.progress.step,
+                                      "settings": {k: self._current()[k] for k in target}}, "autotune ranks")
         rate = next((row["rate"] for row in self.table if key(row["settings"]) == key(target)), None)
         start = self.table[0]["rate"] if self.table else None
-        self.run.bus.emit(self._chose(status, target, rate, ranks or [], start_rate=start, request_id=request_id))
+        self.emit(self._chose(status, target, rate, ranks or [], start_rate=start, request_id=request_id))
         self._write_config()
 
     # -- measuring --------------------------------------------------------------------------------
@@ -295,7 +337,7 @@ class Autotuner:
 
     def _summary(self, window: Window) -> dict:
         """This rank's verdict on a window: its rate and noise, or ``more`` when it must run on."""
-        cfg = self.run.config.autotune
+        cfg = self.config
         times = window.times
         settled = _settled(times)
         enough = len(times) >= max(2, cfg.window_steps // 2)
@@ -315,14 +357,14 @@ class Autotuner:
         per_sample = self._per_sample()
         return {"more": False, "rate": samples * per_sample / seconds, "steps_per_s": len(times) / seconds,
                 "noise": _noise([s for s, _ in times]), "steps": len(times), "warmup": window.warm,
-                "measured": self.run.budget.window_peak()}
+                "measured": self.budget.window_peak()}
 
     def _per_sample(self) -> float:
-        tokens = self.run.task.tokens_per_sample()
+        tokens = self.tokens_per_sample()
         return float(tokens) if tokens else 1.0
 
     def _unit(self) -> str:
-        return "tokens/s" if self.run.task.tokens_per_sample() else "samples/s"
+        return "tokens/s" if self.tokens_per_sample() else "samples/s"
 
     def _predicted_to_fit(self, settings: dict) -> bool:
         return self._judge(settings)[0]
@@ -336,7 +378,7 @@ class Autotuner:
         cache_key = key(memory)
         if cache_key not in self._fits:
             try:
-                predicted, budget = self.run.budget.peak_for(memory)
+                predicted, budget = self.budget.peak_for(memory)
             except ValueError:
                 predicted, budget = None, 0  # a value the config refuses never fits
             fits = budget is None or (predicted is not None and predicted <= budget)
@@ -346,10 +388,10 @@ class Autotuner:
     # -- applying ---------------------------------------------------------------------------------
     def _current(self) -> dict[str, Any]:
         """Every searchable setting's value in force."""
-        settings = self.run.settings
+        settings = self.settings
         out = {"grad_accum": settings.grad_accum, "threads": settings.value("threads"),
                "data_workers": settings.value("data_workers")}
-        for setting in get_spec(self.run.config.task.name).capabilities.settings:
+        for setting in get_spec(self.settings.config.task.name).capabilities.settings:
             out[setting.name] = settings.value(setting.name)
         return out
 
@@ -358,36 +400,33 @@ class Autotuner:
         changes = differs(self._current(), target)
         order = [d.name for d in self.dims]
         for name in sorted(changes, key=lambda n: order.index(n) if n in order else len(order)):
-            error = self.run.settings.error(name, changes[name])
+            error = self.settings.error(name, changes[name])
             if error:
                 raise ValueError(error)
-            old, _ = self.run.control.change(name, changes[name])
-            self.run.bus.emit(ev.SettingChanged(name=name, old=old, new=changes[name], reason=reason,
-                                                step=self.run.step))
+            old, _ = self.steering.change(name, changes[name])
+            self.emit(ev.SettingChanged(name=name, old=old, new=changes[name], reason=reason,
+                                        step=self.progress.step))
 
     def _chose(self, status: str, settings: dict, rate: float | None, ranks: list, start_rate=None,
                request_id: str | None = None, reason: str = "") -> ev.AutotuneChose:
         chosen = key(settings)
         table = [{**row, "chosen": key(row["settings"]) == chosen} for row in self.table]
-        return ev.AutotuneChose(step=self.run.step, status=status, settings=dict(settings),
+        return ev.AutotuneChose(step=self.progress.step, status=status, settings=dict(settings),
                                 rate=rate, start_rate=start_rate, table=table,
                                 seconds=time.monotonic() - self._started_at, ranks=ranks, reason=reason,
                                 request_id=request_id)
 
     def _write_config(self) -> None:
         """config.toml records the tuned settings (the owner rank; a run without a directory has none)."""
-        if self.run.run_dir is None or not self.run.parallel.owner:
+        if self.write_config is None:
             return
-        from pathlib import Path
-
         from engine.core.config import dump_toml
-        from engine.run.rundir import RunDir
 
         try:
-            RunDir(Path(self.run.run_dir)).write_config(dump_toml(self.run.settings.config))
+            self.write_config(dump_toml(self.settings.config))
         except OSError as exc:
-            self.run.bus.emit(ev.Warning(text=f"autotune: config.toml not rewritten ({exc.strerror})",
-                                         step=self.run.step))
+            self.emit(ev.Warning(text=f"autotune: config.toml not rewritten ({exc.strerror})",
+                                 step=self.progress.step))
 
 
 def _settled(times: list[tuple[float, float]]) -> bool:

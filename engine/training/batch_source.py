@@ -15,9 +15,14 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence
 
+from engine.core.core_sections import RuntimeConfig
 from engine.training.threads import WORKER_AHEAD, Cores, Costs, Plan, plan, usable_cores
+
+if TYPE_CHECKING:
+    from engine.run import events as ev
+    from engine.training.live_settings import LiveSettings
 
 #: Batches built inline and timed before the data plan is made.
 MEASURE_TAKES = 6
@@ -35,16 +40,16 @@ class PlannedPrefetcher:
     micro-batch) measures again. Costs: two clock reads a batch; nothing else once measured.
     """
 
-    def __init__(self, build: Callable[[Hashable], Any], worker_args: Callable[[], tuple], config,
+    def __init__(self, build: Callable[[Hashable], Any], worker_args: Callable[[], tuple], runtime: RuntimeConfig,
                  steps_left: Callable[[], int], emit: Callable[[str], None], cores: Cores | None = None,
                  viewers: Callable[[], int] | None = None, pin_memory: bool = False) -> None:
         """``build(key)`` builds a batch here; ``worker_args()`` = (config as JSON, task state) for worker
-        processes; ``pin_memory``: workers' batches into page-locked memory (a CUDA device's copies overlap)."""
+        processes; ``runtime``: the run's asked-for threads, data workers and prefetch (the plan fills in the
+        rest); ``pin_memory``: workers' batches into page-locked memory (a CUDA device's copies overlap)."""
         self._build = build
         self._pin = pin_memory
         self._worker_args = worker_args
         self._emit = emit
-        runtime = config.runtime
         self._threads, self._workers, self._prefetch = runtime.threads, runtime.data_workers, runtime.prefetch
         self._steps_left = steps_left
         self.cores = cores or usable_cores()
@@ -212,21 +217,23 @@ class PlannedPrefetcher:
             self._pending_lines.append(new.line())
 
 
-def prefetcher_for(trainer) -> PlannedPrefetcher:
-    """The planned batch source of a Trainer (its build function, config, task state and bus)."""
+def planned_source(task, settings: LiveSettings, steps_left: Callable[[], int], emit: Callable[[ev.Event], None],
+                   pin_memory: bool) -> PlannedPrefetcher:
+    """A run's planned batch source: ``task`` builds the batches (here, and in worker processes started from
+    ``settings``' live config and the task's state); ``steps_left`` bounds what is worth starting; its lines go
+    out as LogLine events on ``emit``."""
     from engine.run import events as ev
 
     def worker_args() -> tuple:
-        return trainer.settings.config.model_dump(mode="json"), trainer.task.state_dict()  # live settings included
+        return settings.config.model_dump(mode="json"), task.state_dict()  # live settings included
 
     from engine.training.allocator import keep_freed_memory
     from engine.training.batches import build_batch
 
     # The step's buffers from here on come from the tuned heap (engine.training.allocator).
     allocator = keep_freed_memory()
-    source = PlannedPrefetcher(lambda key: build_batch(trainer.task, key), worker_args, trainer.config,
-                               steps_left=lambda: trainer.total_steps - trainer.step,
-                               emit=lambda text: trainer.bus.emit(ev.LogLine(text=text, stream="engine")),
-                               pin_memory=trainer.device.type == "cuda")
+    source = PlannedPrefetcher(lambda key: build_batch(task, key), worker_args, settings.config.runtime,
+                               steps_left=steps_left, emit=lambda text: emit(ev.LogLine(text=text, stream="engine")),
+                               pin_memory=pin_memory)
     source.say(allocator)
     return source

@@ -10,16 +10,27 @@ While paused the handler waits on every stop reason, not only abort-now:
 SIGTERM, a first Ctrl-C, SIGHUP with ``on_hangup = stop`` and a graceful abort
 all set ``Controls.graceful_event``, which ends the pause; the loop then
 checkpoints at the paused step and stops (``GracefulStop``).
+
+It is handed what it changes and asks (the live settings, the budget that
+judges a change, the batch source that follows one, the device) and, of the run,
+only its step, ``settle`` and ``save_now``. An action another component owns
+(``autotune``) is routed to it (``route``): the handler does not know it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from engine.core.exit_codes import ExitCode
 from engine.optim.device import release_cache
 from engine.run import events as ev
 from engine.run.control.requests import ENGINE_SETTINGS, Controls, Request
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.budget.hook import BudgetHook
+    from engine.training.live_settings import LiveSettings
 
 #: Seconds between looks at the mailbox while paused (a request or a stop wakes it at once).
 PAUSE_POLL_S = 0.25
@@ -38,40 +49,48 @@ class GracefulStop(Exception):
 
 
 class Steerable(Protocol):
-    """What the handler needs from the run it steers (the Trainer)."""
+    """What the handler asks of the run it steers (the Trainer)."""
 
+    #: The last step done (every event the handler emits carries it).
     step: int
-    #: The memory budget (engine.budget.hook.BudgetHook): ``predict_change``.
-    budget: Any
-    #: The live knobs (engine.training.live_settings.LiveSettings): ``error``, ``affects_memory``, ``change``.
-    settings: Any
-    #: The torch device it trains on (free_memory acts only on CUDA).
-    device: Any
-    #: The model and its exporter (engine.training.exporter.Exporter): a checkpoint now also writes the task's export.
-    model: Any
-    exporter: Any
-    #: The batch source (engine.training.batch_source.PlannedPrefetcher): ``task_changed`` after a task setting
-    #: changes, ``override`` after threads or data workers do.
-    prefetch: Any
-    #: The live search for the fastest settings (engine.training.autotune.Autotuner): ``request``.
-    autotune: Any
 
-    def checkpoint(self, kind: str, request_id: str | None = None) -> str | None:
-        """Write ``last`` now; its path, None if the write failed."""
+    def save_now(self, request_id: str | None) -> str | None:
+        """Write ``last`` now, and the task's export beside it; its path, None if the write failed."""
 
     def settle(self) -> None:
         """Read back, count and log every step dispatched so far (the deferred readback's last one)."""
 
 
+class BatchSource(Protocol):
+    """How the batch source follows a live change (engine.training.batch_source.PlannedPrefetcher)."""
+
+    def override(self, threads: int | None = None, data_workers: int | None = None) -> None:
+        """Threads or data workers set by hand: the plan keeps them."""
+
+    def task_changed(self) -> None:
+        """A task setting that shapes batches changed: worker processes restart from the task as it is now."""
+
+
 class ControlHandler:
     """Drains ``controls`` at each boundary, answers every request on ``emit``, and raises the run's stops."""
 
-    def __init__(self, controls: Controls, emit: Callable[[ev.Event], None], run: Steerable) -> None:
+    def __init__(self, controls: Controls, emit: Callable[[ev.Event], None], run: Steerable,
+                 settings: LiveSettings, budget: BudgetHook, prefetch: BatchSource, device: torch.device) -> None:
+        """``settings`` checks and applies a ``set``; ``budget`` judges one that moves memory (``predict_change``);
+        ``prefetch`` (the batch source) follows a change of threads, data workers or the task's data; ``device``:
+        ``free_memory`` acts only on CUDA."""
         self.controls = controls
         self.emit = emit
         self.run = run
+        self.settings, self.budget, self.prefetch, self.device = settings, budget, prefetch, device
+        #: Actions another component answers (``route``), by name.
+        self.routes: dict[str, Callable[[Request], None]] = {}
         #: starting, running, paused, checkpointing, then finished / aborted / failed.
         self.state = "starting"
+
+    def route(self, action: str, answer: Callable[[Request], None]) -> None:
+        """Hand every request of ``action`` to ``answer`` (it acknowledges or refuses it itself)."""
+        self.routes[action] = answer
 
     def set_state(self, state: str, reason: str = "") -> None:
         """Change the run state (one StateChanged event when it really changes)."""
@@ -129,23 +148,22 @@ class ControlHandler:
             self.set_state("running", "resumed by request")
             return self.ack(request, "state", "paused", "running")
         if action == "checkpoint_now":
-            path = self.run.checkpoint("manual", request_id=request.id)
+            path = self.run.save_now(request.id)
             if path is None:
                 return self.refuse(request, "checkpoint failed; see the checkpoint_failed event")
-            self.run.exporter.export(self.run.model, self.run.step, "manual")  # the task's export with it, if any
             return self.ack(request, "checkpoint", None, path)
         if action == "abort":  # the stop itself comes from the events Controls.submit set (boundary above)
             return self.ack(request, "state", self.state, "aborting", reason=f"abort ({request.mode}) by request")
         if action == "free_memory":
-            if self.run.device.type != "cuda":
+            if self.device.type != "cuda":
                 return self.refuse(request, "nothing to free: training on CPU holds no cached device memory")
-            before, after = release_cache(self.run.device)
+            before, after = release_cache(self.device)
             return self.ack(request, "reserved_bytes", before, after,
                             reason=f"freed {before - after} bytes of cached memory")
         if action == "set":
             return self._set(request)
-        if action == "autotune":  # engine.training.autotune: acknowledged by its own events
-            return self.run.autotune.request(request)
+        if action in self.routes:  # e.g. autotune (engine.training.autotune): acknowledged by its own events
+            return self.routes[action](request)
         self.refuse(request, f"unknown action {action!r}")
 
     def _set(self, request: Request) -> None:
@@ -153,12 +171,12 @@ class ControlHandler:
         predicted (a dry run) or applied in order — the others each with its own SettingChanged, the request's
         own last, as its ack."""
         name, value = request.name, request.value
-        settings, changes = self.run.settings, request.changes
+        settings, changes = self.settings, request.changes
         for key, new in changes.items():
             error = settings.error(key, new)
             if error:
                 return self.refuse(request, error)
-        judged = (self.run.budget.predict_change(changes) if any(map(settings.affects_memory, changes))
+        judged = (self.budget.predict_change(changes) if any(map(settings.affects_memory, changes))
                   else {"predicted": None, "budget": None, "fits": True, "why": ""})
         if request.dry_run:
             return self.emit(ev.Prediction(name=name, value=value, predicted=judged["predicted"],
@@ -178,9 +196,9 @@ class ControlHandler:
 
     def change(self, name: str, value: Any) -> tuple[Any, str]:
         """Apply a checked and judged change to the run: (old value, a note); the batch source follows it."""
-        old, note = self.run.settings.change(name, value)
+        old, note = self.settings.change(name, value)
         if name in ("threads", "data_workers"):
-            self.run.prefetch.override(**{name: value})
-        elif name not in ENGINE_SETTINGS and self.run.settings.affects_data(name):
-            self.run.prefetch.task_changed()  # data workers hold a copy of the task: they restart from the new one
+            self.prefetch.override(**{name: value})
+        elif name not in ENGINE_SETTINGS and self.settings.affects_data(name):
+            self.prefetch.task_changed()  # data workers hold a copy of the task: they restart from the new one
         return old, note

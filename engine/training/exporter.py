@@ -35,15 +35,13 @@ class Exporter:
         self.task, self.emit = task, emit
         self.directory = Path(checkpoint_dir).parent / "exports" if checkpoint_dir and kinds else None
 
-    @classmethod
-    def of(cls, trainer) -> "Exporter":
-        """For a Trainer after it built its task (engine.training.loop): exports beside its checkpoints."""
+    @staticmethod
+    def kinds(task_name: str, strategy: str) -> tuple[str, ...]:
+        """What a run of ``task_name`` exports as it trains: the spec's declared kinds; none under FSDP2
+        (``runtime.strategy``), whose weights are sharded: `sensorlm-tui export RUN` gathers them."""
         from engine.core.registry import get_spec
 
-        kinds = get_spec(trainer.config.task.name).capabilities.exports
-        if trainer.config.runtime.strategy == "fsdp2":  # sharded weights: `sensorlm-tui export RUN` gathers them
-            kinds = ()
-        return cls(trainer.task, kinds, trainer.checkpoints.directory, trainer.bus.emit)
+        return () if strategy == "fsdp2" else get_spec(task_name).capabilities.exports
 
     def final(self, model, step: int, status: str) -> str | None:
         """The export of a run that ended with ``status``: written for a finished run only; its path, or None."""

@@ -41,6 +41,7 @@ from engine.optim.readback import HostReadback, StepReadback, StepResult, deferr
 from engine.optim.schedule import warmup_steps
 from engine.run import events as ev
 from engine.run.control.requests import Controls
+from engine.run.rundir import RunDir
 from engine.run.sinks import EventBus
 from engine.training import batch_source, faults
 from engine.training.autotune import Autotuner
@@ -71,7 +72,7 @@ class Trainer:
         self.config, self.bus, self.resume, self.run_dir, self.agree = config, bus, resume, run_dir, agree
         self.name, self.step = name or config.name, 0
         self.on_step = on_step or (lambda step: None)
-        self.control = ControlHandler(controls or Controls(), bus.emit, self)
+        self._controls = controls or Controls()  # answered by the ControlHandler setup builds
         #: The test fault injector (SENSORLM_TUI_FAULTS); None in real runs. Each hook goes to its component.
         self.faults = faults.from_env()
         self.checkpoints = self._checkpointer(checkpoint_dir)
@@ -79,7 +80,8 @@ class Trainer:
         self._ranks = None  # the distributed strategy's per-rank telemetry event, emitted with the step's
 
     def setup(self) -> None:
-        """Seed, build task/model/optimizer on the device, restore the checkpoint when resuming."""
+        """Seed, build task/model/optimizer on the device and the components around them, restore the checkpoint
+        when resuming."""
         c = self.config
         ckpt.seed_all(c.train.seed)
         self.device = dev.resolve(c.runtime.device)
@@ -94,13 +96,23 @@ class Trainer:
         self.params = sum(p.numel() for p in self.model.parameters())
         # DDP: the same parameters, gradients synchronised; FSDP2 shards them in place, so before the optimizer.
         self.train_model = self.parallel.wrap(self.model, self.task.shard_units(self.model))
-        self.weights, self.rates, self.exporter = Weights.of(self), Throughput.of(self), Exporter.of(self)
+        self.weights = Weights.of(self)
+        self.rates = Throughput(self.task, self.model, dev.describe(self.device), self.parallel.world)
+        self.exporter = Exporter(self.task, Exporter.kinds(c.task.name, c.runtime.strategy),
+                                 self.checkpoints.directory, self.bus.emit)
         t = c.train
         self.total_steps = t.max_steps or t.epochs * (t.steps_per_epoch or max(1, self.order.size // t.batch_size))
         self.optim = Optimization(c.optimizer, c.schedule, c.runtime.precision, self.model,
                                   self.task.param_groups(self.model), self.device, self.total_steps,
                                   self.faults and self.faults.lr_hook())
         self.checkpoints.bind(self.model, self.optim.optimizer)
+        self._build_components()
+        if self.resume:
+            self.resume = self.checkpoints.restore(self.resume, self.load)
+
+    def _build_components(self) -> None:
+        """The components around the model and optimizer, each from its own section and the few others it uses."""
+        c = self.config
         self.settings = LiveSettings(c, self.task, self.model, self.optim)
         p = c.policies
         self.nan = NanPolicy(p.nan_policy, NanGuard(p.nan_patience), p.rollback_lr_factor, self.agree)
@@ -113,10 +125,16 @@ class Trainer:
         self.compiler = Compiler(c.runtime.compile, c.runtime.compile_backend, self.bus.emit)  # before the 1st step
         self.deferred = deferred_readback(c.runtime.step_readback, self.optim, self.device)
         self.readback = StepReadback(self.device) if self.deferred else HostReadback()
-        self.prefetch = batch_source.prefetcher_for(self)  # torch threads, data workers, depth: planned and measured
-        self.autotune = Autotuner(self)
-        if self.resume:
-            self.resume = self.checkpoints.restore(self.resume, self.load)
+        # torch threads, data workers, depth: planned and measured
+        self.prefetch = batch_source.planned_source(self.task, self.settings, lambda: self.total_steps - self.step,
+                                                    self.bus.emit, pin_memory=self.device.type == "cuda")
+        self.control = ControlHandler(self._controls, self.bus.emit, self, self.settings, self.budget, self.prefetch,
+                                      self.device)
+        owned = self.run_dir is not None and self.parallel.owner  # the rank that writes the run's config.toml
+        self.autotune = Autotuner(c.autotune, self.settings, self.control, self.budget, self.prefetch, self.parallel,
+                                  self, self.order, self.task.tokens_per_sample, self.bus.emit,
+                                  RunDir(Path(self.run_dir)).write_config if owned else None)
+        self.control.route("autotune", self.autotune.request)
 
     def _checkpointer(self, directory: Path | None) -> Checkpointer:
         """One file per save, or DCP directories when every rank writes its shard (the strategy declares which)."""
@@ -306,6 +324,14 @@ class Trainer:
         if event.is_best and self.config.checkpoint.save_best and self.step > 0:
             self.checkpoint(which="best")
         return event
+
+    def save_now(self, request_id: str | None) -> str | None:
+        """A viewer's checkpoint-now: ``last`` written now, and the task's export beside it; the checkpoint's
+        path, None when it failed."""
+        path = self.checkpoint("manual", request_id=request_id)
+        if path is not None:
+            self.exporter.export(self.model, self.step, "manual")  # the task's export with it, if it has one
+        return path
 
     def checkpoint(self, kind: str = "", request_id: str | None = None, which: str = "last") -> str | None:
         """Save ``which`` (last / best / step) now; its path, or None when it failed or there is no directory."""

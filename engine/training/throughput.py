@@ -51,13 +51,6 @@ class Throughput:
         peak = peak_flops(device_name)
         self.peak = peak * world if peak else None
 
-    @classmethod
-    def of(cls, trainer) -> "Throughput":
-        """For a Trainer after it built its task and model (engine.training.loop)."""
-        from engine.optim import device as dev
-
-        return cls(trainer.task, trainer.model, dev.describe(trainer.device), trainer.parallel.world)
-
     def rates(self, samples: int, seconds: float, steps: int = 1) -> dict[str, float]:
         """{"steps_per_s", "samples_per_s"[, "tokens_per_s", "mfu"]} for ``steps`` that trained ``samples`` in
         ``seconds`` (tokens and MFU only for a task that counts tokens); {} without time."""

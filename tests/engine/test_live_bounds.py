@@ -32,17 +32,19 @@ class _Optim:
 
 class _Run:
     step = 7
-    budget = _Budget()
 
-    def __init__(self, task: str) -> None:
-        config = validate({"task": {"name": task}}, "test")
-        self.settings = LiveSettings(config, task=None, model=None, optim=_Optim())
+
+def _handler(task: str, events: list) -> ControlHandler:
+    """The engine's handler and live settings of a ``task`` run, on a run at step 7 and a budget that fits all
+    (no batch source or device: a refused value and the LR reach neither)."""
+    settings = LiveSettings(validate({"task": {"name": task}}, "test"), task=None, model=None, optim=_Optim())
+    return ControlHandler(controls=None, emit=events.append, run=_Run(), settings=settings, budget=_Budget(),
+                          prefetch=None, device=None)
 
 
 def _answers(task: str, *requests: Request) -> list:
     events: list = []
-    handler = ControlHandler(controls=None, emit=events.append, run=_Run(task))
-    handler.apply(list(requests))
+    _handler(task, events).apply(list(requests))
     return events
 
 
@@ -74,10 +76,10 @@ def test_a_tasks_declared_bounds_refuse_a_negative_chunk_and_nan() -> None:
 
 
 def test_a_value_in_range_reaches_the_budget_and_is_applied() -> None:
-    run = _Run("toy")
     events: list = []
-    ControlHandler(controls=None, emit=events.append, run=run).apply([Request("set", name="lr", value=10.0)])
-    assert events[0].type == "setting" and run.settings.optim.peak_lr == 10.0
+    handler = _handler("toy", events)
+    handler.apply([Request("set", name="lr", value=10.0)])
+    assert events[0].type == "setting" and handler.settings.optim.peak_lr == 10.0
 
 
 def test_nan_on_the_wire_is_refused_before_it_reaches_the_engine() -> None:

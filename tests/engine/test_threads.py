@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from engine.core import config as cfg
+from engine.core.core_sections import RuntimeConfig
 from engine.training import batch_source, threads
 from engine.training.batch_source import PlannedPrefetcher
 from engine.training.threads import Cores, Costs, plan
@@ -135,7 +136,7 @@ class _Clock:
         return self.now
 
 
-def _source(monkeypatch, cores: Cores, build_s: float, steps_left: int = 100, **train):
+def _source(monkeypatch, cores: Cores, build_s: float, steps_left: int = 100, **runtime):
     clock = _Clock()
     monkeypatch.setattr(batch_source, "time", clock)
     lines: list[str] = []
@@ -144,9 +145,8 @@ def _source(monkeypatch, cores: Cores, build_s: float, steps_left: int = 100, **
         clock.now += build_s
         return key
 
-    config = cfg.load(task="toy", overrides={"train": train} if train else None)
-    source = PlannedPrefetcher(build, lambda: ({}, None), config, steps_left=lambda: steps_left, emit=lines.append,
-                               cores=cores)
+    source = PlannedPrefetcher(build, lambda: ({}, None), RuntimeConfig(**runtime), steps_left=lambda: steps_left,
+                               emit=lines.append, cores=cores)
     return source, clock, lines
 
 
