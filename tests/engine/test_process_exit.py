@@ -55,7 +55,7 @@ def _finished_at(run: Path) -> float | None:
 
 def test_an_engine_stopped_at_once_exits_with_its_last_event(tmp_path: Path, teardown_marker: Path) -> None:
     run = tmp_path / "run"
-    engine = launch(["--task", "toy", "--threads", "1", "--max-steps", "100000", "--set", "train.data_workers=1",
+    engine = launch(["--task", "toy", "--threads", "1", "--max-steps", "100000", "--set", "runtime.data_workers=1",
                      "--run-dir", str(run)], run, timeout=180)
     try:
         deadline = time.monotonic() + 120
