@@ -123,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     if args.trace:
         from engine.budget.settings import with_settings
         from engine.budget.trace import TraceError, trace, trace_device
-        from engine.tasks.base import TaskError
+        from engine.tasks.protocol import TaskError
 
         chosen = config
         if plan.recommended is not None:

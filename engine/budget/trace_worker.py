@@ -201,7 +201,7 @@ def task_code(task, method: str):
     exception ("plugin_mod:Task.make_batch raised ValueError: …"), which the engine says in one line (exit 2, no
     run directory made) instead of a failed trace's traceback. A TaskError (the task refusing its input) and the
     trace's own limits pass through as they are."""
-    from engine.tasks.base import TaskError
+    from engine.tasks.protocol import TaskError
 
     try:
         yield
