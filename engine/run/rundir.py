@@ -38,7 +38,9 @@ from engine.run.trust import RunDirError, check_fresh, check_own_entries, check_
 #: Environment variable a launcher sets to the start-up file an engine tells its phases in until its event log
 #: exists (engine.app.startup); ``RunDir.startup`` is where the launcher puts it.
 STARTUP_ENV = "SENSORLM_TUI_STARTUP_FILE"
-#: A heartbeat older than this (seconds) with the pid gone means the engine crashed.
+#: A heartbeat older than this (seconds) means the engine is not beating (it beats every second): it crashed when
+#: its process is gone, and it is *stalled* while the process exists (stopped by SIGSTOP or Ctrl-Z, in a disk
+#: wait, starved). Five missed beats, so a loaded box does not read as a stall; ``liveness`` takes another.
 STALE_AFTER_S = 5.0
 
 
@@ -270,22 +272,89 @@ class StatusWriter:
         self.beat()
 
 
-def liveness(run_dir: RunDir, now: float | None = None) -> str:
-    """live / finished / aborted / failed / crashed / unknown, from status.json and the pid."""
+#: What psutil's process states mean to someone waiting on a stalled engine (any other state is shown as is).
+PROCESS_STATES = {"stopped": "stopped (SIGSTOP or Ctrl-Z)", "tracing-stop": "stopped by a debugger",
+                  "disk-sleep": "waiting on the disk (uninterruptible)", "running": "running but not beating",
+                  "sleeping": "sleeping but not beating"}
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What a viewer can tell of a run's engine: ``state`` (live / stalled / finished / aborted / failed / crashed /
+    stale: another host's, silent / unknown) and, for a stalled one, its last heartbeat, its pid and its
+    process's state as psutil reads it (stopped, disk-sleep, running…). Equal while nothing a viewer shows
+    changed: a live engine's carries no heartbeat."""
+
+    state: str
+    heartbeat: float | None = None
+    pid: int | None = None
+    process: str | None = None
+
+    def silent_s(self, now: float | None = None) -> float | None:
+        """Seconds since a stalled engine's last heartbeat (None for any other state)."""
+        if self.heartbeat is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.heartbeat)
+
+    def describe(self, now: float | None = None) -> str:
+        """One line: 'stalled: no heartbeat for 25 s; its process (pid 4242) is stopped (SIGSTOP or Ctrl-Z):
+        kill -CONT 4242 resumes it'; the state alone otherwise."""
+        silent = self.silent_s(now)
+        if self.state != "stalled" or silent is None:
+            return self.state
+        what = PROCESS_STATES.get(self.process or "", self.process or "in an unknown state")
+        hint = f": kill -CONT {self.pid} resumes it" if self.process in ("stopped", "tracing-stop") else ""
+        return f"stalled: no heartbeat for {silent:.0f} s; its process (pid {self.pid}) is {what}{hint}"
+
+
+def process_state(pid: int, alive_at: float | None = None) -> str | None:
+    """psutil's state of process ``pid`` (running, sleeping, stopped, disk-sleep…); None when no process there can
+    be the one that was alive at ``alive_at`` (epoch seconds): none at all, a zombie (exited, not yet reaped), or
+    one started after that time, which reuses the pid of a process long gone."""
+    if not 0 < pid < 2**31:
+        return None
+    import psutil  # here: `runs` and the viewers import this module, and most of them never ask
+
+    try:
+        process = psutil.Process(pid)
+        state, created = process.status(), process.create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:  # another user's process: it exists, its state is not ours to read
+        return "unknown"
+    if state in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return None
+    if alive_at is not None and created > alive_at + 1.0:  # one second: the boot time psutil adds is rounded
+        return None
+    return state
+
+
+def probe(run_dir: RunDir, now: float | None = None) -> Liveness:
+    """The run's liveness from status.json, its heartbeat and (on this host) its process; see ``Liveness``.
+
+    A live process with a stale heartbeat is stalled, not crashed: a SIGSTOPped engine read as crashed ("its
+    engine died (no heartbeat, process gone)") while its pid was there in state T, and came back to life."""
     status = run_dir.read_status()
     if status is None:
-        return "unknown"
+        return Liveness("unknown")
     state = status.get("state", "")
     if state in ("finished", "aborted", "failed"):
-        return state
+        return Liveness(state)
     now = time.time() if now is None else now
-    fresh = now - float(status.get("heartbeat", 0)) < STALE_AFTER_S
-    same_host = status.get("host") == socket.gethostname()
-    if same_host and not pid_alive(int(status.get("pid", 0))):
-        return "crashed"
-    if fresh:
-        return "live"
-    return "crashed" if same_host else "stale"
+    heartbeat = status.get("heartbeat")
+    fresh = heartbeat is not None and now - heartbeat < STALE_AFTER_S
+    pid = status.get("pid", 0)
+    if status.get("host") != socket.gethostname():  # another machine's process cannot be looked at from here
+        return Liveness("live") if fresh else Liveness("stale", heartbeat, pid)
+    process = process_state(pid, heartbeat or status.get("started"))
+    if process is None:
+        return Liveness("crashed")
+    return Liveness("live") if fresh else Liveness("stalled", heartbeat, pid, process)
+
+
+def liveness(run_dir: RunDir, now: float | None = None) -> str:
+    """The state word of ``probe``: live / stalled / finished / aborted / failed / crashed / stale / unknown."""
+    return probe(run_dir, now).state
 
 
 def resume_command(run_dir: RunDir) -> str:

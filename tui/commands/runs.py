@@ -1,8 +1,9 @@
 """`sensorlm-tui runs [DIR] [--json]`: a table of the runs under DIR (default ./runs), newest first.
 
-Columns: name, state (live / finished / aborted / interrupted / failed /
-crashed / stale / unknown, in the words the dashboard's exit line used; a live
-run's engine state in brackets when it is not simply running), step / total,
+Columns: name, state (live / stalled / finished / aborted / interrupted /
+failed / crashed / stale / unknown, in the words the dashboard's exit line used; a live
+run's engine state in brackets when it is not simply running; a stalled one's
+silence and process state: "stalled 25s (stopped)"), step / total,
 best value of the run's primary metric with its unit, a sparkline of the
 primary metric (tui/model/trend.py: sampled from the log, constant cost), the
 last autotune (its gain over the settings it started from, when it is in the
@@ -51,6 +52,8 @@ SHRINK = (("CKPT", 9), ("TREND", 6), ("BEST", 11), ("STATE", 11), ("TUNED", 6), 
 
 
 def _state(run: RunSummary) -> str:
+    if run.state == "stalled" and run.silent_s is not None:  # "stalled 25s (stopped)": how long, and why if known
+        return f"stalled {_age(run.silent_s)}" + (f" ({run.process_state})" if run.process_state else "")
     if run.state == "live" and run.run_state not in (None, "running"):
         return f"live ({run.run_state})"
     if run.state == "aborted" and run.finished_as == "interrupted":  # stopped at once: what the dashboard said

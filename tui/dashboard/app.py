@@ -192,9 +192,7 @@ class DashboardApp(App[int]):
             return []
 
     def _tick_text(self) -> None:
-        if self.model.starting_up:  # the phase clock ticks while nothing else moves
-            self.model.versions["charts"] += 1
-            self.model.versions["progress"] += 1
+        self.model.tick()  # clocks tick while nothing else moves
         for panel in self.panels("text"):
             self.safe(panel, panel.update_from, self.model)
         self.sync_footer()
@@ -315,7 +313,9 @@ class DashboardApp(App[int]):
         self.lifecycle.start_cancelled(message.line, message.exit_code)
 
     def on_liveness_changed(self, message: LivenessChanged) -> None:
-        self.model.set_liveness(message.liveness)
+        self.model.set_liveness(message.liveness, message.detail)
+        if self.model.stall is not None:  # the status bar says why the run stands still, and what resumes it
+            self.say(self.model.stall.describe(), "warning")
         self.sync_footer()
         self.lifecycle.check_ended()
 

@@ -6,6 +6,7 @@ from textual.message import Message
 
 from engine.run.control.requests import Request
 from engine.run.events import Event
+from engine.run.rundir import Liveness
 
 
 class EventBatch(Message):
@@ -69,11 +70,13 @@ class StartCancelled(Message):
 
 
 class LivenessChanged(Message):
-    """``Session.liveness()`` changed (live / finished / aborted / failed / crashed / unknown)."""
+    """``Session.liveness()`` changed (live / stalled / finished / aborted / failed / crashed / unknown); ``detail``
+    is ``Session.liveness_detail()`` (a stalled engine's silence and process state), when the session gave it."""
 
-    def __init__(self, liveness: str) -> None:
+    def __init__(self, liveness: str, detail: Liveness | None = None) -> None:
         super().__init__()
         self.liveness = liveness
+        self.detail = detail
 
 
 class ControlDone(Message):

@@ -22,6 +22,7 @@ from typing import Callable
 
 from engine.run.control.launcher import LaunchWatch
 from engine.run.control.session import Session
+from engine.run.rundir import Liveness
 from tui.dashboard.messages import (
     EngineSpawned,
     EventBatch,
@@ -204,16 +205,16 @@ class SessionPump:
             if now >= next_liveness:
                 next_liveness = now + LIVENESS_S
                 try:
-                    current = session.liveness()
+                    current = session.liveness_detail()
                 except Exception:  # noqa: BLE001
-                    current = "unknown"
-                if current != liveness:
+                    current = Liveness("unknown")
+                if current != liveness:  # equal while nothing shown changed (a stall's detail is fixed while it lasts)
                     liveness = current
                     if pending:  # what the run said before it ended reaches the model before the word that it
                         # ended (its RunFinished: the summary's checkpoint and resume command)
                         self.post(EventBatch(pending))
                         pending, window_start = [], now
-                    self.post(LivenessChanged(current))
+                    self.post(LivenessChanged(current.state, current))
         if pending:
             self.post(EventBatch(pending))
 

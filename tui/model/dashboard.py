@@ -24,6 +24,7 @@ import numpy as np
 
 from engine.run import events as ev
 from engine.run.pace import Sample, of_event
+from engine.run.rundir import Liveness
 from tui.model import metrics as mx
 from tui.model import settings
 from tui.model.autotune import AutotuneState
@@ -57,6 +58,8 @@ class RunModel:
         self.state = "starting"
         self.state_reason = ""
         self.liveness = "unknown"
+        #: A stalled engine's silence and process state (engine.run.rundir.Liveness); None unless stalled.
+        self.stall: Liveness | None = None
         self.finished: ev.RunFinished | None = None
         #: RunStarted events seen: each (a fresh start or a resume) opens a new generation of the run.
         self.generation = 0
@@ -232,17 +235,32 @@ class RunModel:
             self.read_only = read_only
         self.versions["header"] += 1
 
-    def set_liveness(self, liveness: str) -> None:
+    def set_liveness(self, liveness: str, detail: Liveness | None = None) -> None:
         """The session's liveness answer; a process gone with no RunFinished marks the run crashed (the word
-        ``runs`` uses), said as whose process it was: the engine's, or the user's own script's."""
-        if liveness == self.liveness:
+        ``runs`` uses), said as whose process it was: the engine's, or the user's own script's. A stalled one
+        (its process there, its heartbeat stale: ``detail`` says since when and in what state) is logged once
+        per stall, and again when it beats again."""
+        stall = (detail or Liveness("stalled")) if liveness == "stalled" else None
+        if liveness == self.liveness and stall == self.stall:
             return
-        self.liveness = liveness
+        was, self.liveness, self.stall = self.liveness, liveness, stall
         if liveness == "crashed" and self.finished is None and self.state not in ENDED_STATES:
             whose = "your script's process" if self.own_script else "the engine's process"
             self.state, self.state_reason = "crashed", f"{whose} died without finishing"
             self.log("error", f"crashed: {whose} is gone without finishing (no heartbeat)", self.step)
+        elif stall is not None and was != "stalled":
+            self.log("warning", stall.describe(), self.step)
+        elif was == "stalled" and liveness == "live":
+            self.log("state", "the engine beats again: live", self.step)
         self.versions["header"] += 1
+
+    def tick(self) -> None:
+        """The text tick with nothing new: what counts time redraws (a start-up phase's clock, a stall's seconds)."""
+        if self.starting_up:
+            self.versions["charts"] += 1
+            self.versions["progress"] += 1
+        if self.stall is not None:
+            self.versions["header"] += 1
 
     def set_compare(self, other: "RunModel | None") -> None:
         """Overlay ``other``'s curves on every chart (None clears the overlay)."""

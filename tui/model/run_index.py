@@ -17,7 +17,7 @@ from pathlib import Path
 from engine.core.fmt import printable
 from engine.core.invocation import command
 from engine.core.taskspec import Capabilities
-from engine.run.rundir import RunDir, liveness, resume_command
+from engine.run.rundir import RunDir, probe, resume_command
 from tui.model.log_tail import first_event, last_events
 
 #: Files whose presence makes a directory a run (an engine writes config.toml first, then the others).
@@ -38,7 +38,7 @@ class RunSummary:
 
     name: str
     path: str
-    state: str                    # liveness: live / finished / aborted / failed / crashed / stale / unknown
+    state: str                    # liveness: live / stalled / finished / aborted / failed / crashed / stale / unknown
     run_state: str | None         # the engine's own state (running, paused, checkpointing, …)
     step: int | None
     total_steps: int | None
@@ -57,6 +57,10 @@ class RunSummary:
     #: How the run's last engine ended by its own account (RunFinished.status: finished, aborted, interrupted,
     #: failed), None while running or when its log never said.
     finished_as: str | None = None
+    #: A stalled engine's process state (psutil's: stopped, disk-sleep, running…) and seconds since its last
+    #: heartbeat; None for any other state.
+    process_state: str | None = None
+    silent_s: float | None = None
 
     def to_json(self) -> dict:
         """Plain JSON-ready dict (field names as above)."""
@@ -107,13 +111,15 @@ def summarize(root: Path) -> RunSummary:
     started = status.get("started") or getattr(started_event, "t", None)
     updated = max([t for t in (status.get("heartbeat"), _mtime(run.events)) if t is not None], default=None)
     pid = status.get("pid")
+    alive = probe(run)
     return RunSummary(
-        name=run.name, path=str(run.root), state=liveness(run), run_state=status.get("state"),
+        name=run.name, path=str(run.root), state=alive.state, run_state=status.get("state"),
         step=step, total_steps=total, best=best, best_metric=metric, last_checkpoint=ckpt_path,
         last_checkpoint_step=ckpt_step, started=started, updated=updated,
         pid=pid if isinstance(pid, int) else None, host=status.get("host"), exit_code=status.get("exit_code"),
         resume_command=status.get("resume_command") or resume_command(run), autotune=_autotune(tail),
-        finished_as=getattr(tail.get("run_finished"), "status", None))
+        finished_as=getattr(tail.get("run_finished"), "status", None), process_state=alive.process,
+        silent_s=alive.silent_s() if alive.state == "stalled" else None)
 
 
 def _autotune(tail: dict) -> dict | None:
@@ -154,7 +160,7 @@ def resolve(arg: str | None, root: Path = DEFAULT_ROOT) -> Path:
             raise RunLookupError(f"attach: no run given and no {root}/ directory here; "
                                  f"give a run directory, e.g. `{command('attach')} runs/<name>`")
         runs = list_runs(root)
-        live = [r for r in runs if r.state == "live"]
+        live = [r for r in runs if r.state in ("live", "stalled")]  # a stalled engine is still there
         if live:
             return Path(live[0].path)
         if not runs:

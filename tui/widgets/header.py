@@ -8,10 +8,11 @@ from textual.widgets import Static
 
 from tui.model.format import human_count
 
-#: Badge text per run state (a process gone without finishing shows CRASHED, as ``runs`` says it).
+#: Badge text per run state (a process gone without finishing shows CRASHED, as ``runs`` says it; one there whose
+#: heartbeat stopped shows STALLED with its silence in seconds).
 BADGES = {"starting": "STARTING", "running": "RUNNING", "paused": "PAUSED", "checkpointing": "CHECKPOINTING",
           "aborting": "ABORTING", "finished": "FINISHED", "aborted": "ABORTED", "failed": "FAILED",
-          "crashed": "CRASHED"}
+          "crashed": "CRASHED", "stalled": "STALLED"}
 
 
 class RunHeader(Horizontal):
@@ -63,9 +64,13 @@ class RunHeader(Horizontal):
         state = model.state
         if model.liveness == "crashed" and state not in ("finished", "aborted", "failed"):
             state = "crashed"
+        elif model.stall is not None and state not in ("finished", "aborted", "failed", "crashed"):
+            state = "stalled"
         elif model.connection.startswith("failed") and s is None:
             state = "failed"
         badge = BADGES.get(state, state.upper())
+        if state == "stalled" and model.stall.silent_s() is not None:
+            badge += f" {model.stall.silent_s():.0f}s"
         if model.started is None and model.connection == "connecting":
             badge = "CONNECTING"
         return title, f" {badge} ", state

@@ -37,7 +37,7 @@ from engine.run.control import wire
 from engine.run.control.requests import Request
 from engine.run.control.session import ACK_TYPES, Session, SessionError
 from engine.run.history import History, parse_line, read_history
-from engine.run.rundir import RunDir, liveness, resume_command
+from engine.run.rundir import Liveness, RunDir, liveness, probe, resume_command
 
 #: How often poll() looks at the file while waiting (s); bounds the latency a viewer adds.
 POLL_INTERVAL_S = 0.02
@@ -138,8 +138,12 @@ class RunClient(Session):
 
     # ------------------------------------------------------------------ state
     def liveness(self) -> str:
-        """live / finished / aborted / failed / crashed / stale (another host, silent) / unknown."""
+        """live / stalled / finished / aborted / failed / crashed / stale (another host, silent) / unknown."""
         return liveness(self._run_dir)
+
+    def liveness_detail(self) -> Liveness:
+        """The run directory's ``probe``: for a stalled engine, since when and its process's state."""
+        return probe(self._run_dir)
 
     def status(self) -> dict | None:
         """The engine's status record (pid, host, heartbeat, state, step, …), or None."""
@@ -148,7 +152,7 @@ class RunClient(Session):
     def resume_command(self) -> str | None:
         """How to continue this run, when it stopped without finishing (crashed, aborted, failed); else None."""
         state = self.liveness()
-        if state in ("live", "finished", "unknown"):
+        if state in ("live", "stalled", "finished", "unknown"):  # a stalled engine still holds the run
             return None
         status = self.status() or {}
         return status.get("resume_command") or resume_command(self._run_dir)
@@ -213,8 +217,9 @@ class RunClient(Session):
             sock.sendall(line.encode() + b"\n")
             raw = wire.read_line(sock, deadline)
         except TimeoutError:
-            raise SessionError(f"engine did not answer {what} within {timeout:g} s (liveness: {self.liveness()}); "
-                               "a delivered request still applies at the next step boundary and its ack "
+            state = self.liveness_detail().describe()
+            raise SessionError(f"engine did not answer {what} within {timeout:g} s ({state}); a delivered request "
+                               "still applies at the next step boundary and its ack "
                                "appears in the event log") from None
         except (OSError, ValueError) as exc:
             raise SessionError(f"control channel failed during {what}: {exc}") from None

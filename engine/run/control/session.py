@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 
 from engine.run.control.requests import Request
 from engine.run.events import Event
+from engine.run.rundir import Liveness
 
 #: Event types that acknowledge a request (they carry its request_id): an autotune's start is acknowledged by
 #: its AutotuneStarted, a cancel by the AutotuneChose that restores the settings.
@@ -51,7 +52,12 @@ class Session(ABC):
 
     @abstractmethod
     def liveness(self) -> str:
-        """live / finished / aborted / failed / crashed / unknown."""
+        """live / stalled / finished / aborted / failed / crashed / unknown."""
+
+    def liveness_detail(self) -> Liveness:
+        """``liveness()`` with, for a stalled engine, since when it is silent and its process's state
+        (engine.run.rundir.Liveness); a session that cannot tell more gives the word alone."""
+        return Liveness(self.liveness())
 
     def run_dir(self):
         """The run directory (engine.run.rundir.RunDir) when there is one, else None."""
