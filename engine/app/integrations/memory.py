@@ -62,15 +62,15 @@ class StepMemory:
         self.first_step: int | None = None
 
     # -- prediction ---------------------------------------------------------------------------
-    def predict(self, loss_of, batch, zero_grad_after_forward: bool = False) -> None:
+    def predict(self, loss_of, batch, zero_grad_after_forward: bool = False, loop_holds: bool = False) -> None:
         """Trace the user's step on ``batch`` (engine.budget.trace_step, whose docstring says what
-        ``zero_grad_after_forward`` means); a step that cannot be traced leaves ``why`` saying so and the run
-        measured only."""
+        ``zero_grad_after_forward`` and ``loop_holds`` mean); a step that cannot be traced leaves ``why`` saying so
+        and the run measured only."""
         from engine.budget.trace_step import StepTraceError, trace_step
 
         try:
             traced = trace_step(self.model, self.optimizer_of(), loss_of, batch,
-                                zero_grad_after_forward=zero_grad_after_forward)
+                                zero_grad_after_forward=zero_grad_after_forward, loop_holds=loop_holds)
         except StepTraceError as exc:
             self.why = f"the step could not be traced ({exc})"
             return

@@ -137,7 +137,7 @@ class Run:
             params = sum(p.numel() for p in self.model.parameters())
             self.memory = StepMemory(self.model, lambda: self.optimizer, device or "cpu")
             if self.trace is not None:
-                self.memory.predict(*self.trace)
+                self.memory.predict(*self.trace, loop_holds=True)  # a loop of your own may hold outputs and a batch
             else:
                 self.memory.why = "no loss_fn and example_batch given to trace the step with"
             budget, name = self.memory.summary(), describe(device) if device is not None else "CPU"
