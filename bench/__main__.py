@@ -40,6 +40,7 @@ MODULES = [
     "bench.startup",
     "bench.open_run",
     "bench.attach_open",
+    "bench.long_runs",
     "bench.autotune",
 ]
 

@@ -158,3 +158,69 @@ class GpuBusy:
             value = reader.read()[0]
             if value is not None:
                 self.samples.append(float(value))
+
+
+class LoadSampler:
+    """The 1-minute load average, read every ``interval`` seconds on a thread of its own, from ``start()`` (or
+    entering a ``with``) until ``stop()``: how busy the machine was *through* a measurement, not only at its
+    start (``machine()``'s figure is the neighbours' before the suite began).
+
+    ``summary()`` is the line a section prints beside its rows. A long section can ``mark(name)`` a phase and
+    read ``summary(name)`` for the samples taken since that mark (until the next one).
+    """
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        #: (time.monotonic(), 1-minute load average) per sample.
+        self.samples: list[tuple[float, float]] = []
+        self._marks: list[tuple[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="load-sampler")
+
+    def __enter__(self) -> "LoadSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "LoadSampler":
+        self._read()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2 * self.interval)
+        self._read()
+
+    def mark(self, name: str) -> None:
+        """Begin phase ``name`` (its samples run until the next mark or the end)."""
+        self._marks.append((name, time.monotonic()))
+
+    def values(self, phase: str | None = None) -> list[float]:
+        """The load averages sampled (in ``phase`` only, when given)."""
+        if phase is None:
+            return [load for _, load in self.samples]
+        bounds = [(name, start, end) for (name, start), (_, end) in
+                  zip(self._marks, [*self._marks[1:], ("", float("inf"))])]
+        return [load for stamp, load in self.samples
+                for name, start, end in bounds if name == phase and start <= stamp < end]
+
+    def summary(self, phase: str | None = None) -> str:
+        """'load average 1.2 (0.9–2.0) over 63 samples, 1 s apart' (median (min–max) of the 1-minute figure)."""
+        values = self.values(phase)
+        if not values:
+            return "load average not sampled"
+        return (f"load average {fmt_stats(values, '.1f')} over {len(values)} samples {self.interval:g} s apart "
+                "(1-minute figure, median (min–max))")
+
+    def _read(self) -> None:
+        try:
+            self.samples.append((time.monotonic(), os.getloadavg()[0]))
+        except OSError:
+            pass
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._read()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -359,3 +360,31 @@ def test_gpu_autotune_row_reads_the_search_and_counts_out_of_memory_events():
     assert "chosen grad_accum 1, x3.00 the start's rate" in line and "1 of 4 combinations" in line
     assert verdicts[0].startswith("GPU autotune: out-of-memory events: 2") and "MISSED" in verdicts[0]
     assert "error" in autotune_gpu.row(events[:1], {})
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="bench.long_runs drives the viewer in tmux")
+def test_long_runs_smoke_measures_every_row_with_the_real_viewer():
+    from bench import long_runs
+    from bench.long_runs import section
+
+    plan = long_runs.plan()  # smoke: a 5,000-step run, an old one, 100 names, a 6,000-step soak, in tmux
+    results, load = long_runs.measure(plan)
+    sized = results["sizes"][5000]
+    opened = sized["finished"]["opens"][0]
+    assert opened["first_s"] > 0 and 0 < opened["steady_mib"] <= opened["peak_mib"] and opened["capped_at"] is None
+    assert len(sized["finished"]["keys"]) == plan.keys and sized["reads"]
+    assert 57 <= sized["record_b"] / 5000 < 100  # the default metrics' 57 B a step, plus headers and the pyramid
+    assert sized["live"]["lags"] and sized["live"]["rate"] > 0
+    assert results["old"]["direct"]["calls"] >= 2 and results["old"]["viewer"]["full_s"] is not None
+    assert results["names"][100]["open"]["opens"][0]["first_s"] is not None
+    assert results["soak"]["lags"] and section.soak_growth(results["soak"]) is not None
+    assert load.values("soak") and load.values("size 5000")
+    built = section.build(results, plan, load, "python -m bench --only long_runs")
+    text = "\n".join(built.verdicts)
+    for goal in ("first full frame, 5,000 steps (wall, fresh process)", "viewer peak RSS, finished run of 5,000",
+                 "viewer peak RSS, live run of 5,000", "step record bytes a step", "run directory of 100M steps",
+                 "zoom and pan frame, 5,000 steps", "conversion shows a progress bar", "one-time conversion",
+                 "first full frame, 100 metric names", "live soak, writer steps/s", "viewer RSS growth",
+                 "lag behind the writer (max)"):
+        assert goal in text, (goal, text)

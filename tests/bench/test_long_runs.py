@@ -1,0 +1,121 @@
+"""bench.long_runs' parts that need no viewer: the runs it writes, the lag and frame arithmetic, the load sampler,
+and the page section built from given results. (The whole section at its smoke size, with the real viewer, runs
+in tests/bench/test_bench_smoke.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bench.common import LoadSampler
+from bench.long_runs import Plan, generate, section
+from bench.long_runs.probes import lag_series
+from bench.long_runs.viewer import full_frame, key_frame_s, shown_step
+from engine.run.history import read_history
+from engine.run.steps import open_record, read_steps
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_record_run_holds_every_step_with_the_engines_metrics_and_an_engines_log(tmp_path):
+    steps = 3000
+    run = generate.write_record_run(tmp_path / "r", steps)
+    record = open_record(run)
+    assert (record.rows, record.first_step, record.last_step) == (steps, 1, steps)
+    assert set(record.names()) == {"t", "epoch", "loss", "lr", "grad_norm", "samples_per_s", "steps_per_s",
+                                   "batch_size", "skipped", "tokens_per_s", "mfu", "components.mse"}
+    table = read_steps(run)
+    step, cols = generate.columns(0, steps, steps)
+    assert (table["step"] == step).all()
+    assert np.allclose(table["loss"], cols["loss"], rtol=1e-6) and (table["components.mse"] == table["loss"]).all()
+    history = read_history(run / "events.jsonl")
+    kinds = Counter(event.type for event in history)
+    # a step line a second of the run's clock (and the last), memory every 100 steps, system every 2 s
+    assert kinds["step"] == steps // int(generate.RATE * generate.STEP_LINE_S) + 1
+    assert kinds["memory"] == steps // 100 and kinds["system"] == steps // 2000
+    assert kinds["run_started"] == kinds["run_finished"] == 1
+    lines = [event for event in history if event.type == "step"]
+    assert lines[-1].step == steps and lines[-1].loss == pytest.approx(float(cols["loss"][-1]))
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    assert generate.disk_bytes(run / "steps") / steps < 100
+
+
+def test_the_lag_is_the_time_since_the_shown_step_reached_the_record():
+    # the record grows 1,000 steps a second; the screen shows the step written 0.5 s before, then catches up
+    samples = [(t / 4, 250 * t, None if t == 0 else 250 * t - 500) for t in range(1, 40)]
+    samples += [(10.0, 10_000, 10_000)]
+    lags = lag_series(samples)
+    assert lags[-1] == 0.0
+    assert lags[:-1] == pytest.approx([0.5] * (len(lags) - 1))  # (the first sample shows a step before it: left out)
+    assert len(lags) == len(samples) - 2
+
+
+def test_a_keys_frame_time_ends_with_the_burst_of_updates_that_answered_it():
+    sent = 100.0
+    log = [(99.9, 0.01), (100.03, 0.02), (100.06, 0.02), (100.5, 0.01), (101.2, 0.01)]
+    assert key_frame_s(log, sent, 101.0) == pytest.approx(0.06)  # 100.03, then one that began 0.01 s after it
+    assert key_frame_s(log, 101.1, float("inf")) == pytest.approx(0.1)
+    assert key_frame_s(log, 102.0, float("inf")) is None
+
+
+def test_the_screen_parsers_read_the_progress_panel_and_the_charts():
+    screen = "│ step 1000000/1000000  100.0% │\n" + "⣿⡇⢸" * 10
+    assert shown_step(screen) == 1_000_000 and full_frame(screen, 1_000_000)
+    assert not full_frame(screen, 999_999) and not full_frame("│ step 5/5 │", 5)  # no chart drawn yet
+    assert shown_step("waiting for data") is None
+
+
+def test_the_load_sampler_samples_through_a_phase_and_splits_by_mark():
+    with LoadSampler(interval=0.02) as load:
+        load.mark("a")
+        time.sleep(0.15)
+        load.mark("b")
+        time.sleep(0.15)
+    assert len(load.values("a")) >= 3 and len(load.values("b")) >= 3
+    assert len(load.values()) >= len(load.values("a")) + len(load.values("b"))
+    assert load.summary().startswith("load average ") and "samples 0.02 s apart" in load.summary()
+
+
+def _open(first, peak, capped=None, keys=()):
+    return {"first_s": first, "cpu_s": first and first / 2, "steady_mib": peak and peak - 5, "peak_mib": peak,
+            "capped_at": capped, "keys": list(keys)}
+
+
+def test_the_section_gives_every_goal_line_and_says_why_a_frame_is_missing():
+    load = LoadSampler(interval=0.01).start()
+    for phase in ("size 100000000", "old", "names 1000", "names 10000", "soak", "fast"):
+        load.mark(phase)
+        time.sleep(0.03)
+    load.stop()
+    live = {"first_s": 1.0, "rss": [120.0] * 20, "samples": [(1.0 + i, 100.0 + i / 9) for i in range(200)],
+            "peak_mib": 150.0, "capped_at": None, "rate": 1050.0, "lags": [0.2, 0.4, 1.3], "lag_samples": 3}
+    sized = {"write_s": 90.0, "record_b": 6.2e9, "events_b": 3.4e8, "dir_b": 6.6e9, "cached_b": 1e9,
+             "finished": {"opens": [_open(1.2, 140.0, keys=[("+", 0.04), ("Left", None)])],
+                          "keys": [("+", 0.04), ("Left", None)], "zoom": True}, "reads": [0.01, 0.02], "live": live}
+    results = {"reads_record": True, "zoom": True, "sizes": {100_000_000: sized},
+               "old": {"log_b": 2.6e9, "direct": {"wall_s": 30.0, "cpu_s": 20.0, "calls": 160, "peak_mib": 180.0},
+                       "viewer": {"first_s": 0.9, "full_s": 25.0, "converted_s": 31.0, "bar_screens": 200,
+                                  "converts": True, "steady_mib": 150.0, "peak_mib": 200.0, "capped_at": None}},
+               "names": {1000: {"log_b": 6.5e5, "dir_b": 1.2e7, "open": {"opens": [_open(0.8, 110.0)]}},
+                         10_000: {"log_b": 6.4e6, "dir_b": 1.2e8,
+                                  "open": {"opens": [_open(None, 5200.0, capped=41.0)]}}},
+               "soak": live, "fast": {"ratios": [0.96, 0.97], "bare": [1000.0, 990.0], "steps": 2000, "rounds": 2}}
+    built = section.build(results, Plan(), load, "python -m bench --only long_runs")
+    text = "\n".join(built.verdicts)
+    assert "first full frame, 100,000,000 steps (wall, fresh process): 1.2 s — goal ≤ 1.5 s met" in text
+    assert "viewer peak RSS, live run of 100,000,000 steps: 150 MiB — goal ≤ 300 MiB met" in text
+    assert "step record bytes a step (100,000,000 steps, default metrics): 62 B — goal ≤ 64 B met" in text
+    assert "run directory of 100M steps, checkpoints aside: 6.6 GB — goal ≤ 8 GB met" in text
+    assert "zoom and pan frame, 100,000,000 steps, median of 1 keys: 40 ms — goal ≤ 100 ms met" in text
+    assert ("first full frame, 10,000 metric names (wall): no frame: viewer killed past the RSS cap after 41 s — "
+            "goal ≤ 2 s MISSED") in text
+    assert "live soak, the dashboard's lag behind the writer (max): 1.3 s — goal ≤ 1 s MISSED" in text
+    assert "live soak of 1,000,000 steps, viewer RSS growth: 17.8 MiB — goal ≤ 16 MiB MISSED" in text
+    assert "fast steps, engine ÷ bare loop steps/s (with the step record): 0.965 — goal ≥ 0.95 met" in text
+    assert "the old run's conversion shows a progress bar in the viewer (screens): 200 — goal ≥ 1 met" in text
+    assert "1.0 GB of 6.5 GB (**not all**)" in built.body  # the run did not fit in the page cache
+    assert "(1 keys: no frame)" in built.body and "the record complete 31.0 s" in built.body
