@@ -215,9 +215,10 @@ def convert_direct(run: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def open_old(run: Path, last_step: int, cap_mib: float, timeout_s: float) -> dict:
+def open_old(run: Path, last_step: int, hold_s: float, cap_mib: float, timeout_s: float) -> dict:
     """The viewer on a run from before the record: first frame, RSS, the conversion's bar and end (module
-    docstring). A viewer that reads the log itself converts nothing: then only the open is timed."""
+    docstring), the steady RSS over ``hold_s`` after the run's last step is on screen. A viewer that reads the
+    log itself converts nothing: then only the open is timed."""
     shutil.rmtree(record_dir(run), ignore_errors=True)
     converts = reads_record()
     viewer = Viewer(run)
@@ -237,13 +238,16 @@ def open_old(run: Path, last_step: int, cap_mib: float, timeout_s: float) -> dic
                 break
             time.sleep(0.1)
         full, _ = viewer.wait_for(lambda text: full_frame(text, last_step), timeout_s)
+        if full is not None:
+            time.sleep(hold_s)
         peak = viewer.peak_mib()
     finally:
         sampler.stop()
         viewer.close()
+    steady = sampler.since(full + hold_s / 2) if full is not None else []
     return {"first_s": first, "full_s": full, "converted_s": done, "bar_screens": bars, "converts": converts,
-            "steady_mib": statistics.median(sampler.since(full)) if full and sampler.since(full) else None,
-            "peak_mib": max(peak or 0.0, sampler.peak), "capped_at": sampler.capped_at}
+            "steady_mib": statistics.median(steady) if steady else None, "peak_mib": max(peak or 0.0, sampler.peak),
+            "capped_at": sampler.capped_at}
 
 
 def envelope_reads(run: Path, windows: int, seed: int) -> list[float]:

@@ -80,7 +80,7 @@ def old_phase(plan, run: Path, steps: int) -> dict:
     """A run from before the record: write it, convert it in a fresh process, open it in the viewer."""
     generate.write_old_run(run, steps)
     out = {"log_b": (run / "events.jsonl").stat().st_size, "direct": probes.convert_direct(run)}
-    out["viewer"] = probes.open_old(run, steps, plan.rss_cap_mib, plan.timeout_s)
+    out["viewer"] = probes.open_old(run, steps, plan.hold_s, plan.rss_cap_mib, plan.timeout_s)
     _drop(plan, run)
     return out
 
