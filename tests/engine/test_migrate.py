@@ -151,16 +151,20 @@ def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_
     run = tmp_path / "toy_v2"
     shutil.copytree(V2, run)
     before = len(read_events(run))
-    result = run_cli("train", "--resume", str(run), "--max-steps", "6", "--headless")
+    result = run_cli("train", "--resume", str(run), "--max-steps", "6", "--headless",
+                     "--set", "train.abort_patience=0")  # an old key beside --resume: read under its new name
     assert result.returncode == 0, result.stdout + result.stderr
     new = read_events(run)[before:]
     started = next(e for e in new if e["type"] == "run_started")
     assert started["start_step"] == 4 and started["config"]["version"] == 3
-    assert {path: _at(started["config"], path) for path in V2_SETTINGS} == V2_SETTINGS  # the checkpoint's v2 config
+    kept = {**V2_SETTINGS, "policies.abort_patience": 0}
+    assert {path: _at(started["config"], path) for path in kept} == kept  # the checkpoint's v2 config, the flag
     assert [(e["step"], e["lr"]) for e in new if e["type"] == "step"] == [(5, 0.002), (6, 0.002)]  # constant LR
     old_start = next(e for e in read_history(run / "events.jsonl") if isinstance(e, ev.RunStarted))
     assert old_start.config["optimizer"]["lr"] == 0.002 and "lr" not in old_start.config["train"]  # viewers: one layout
-    assert "config layout 3" not in result.stdout  # a run's own files are migrated quietly
+    notes = [line for line in result.stdout.splitlines() if "config layout 3" in line]
+    assert len(notes) == 1 and "--set: read under config layout 3's names (train.abort_patience → " \
+        "policies.abort_patience)" in notes[0], result.stdout  # the flag's note; the run's own files: quietly
 
 
 def test_an_old_key_in_a_file_or_flag_trains_under_its_new_name_with_a_note(tmp_path: Path) -> None:
