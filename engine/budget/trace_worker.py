@@ -190,6 +190,33 @@ def batch_bytes(template: dict, config) -> int:
     return sum(micro * math.prod(spec[0]) * spec[1].itemsize for spec in template.values() if stepmod.is_spec(spec))
 
 
+@contextmanager
+def deepcopy_as_clone():
+    """While a model is built on fake tensors, a deep copy of one (peft's ``modules_to_save`` copies the norms that
+    ``lm.lora.train_norms`` trains) is a clone in the same fake mode. Torch's default deep-copies the storage and
+    wraps it again: a tensor of another fake mode, which the first op mixing the two refuses ("Mixing fake modes
+    NYI") and which crashes the interpreter when it is freed."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def clone(self, memo):
+        if id(self) not in memo:
+            copied = self.detach().clone()
+            memo[id(self)] = torch.nn.Parameter(copied, self.requires_grad) \
+                if isinstance(self, torch.nn.Parameter) else copied.requires_grad_(self.requires_grad)
+        return memo[id(self)]
+
+    saved = FakeTensor.__dict__.get("__deepcopy__")
+    FakeTensor.__deepcopy__ = clone
+    try:
+        yield
+    finally:
+        if saved is None:
+            del FakeTensor.__deepcopy__
+        else:
+            FakeTensor.__deepcopy__ = saved
+
+
 #: Modules whose exceptions say the trace cannot follow the step on fake tensors (no values, no fake kernel): a limit
 #: of the trace, not a fault of the task's code.
 TRACE_LIMITS = ("torch._subclasses", "torch.fx.experimental")
@@ -253,7 +280,7 @@ def trace_fsdp(config, device_type: str, world: int) -> dict:
         mesh = init_device_mesh(device.type, (world,))
         with FakeTensorMode():
             torch.manual_seed(config.train.seed)
-            with device, skipped_init(), task_code(task, "build_model"):
+            with device, skipped_init(), deepcopy_as_clone(), task_code(task, "build_model"):
                 model = task.build_model()
             trainable = _trainable_bytes(model)  # before sharding: the whole model's
             # exactly as the fsdp2 strategy wraps it (engine.distributed.fsdp.Fsdp2.wrap): the task's shard
@@ -309,7 +336,7 @@ def trace(config, device_type: str = "cpu") -> dict:
     with FakeTensorMode():
         torch.manual_seed(config.train.seed)
         # on the traced device: ``.to`` of a fake model cannot swap tensors
-        with device, skipped_init(), task_code(task, "build_model"):
+        with device, skipped_init(), deepcopy_as_clone(), task_code(task, "build_model"):
             model = task.build_model()
         optimizer = stepmod.make_optimizer(model, config)
         tracker = tracker_class()()

@@ -42,6 +42,19 @@ def test_lora_dropout_is_counted_by_the_bound_and_the_trace() -> None:
     assert analytic.estimate(other, device="cpu").total == bound
 
 
+def test_lora_with_trained_norms_and_dropout_traces_like_the_real_step() -> None:
+    # lm.lora.train_norms: peft deep-copies each norm it trains while the model is built, which on fake tensors
+    # made tensors of another fake mode: the trace failed ("Mixing fake modes NYI"), and freeing them crashed.
+    torch.set_num_threads(1)
+    config = cfg.load(task="lm", preset="tiny", overrides={
+        "lm": {"lora": {"train_norms": True, "dropout": 0.1}}, "train": {"batch_size": 4},
+        "runtime": {"device": "cpu"}})
+    real = truth.peak(config, "dispatcher", steps=3)
+    traced = trace_in_process(config, "cpu")["peak"]
+    assert abs(_report("tiny LoRA, trained norms, dropout 0.1, traced", traced, real)) <= 2
+    assert 0 <= _report("the same, analytic", analytic.estimate(config, device="cpu").total, real) <= 10
+
+
 def test_chunk_snapshots_inside_a_checkpointed_block_are_counted_until_its_backward() -> None:
     # Every query chunk of ``chunked`` is a checkpoint call with a generator snapshot; inside a checkpointed block
     # the graph still holds each call's frame until the block's backward (and its recompute makes a second set).
