@@ -65,13 +65,13 @@ async def test_every_value_of_the_table_is_readable_while_searching_and_once_cho
         await wait_for(pilot, lambda: not unreadable(app), f"every value readable: {unreadable(app)}", timeout=3)
         assert "x cancel the search" in " ".join(dialog_rows(app))
         log = [line.split("│ ", 1)[-1] for line in app.dashboard.query_one("#log").plain]
-        assert "autotune: attn_chunk 512 21,215 tokens/s ±2% (best so far: faster beyond the noise)" in log, log
+        assert "autotune: kernel_block 512 21,215 tokens/s ±2% (best so far: faster beyond the noise)" in log, log
         finish_search(session)
         await wait_for(pilot, lambda: app.model.autotune.chose is not None and "chosen" in " ".join(dialog_rows(app)),
                        "the choice in the table")
         await wait_for(pilot, lambda: not unreadable(app), f"every value readable: {unreadable(app)}", timeout=3)
         shown = " ".join(dialog_rows(app))
-        assert "chosen: attn_chunk 512 · threads 1 · data_workers 2, 27,729 tokens/s (x1.49 the start)" in \
+        assert "chosen: kernel_block 512 · threads 1 · data_workers 2, 27,729 tokens/s (x1.49 the start)" in \
             " ".join(shown.split())
     assert not [r for r in session.sent if r.action == "autotune"], "a search running: f only shows it"
 

@@ -62,7 +62,7 @@ def draw(runs: list[Path], metric: str | None = None, width: int = 100, height: 
     """The chart of ``metric`` over ``runs``; raises PlotError when none of them logged it.
 
     A run that lacks the metric is left out of the chart, never silently: ``left_out`` names it with the
-    metrics it does have (an LM run beside a toy run: the toy's PSNR is not the LM's)."""
+    metrics it does have (an LM run beside a toy run: the toy's metrics are not the LM's)."""
     import plotext as plt
 
     from engine.run.history import read_history

@@ -347,21 +347,21 @@ def demo_run(steps: int = 300, *, total_steps: int = 1000, eval_every: int = 50,
 
 #: The settings a demo search starts from: an LM-like task's runtime settings (long names, five of them), the
 #: case where a table that spelled every candidate out whole had no room left for its numbers.
-DEMO_AUTOTUNE_START = {"activation_checkpointing": False, "attn_backend": "sdpa", "attn_chunk": 256, "threads": 0,
+DEMO_AUTOTUNE_START = {"activation_checkpointing": False, "kernel_backend": "fused", "kernel_block": 256, "threads": 0,
                        "data_workers": -1}
 
 
 def demo_autotune(step: int, t: float, *, measured: int = 6, finished: bool = False) -> list[ev.Event]:
     """A deterministic autotune search from ``step`` at time ``t``: its start, ``measured`` candidates (the start
     first, rates in tokens/s in the tens of thousands) and, when ``finished``, its choice."""
-    space = {"attn_chunk": [128, 256, 512], "threads": [0, 1], "data_workers": [-1, 0, 2]}
+    space = {"kernel_block": [128, 256, 512], "threads": [0, 1], "data_workers": [-1, 0, 2]}
     out: list[ev.Event] = [ev.AutotuneStarted(step=step, reason="user", start=dict(DEMO_AUTOTUNE_START), space=space,
                                               candidates=18, refused=2, budget=8 << 30, unit="tokens/s", t=t)]
     combos = [(256, 0, -1), (128, 0, -1), (512, 0, -1), (256, 1, -1), (256, 0, 0), (256, 0, 2), (512, 1, 2)]
     best_rate = 0.0
     chosen = None
     for i, (chunk, threads, workers) in enumerate(combos[:measured]):
-        settings = {**DEMO_AUTOTUNE_START, "attn_chunk": chunk, "threads": threads, "data_workers": workers}
+        settings = {**DEMO_AUTOTUNE_START, "kernel_block": chunk, "threads": threads, "data_workers": workers}
         rate = 18_610.0 * (1 + 0.07 * i * (-1) ** i + 0.02 * threads + (0.05 if workers == 2 else 0.0))
         best = rate > best_rate * 1.02
         why = ("the first measured" if i == 0 else "faster beyond the noise") if best else ""

@@ -62,7 +62,7 @@ class AutotuneState:
         return ""
 
     def varied(self, settings: dict) -> str:
-        """The settings that differ from the search's start ("attn_chunk 512 · threads 1"), "start" for the start
+        """The settings that differ from the search's start ("kernel_block 512 · threads 1"), "start" for the start
         itself; every setting when the start is not known. The start is said once, by ``start_text``."""
         start = self.started.start if self.started is not None else None
         if not start:

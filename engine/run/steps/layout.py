@@ -33,10 +33,11 @@ import numpy as np
 #: The record's directory inside a run directory.
 DIRNAME = "steps"
 #: First bytes of every array file (the digit is the layout's version).
-MAGIC = b"sensorlm-steps3\n"
+MAGIC = b"sensorlm-tui-steps3\n"
 #: Bytes before the values of every array file: MAGIC, the little-endian uint64 count, zeros.
 HEADER = 64
-_COUNT_AT = len(MAGIC)
+#: Byte offset of the committed count in every array file's header.
+COUNT_AT = len(MAGIC)
 #: The first line of catalog.jsonl.
 FORMAT = {"format": "sensorlm-tui step record", "version": 1}
 #: log2 of the smallest summary block: 128 values. Raw values are read only at the ragged edges of a pixel
@@ -79,20 +80,20 @@ def series_files(directory: Path, series_id: int) -> tuple[Path, Path, Path]:
 
 def header(count: int) -> bytes:
     """The 64 header bytes of an array file holding ``count`` committed values."""
-    return MAGIC + int(count).to_bytes(8, "little") + bytes(HEADER - _COUNT_AT - 8)
+    return MAGIC + int(count).to_bytes(8, "little") + bytes(HEADER - COUNT_AT - 8)
 
 
 def write_count(fd: int, count: int) -> None:
     """Commit ``count`` values of an open array file (one aligned 8-byte write: whole or not at all)."""
-    os.pwrite(fd, int(count).to_bytes(8, "little"), _COUNT_AT)
+    os.pwrite(fd, int(count).to_bytes(8, "little"), COUNT_AT)
 
 
 def read_count(fd: int) -> int:
     """The committed count in an array file's header; 0 for a file too short or not of this format."""
-    head = os.pread(fd, _COUNT_AT + 8, 0)
-    if len(head) < _COUNT_AT + 8 or head[:_COUNT_AT] != MAGIC:
+    head = os.pread(fd, COUNT_AT + 8, 0)
+    if len(head) < COUNT_AT + 8 or head[:COUNT_AT] != MAGIC:
         return 0
-    return int.from_bytes(head[_COUNT_AT:], "little")
+    return int.from_bytes(head[COUNT_AT:], "little")
 
 
 def stored(fd: int, itemsize: int) -> int:

@@ -11,7 +11,7 @@ import pytest
 from engine.run import events as ev
 from engine.run.steps import StepWriter, open_record
 from engine.run.steps.envelope import column_edges
-from engine.run.steps.layout import HEADER, read_count
+from engine.run.steps.layout import COUNT_AT, HEADER, read_count
 
 
 def _write(directory, steps, **extra):
@@ -30,7 +30,7 @@ def test_a_torn_tail_past_every_count_is_ignored_and_appends_continue_after_the_
     with open(tmp_path / "0.v", "ab") as out:
         out.write(np.full(10, 99, "<f4").tobytes())
     fd = os.open(tmp_path / "0.v", os.O_RDWR)
-    os.pwrite(fd, (110).to_bytes(8, "little"), 16)
+    os.pwrite(fd, (110).to_bytes(8, "little"), COUNT_AT)
     os.close(fd)
     with open(tmp_path / "catalog.jsonl", "ab") as out:
         out.write(b'{"id":7,"name":"tor')
