@@ -55,3 +55,17 @@ ENGINE_RUNTIME: tuple[Setting, ...] = (
 def engine_setting(name: str) -> Setting | None:
     """The engine's own live setting called ``name``, if it is one."""
     return next((s for s in ENGINE_LIVE + ENGINE_RUNTIME if s.name == name), None)
+
+
+#: The engine settings this machine bounds beyond their config limits: torch threads and data worker processes,
+#: one per core the process may use at most. More only oversubscribe the cores (engine.training.threads: a
+#: parallel region waits for its slowest thread), and each worker process holds torch (~250 MiB) for nothing;
+#: `set data_workers=64` and `set threads=1024` on 2 cores were applied without a word.
+PER_CORE = ("threads", "data_workers")
+
+
+def machine_bound(name: str, cores: int) -> int | None:
+    """The most setting ``name`` may be set to live where the process may use ``cores`` cores (the engine reads
+    them: engine.training.threads.usable_cores); None when the machine does not bound it. The one place this
+    bound is decided."""
+    return cores if name in PER_CORE else None

@@ -162,9 +162,9 @@ class PlannedPrefetcher:
         (batches built inline meanwhile): a step then is not yet one of the plan's."""
         return not self._measuring() and (self._plan.data != "workers" or self._inner.ready)
 
-    def close(self) -> None:
-        """Stop the thread or the workers."""
-        self._inner.close()
+    def close(self, wait: bool = True) -> None:
+        """Stop the thread or the workers (``wait`` False: without waiting for a build in progress, a stop's)."""
+        self._inner.close(wait)
 
     # -- planning
     def _auto(self) -> bool:

@@ -312,8 +312,9 @@ class WorkerBatches:
             self._iter = iter(self.loader)  # persistent workers: drains what was in flight (void: skipped), re-primes
             self._recut = False
 
-    def close(self) -> None:
-        """Stop the workers now (one still starting is terminated rather than waited for).
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers now (one still starting, or any when not ``wait``, a stop's: terminated rather than
+        waited for; a worker building a batch reads DataLoader's shutdown message only once it is built).
 
         The workers' pids leave torch's SIGCHLD watch first, whatever their state: DataLoader removes them only
         after joining, so a worker that dies on its way out raised "DataLoader worker (pid …) is killed by
@@ -329,7 +330,7 @@ class WorkerBatches:
 
             signal_handling._remove_worker_pids(id(it))
             it._worker_pids_set = False
-        if not self.ready:
+        if not self.ready or not wait:
             # A worker importing torch reads no shutdown message for seconds: DataLoader would wait 5 s for each.
             for process in getattr(it, "_workers", ()):
                 process.terminate()

@@ -16,8 +16,9 @@ from typing import Any
 
 from engine.budget.settings import ENGINE, NO_MEMORY, declared, value_of, with_settings
 from engine.core.config import RunConfig
-from engine.core.live_bounds import engine_setting
+from engine.core.live_bounds import PER_CORE, engine_setting, machine_bound
 from engine.run.control.requests import ENGINE_SETTINGS
+from engine.training.threads import usable_cores
 
 
 class LiveSettings:
@@ -26,6 +27,9 @@ class LiveSettings:
     def __init__(self, config: RunConfig, task, model, optim) -> None:
         self.config, self.task, self.model, self.optim = config, task, model, optim
         self.batch_size, self.grad_accum = config.train.batch_size, config.train.grad_accum
+        #: What the run started with of the settings the cores bound: a return to it is never refused (autotune's
+        #: restore, a cancel), whatever the machine.
+        self._started = {name: value_of(config, name) for name in PER_CORE}
 
     @property
     def micro_batch(self) -> int:
@@ -52,7 +56,8 @@ class LiveSettings:
 
         Every setting has declared bounds (the engine's own in engine.core.live_bounds,
         the task's in its spec), checked here for every submitter: the control
-        socket, an in-process viewer, a test's Controls.
+        socket, an in-process viewer, a test's Controls, autotune. Threads and data
+        workers are bounded by this machine's usable cores too (``machine_bound``).
         """
         setting = engine_setting(name) or next((s for s in declared(self.config) if s.name == name), None)
         if setting is None:
@@ -61,6 +66,12 @@ class LiveSettings:
         why = setting.check(value)
         if why is None and name == "grad_accum" and value > self.batch_size:
             why = f"grad_accum {value} is out of range; allowed: 1..{self.batch_size} (at most the batch size)"
+        if why is None and name in PER_CORE and value != self._started[name]:
+            cores = usable_cores()
+            bound = machine_bound(name, cores.usable)
+            if value > bound:
+                why = (f"{name} {value} is out of range on this machine; allowed: {setting.minimum}..{bound} "
+                       f"(one per usable core: {cores.describe()})")
         return why
 
     def change(self, name: str, value: Any) -> tuple[Any, str]:

@@ -40,7 +40,7 @@ from engine.optim.optimization import Optimization, accumulate, as_float
 from engine.optim.readback import HostReadback, StepReadback, StepResult, deferred_readback
 from engine.optim.schedule import warmup_steps
 from engine.run import events as ev
-from engine.run.control.requests import Controls
+from engine.run.control.requests import BuildInterrupted, Controls
 from engine.run.rundir import RunDir
 from engine.run.sinks import EventBus
 from engine.training import batch_source, faults
@@ -196,6 +196,11 @@ class Trainer:
                 dev.release_cache(self.device)
                 old, reason = self.settings.grad_accum, self.settings.smaller_micro_batches(accum)
                 self.bus.emit(ev.SettingChanged(name="grad_accum", old=old, new=accum, step=self.step, reason=reason))
+            except BuildInterrupted:  # a stop while the step's first batch was built (``_first_batch``)
+                self.order.load_state_dict(before)
+                self.prefetch.close(wait=False)  # a build on its thread or in a worker is left, not waited for
+                self.control.boundary()  # raises that stop: the checkpoint holds the step before this one
+                raise
             except Exception:
                 self.order.load_state_dict(before)  # the failed step's samples are read again on resume
                 raise
@@ -215,7 +220,7 @@ class Trainer:
         total: torch.Tensor | None = None
         parts: dict[str, torch.Tensor] = {}
         for i, key in enumerate(keys):
-            host = self.parallel.fetch(self.prefetch, key)
+            host = self._first_batch(key) if i == 0 else self.parallel.fetch(self.prefetch, key)
             if self.prefetch.depth:  # what comes next, built while this micro-batch trains
                 self.prefetch.ahead(lambda i=i: self._upcoming(keys, i + 1))
             batch = host if self._on_host else {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
@@ -241,6 +246,17 @@ class Trainer:
         done = self.readback.put(values, result)  # this step's (sync), the one before it (deferred)
         if done is not None:
             self._conclude(done)
+
+    def _first_batch(self, key: tuple):
+        """The step's first batch; a stop that comes while it is built gives the step up (engine.app.signals raises
+        BuildInterrupted here): nothing of the step has run, so the checkpoint of the step before is exact. A
+        later micro-batch's build is not given up: the forward passes before it moved the RNG and the model's
+        buffers. Nor in a job of several processes, whose ranks must stop at the same step."""
+        self._controls.building = self.parallel.world == 1
+        try:
+            return self.parallel.fetch(self.prefetch, key)
+        finally:
+            self._controls.building = False
 
     def _observe(self, started: float) -> float:
         """The step's wall seconds; the strategy's per-rank telemetry sees them (rank 0 gets an event)."""

@@ -18,11 +18,18 @@ build with a step long enough (≥ ``threads.THREAD_STEP_S``) for torch's kernel
 to leave it the GIL: measured by ``bench engine_overhead`` (engine with the
 builder thread ÷ ``runtime.prefetch = false``, the row "prefetch on / off").
 Costs: one thread and one batch in memory.
+
+The thread is a daemon of its own, not a ThreadPoolExecutor's: an executor's
+thread is joined at exit, and a stop that gave up a step while its batch was
+built (a forced huge batch: engine.training.loop) then waited as long as that
+build took. ``close(wait=False)`` leaves a build in progress to finish unseen.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import queue
+import threading
+from concurrent.futures import Future
 from itertools import chain
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
@@ -48,6 +55,37 @@ def upcoming_keys(rest: Sequence[tuple], order, per_step: int, micro_batches: in
     return chain(rest, later)
 
 
+class _Builder:
+    """One daemon thread building the keys submitted, in order, each into its Future (a cancelled one is skipped)."""
+
+    def __init__(self, build: Callable[[Hashable], Any]) -> None:
+        self._build = build
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: Hashable) -> Future:
+        """Queue ``key``'s build; its Future."""
+        future: Future = Future()
+        self._queue.put((key, future))
+        return future
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            key, future = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(self._build(key))
+                except BaseException as exc:  # noqa: BLE001 - re-raised by take() in the training thread
+                    future.set_exception(exc)
+
+    def shutdown(self, wait: bool) -> None:
+        """Stop after the builds queued (cancel them first); ``wait`` for the one in progress."""
+        self._queue.put(None)
+        if wait:
+            self._thread.join()
+
+
 class Prefetcher:
     """Builds the next batch on a thread; ``take`` returns a guessed one, else builds it inline."""
 
@@ -55,7 +93,7 @@ class Prefetcher:
         """``build(key)`` builds a batch (on the thread, and inline for a miss); ``enabled`` False: inline only."""
         self.build = build
         self.depth = 1 if enabled else 0
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") if enabled else None
+        self._pool = _Builder(build) if enabled else None
         self._pending: dict[Hashable, Future] = {}
         #: Batches served from the prefetch / built inline (a guess that missed, or prefetch off).
         self.hits = 0
@@ -70,7 +108,7 @@ class Prefetcher:
             self._pending.pop(key).cancel()  # queued: never runs; running: finishes, result discarded
         for key in wanted:
             if key not in self._pending:
-                self._pending[key] = self._pool.submit(self.build, key)
+                self._pending[key] = self._pool.submit(key)
 
     def take(self, key: Hashable) -> Any:
         """``key``'s batch: the prefetched one if it was guessed (its exception re-raised), else built now."""
@@ -81,11 +119,12 @@ class Prefetcher:
         self.misses += 1
         return self.build(key)
 
-    def close(self) -> None:
-        """Forget the pending guesses and stop the thread (after its build in progress)."""
+    def close(self, wait: bool = True) -> None:
+        """Forget the pending guesses and stop the thread after its build in progress (``wait`` False: without
+        waiting for it, a stop's)."""
         for future in self._pending.values():
             future.cancel()
         self._pending.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait)
             self._pool = None

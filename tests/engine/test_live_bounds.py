@@ -95,3 +95,36 @@ def test_every_engine_and_built_in_task_setting_declares_finite_bounds() -> None
     assert (by_name["lr"].range_text(), by_name["batch_size"].range_text()) == (">0..10", "1..1000000")
     assert Setting("window", "x.window", "int", minimum=1).declaration_error() == \
         "setting 'window': kind 'int' needs a finite minimum and maximum, got (1, None)"
+
+
+class _Source:
+    """The batch source's side of a threads / data workers change: what reached it."""
+
+    def __init__(self) -> None:
+        self.overrides: list[dict] = []
+
+    def override(self, **change) -> None:
+        self.overrides.append(change)
+
+
+def test_live_threads_and_data_workers_past_the_cores_are_refused_naming_the_bound() -> None:
+    """`set data_workers=64` and `set threads=1024` on 2 cores were applied without a word."""
+    from engine.training.threads import usable_cores
+
+    cores = usable_cores()
+    events: list = []
+    settings = LiveSettings(validate({"task": {"name": "toy"}}, "test"), task=None, model=None, optim=_Optim())
+    source = _Source()
+    handler = ControlHandler(controls=None, emit=events.append, run=_Run(), settings=settings, budget=_Budget(),
+                             prefetch=source, device=None)
+    over = {"threads": max(1024 if cores.usable < 1024 else 0, cores.usable + 1),
+            "data_workers": max(64 if cores.usable < 64 else 0, cores.usable + 1)}
+    handler.apply([Request("set", name=name, value=value, id=name) for name, value in over.items()])
+    assert [e.type for e in events] == ["refused", "refused"] and source.overrides == []
+    low = {"threads": 0, "data_workers": -1}
+    assert [e.why for e in events] == [
+        f"{name} {value} is out of range on this machine; allowed: {low[name]}..{cores.usable} (one per usable "
+        f"core: {cores.describe()})" for name, value in over.items()]
+    handler.apply([Request("set", name="threads", value=cores.usable), Request("set", name="data_workers", value=1)])
+    assert [e.type for e in events[2:]] == ["setting", "setting"]
+    assert source.overrides == [{"threads": cores.usable}, {"data_workers": 1}]

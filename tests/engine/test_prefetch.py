@@ -4,6 +4,7 @@ DataLoader worker processes never outlive a killed trainer."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -42,6 +43,28 @@ def test_an_error_while_prefetching_reaches_the_caller() -> None:
     with pytest.raises(ValueError, match="bad sample 7"):
         p.take(7)
     p.close()
+
+
+def test_a_stop_leaves_a_build_in_progress_without_waiting_and_the_exit_does_not_join_it() -> None:
+    """A stop gives up a step whose batch the thread is building (engine.training.loop): the engine's exit joins
+    every thread not a daemon, and an executor's thread held it for as long as the build took."""
+    started, release = threading.Event(), threading.Event()
+
+    def build(key):
+        started.set()
+        release.wait(30)
+        return key
+
+    p = Prefetcher(build)
+    p.ahead([1, 2])
+    assert started.wait(10)
+    builder = next(t for t in threading.enumerate() if t.name == "prefetch")
+    t0 = time.monotonic()
+    p.close(wait=False)
+    assert time.monotonic() - t0 < 0.5 and builder.daemon and builder.is_alive()
+    release.set()
+    builder.join(10)
+    assert not builder.is_alive()
 
 
 def test_disabled_builds_everything_inline() -> None:
