@@ -63,6 +63,19 @@ def _last_step(run: Path) -> int:
 
 def test_detach_attach_kill_and_resume_lines_run_as_printed(tmp_path: Path, tmux: Tmux) -> None:
     run = tmp_path / "runs" / "pasted"
+    try:
+        _detach_attach_kill_and_resume(run, tmp_path, tmux)
+    finally:  # a detached engine outlives tmux: an assert failing before `kill -INT` must not leave it training
+        _stop_engine(run)
+
+
+def _stop_engine(run: Path) -> None:
+    pid = (RunDir(run).read_status() or {}).get("pid") if run.is_dir() else None
+    if pid and _alive(pid):
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
+def _detach_attach_kill_and_resume(run: Path, tmp_path: Path, tmux: Tmux) -> None:
     tmux.start("train", sensorlm("train", "--task", "toy", "--max-steps", "100000", "--threads", "1",
                                  "--run-dir", "runs/pasted", "--set", "checkpoint.every_steps=50"))
     tmux.wait_for("train", lambda s: "RUNNING" in s, 120, "the run training")

@@ -237,21 +237,26 @@ def test_ctrl_c_while_the_workers_start_checkpoints_and_stops_without_a_tracebac
                              "--max-steps", "100000", "--run-dir", str(run), "--set", "runtime.data_workers=2"],
                             cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: a terminal's
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("state running"):
-            break
-    deadline = time.monotonic() + 60
-    while True:  # spawned by the first step, then importing torch for seconds: the moment a Ctrl-C found them
-        workers = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-        if len(workers) == 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert len(workers) == 2, lines
-    assert all({signal.SIGINT, signal.SIGHUP} <= _blocked(w.pid) for w in workers)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group, workers included
-    rest = proc.communicate(timeout=120)[0]
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("state running"):
+                break
+        deadline = time.monotonic() + 60
+        while True:  # spawned by the first step, then importing torch for seconds: the moment a Ctrl-C found them
+            workers = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+            if len(workers) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(workers) == 2, lines
+        assert all({signal.SIGINT, signal.SIGHUP} <= _blocked(w.pid) for w in workers)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group, workers included
+        rest = proc.communicate(timeout=120)[0]
+    finally:  # an assert before the stop must not leave a 100,000-step run training
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
     said = "".join(lines) + rest
     assert proc.returncode == 130, said[-3000:]
     assert "Traceback" not in said and "KeyboardInterrupt" not in said, said[-3000:]
