@@ -55,7 +55,7 @@ def finished_rows(results: dict, load: LoadSampler, plan) -> tuple[list[str], li
         opens = entry["finished"]["opens"]
         firsts = [o["first_s"] for o in opens if o["first_s"] is not None]
         cpus = [o["cpu_s"] for o in opens if o["first_s"] is not None and o["cpu_s"] is not None]
-        total = entry["record_b"] + entry["events_b"]
+        total = entry["dir_b"]  # (block-rounded, as the cache holds pages)
         cache = "–" if entry["cached_b"] is None else f"{_bytes(entry['cached_b'])} of {_bytes(total)}" + \
             (" (**not all**)" if entry["cached_b"] < 0.9 * total else "")
         first = f"{_cell(firsts)} s" if firsts else _no_frame(opens[-1], plan.timeout_s)

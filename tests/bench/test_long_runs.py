@@ -117,5 +117,5 @@ def test_the_section_gives_every_goal_line_and_says_why_a_frame_is_missing():
     assert "live soak of 1,000,000 steps, viewer RSS growth: 17.8 MiB — goal ≤ 16 MiB MISSED" in text
     assert "fast steps, engine ÷ bare loop steps/s (with the step record): 0.965 — goal ≥ 0.95 met" in text
     assert "the old run's conversion shows a progress bar in the viewer (screens): 200 — goal ≥ 1 met" in text
-    assert "1.0 GB of 6.5 GB (**not all**)" in built.body  # the run did not fit in the page cache
+    assert "1.0 GB of 6.6 GB (**not all**)" in built.body  # the run did not fit in the page cache
     assert "(1 keys: no frame)" in built.body and "the record complete 31.0 s" in built.body
