@@ -255,7 +255,10 @@ def build(results: dict, plan, load: LoadSampler, command: str) -> Section:
     intro = (f"Runs written as this version writes them (the step record, events.jsonl with an engine's other "
              f"events and a step line a second), opened by `sensorlm-tui attach` in a 120×40 tmux pane; "
              f"{plan.repeat} fresh opens each after {'an unmeasured one' if plan.warm else 'none'}; RSS capped at "
-             f"{plan.rss_cap_mib:,.0f} MiB. {viewer_note(results)} Through the section: {load.summary()}.")
+             f"{plan.rss_cap_mib:,.0f} MiB. \"In page cache\": how much of the run's files the cache held after the "
+             "opens (util-linux fincore; a viewer reading the record reads a small part of them, and a run larger "
+             f"than the cache is partly read from disk). {viewer_note(results)} Through the section: "
+             f"{load.summary()}.")
     blocks = [intro, "**Finished runs**", *parts[0][0], "**Zoom and pan to random windows**", *parts[1][0],
               f"**Live runs** (a writer appending at {plan.rate:,.0f} steps/s through the engine's sinks for "
               f"{plan.live_s:.0f} s)", *parts[2][0], "**On disk**", *parts[3][0], *parts[4][0],
