@@ -223,19 +223,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-#: An abort policy's state as checkpoints hold it (engine.training.policies.AbortPolicy.state), and the keys an
-#: older checkpoint held instead (its settings, which now come from the run's config).
-_ABORT_KEYS = {"best", "reference", "strikes", "streak_step", "streak_s"}
-_ABORT_KEYS_BEFORE = {"drop", "patience", "higher_is_better", "best", "strikes"}
+#: An abort policy's state as checkpoints hold it (engine.training.policies.AbortPolicy.state), and the keys older
+#: checkpoints held instead: before the step a primary metric stopped being finite was kept, and before that
+#: the rule's settings, which now come from the run's config.
+_ABORT_KEYS = {"best", "reference", "strikes", "streak_step", "streak_s", "not_finite_from"}
+_ABORT_KEYS_BEFORE = ({"best", "reference", "strikes", "streak_step", "streak_s"},
+                      {"drop", "patience", "higher_is_better", "best", "strikes"})
 
 
 def _abort_state_ok(abort: dict) -> bool:
     def optional(key: str, check) -> bool:
         return abort.get(key) is None or check(abort[key])
 
-    return set(abort) in (_ABORT_KEYS, _ABORT_KEYS_BEFORE) and _is_int(abort["strikes"]) and abort["strikes"] >= 0 \
+    return set(abort) in (_ABORT_KEYS, *_ABORT_KEYS_BEFORE) and _is_int(abort["strikes"]) and abort["strikes"] >= 0 \
         and optional("best", _is_number) and optional("reference", _is_number) \
         and optional("streak_step", lambda v: _is_int(v) and v >= 0) \
+        and optional("not_finite_from", lambda v: _is_int(v) and v >= 0) \
         and optional("streak_s", lambda v: _is_number(v) and 0 <= v < float("inf")) \
         and optional("drop", _is_number) and optional("patience", _is_int) \
         and optional("higher_is_better", lambda v: isinstance(v, bool))

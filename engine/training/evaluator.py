@@ -97,6 +97,8 @@ class Evaluator:
         metric = self.primary.name
         value = means.get(metric, means.get("val_loss"))
         is_best, abort = self.abort.update(value, step, self.clock())
+        if self.abort.not_finite_from == step:  # a run of evals that are not finite begins: said once
+            self.emit(ev.Warning(text=self.abort.not_finite_line(metric, value, step), step=step))
         self.abort_reason = self.abort.reason(metric, value, step) if abort else ""
         val_loss = means.pop("val_loss", float("nan"))
         if self.first_val_loss is None:
@@ -105,6 +107,10 @@ class Evaluator:
         metrics = {"val_loss": val_loss, **means}
         return ev.EvalDone(step=step, val_loss=val_loss, metrics=metrics, primary=metric,
                            best=self.abort.best, is_best=is_best, seconds=seconds)
+
+    def end_note(self) -> str:
+        """What the run's end line adds about the primary metric ("" unless its last evals were not finite)."""
+        return self.abort.end_note(self.primary.name)
 
     def overfit_verdict(self) -> tuple[bool, str]:
         """(failed, the line that says so) for an overfit run; (False, "") otherwise."""

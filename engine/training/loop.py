@@ -421,6 +421,7 @@ class Trainer:
                 reason, exit_code = self.checkpoints.final_failed(reason), exit_code or ExitCode.POLICY
         self.control.set_state({"finished": "finished", "aborted": "aborted", "interrupted": "aborted"}
                                .get(status, "failed"), reason)
+        reason = "; ".join(part for part in (reason, self.evaluator.end_note()) if part)  # a primary never finite
         outcome = Outcome(status, int(exit_code), reason, path or self.checkpoints.last_checkpoint)
         at = self.step if path else self.checkpoints.last_checkpoint_step
         resume = command("train", "--resume", self.run_dir) + resume_tail if status != "finished" and self.run_dir \

@@ -51,7 +51,13 @@ class AbortPolicy:
       ``patience_s`` seconds (two evals 50 steps apart were 0.5 s of training
       at 100 steps/s). Seconds are counted between evals of this process, so a
       resume neither skips nor double-counts them;
-    - ``patience == 0`` disables it.
+    - ``patience == 0`` disables it;
+    - **a value that is not finite** (NaN, inf, or missing) is never the best nor
+      a strike: it cannot be compared. It was skipped silently, and a metric NaN
+      from some eval on left the run without a best checkpoint and without a
+      word; ``not_finite_from`` now marks where such a run of evals began, so
+      the evaluator warns once (``not_finite_line``) and the run's end line
+      says no best was kept since (``end_note``).
 
     ``best`` is the run's best (the ``best`` checkpoint, EvalDone.best), kept
     through warm-up. For a lower-is-better metric the drop is measured upwards.
@@ -71,13 +77,18 @@ class AbortPolicy:
     streak_step: int | None = None
     #: Seconds the streak has lasted so far.
     streak_s: float = 0.0
+    #: Step of the first eval in the current run of evals whose value was not finite (None: the last one was).
+    not_finite_from: int | None = None
     _last_eval: float | None = field(default=None, repr=False, compare=False)
 
     def update(self, value: float | None, step: int = 0, now: float = 0.0) -> tuple[bool, bool]:
         """Record the eval at ``step`` (``now``: a monotonic clock in seconds); returns (is_new_best, should_abort)."""
         since, self._last_eval = (None if self._last_eval is None else now - self._last_eval), now
         if value is None or not math.isfinite(value):
+            if self.not_finite_from is None:
+                self.not_finite_from = step
             return False, False
+        self.not_finite_from = None
         is_best = self.best is None or self._better(value, self.best)
         if is_best:
             self.best = value
@@ -110,16 +121,31 @@ class AbortPolicy:
                 f"{self.streak_s:.0f} s); to go on, resume with{CONTINUE_FLAGS} (the rule off) or "
                 f"--set policies.abort_drop={_above(gap)} (allows this gap)")
 
+    def not_finite_line(self, metric: str, value: float | None, step: int) -> str:
+        """The warning when a run of evals that are not finite begins (``not_finite_from == step``)."""
+        what = "missing" if value is None else f"{value}"
+        return (f"val {metric} is {what} at step {step}: not finite, so it is never the best and the abort rule "
+                "cannot judge it; no best checkpoint is kept while it stays so")
+
+    def end_note(self, metric: str) -> str:
+        """What the run's end line adds when its last evals were not finite ("" when the last one was)."""
+        if self.not_finite_from is None:
+            return ""
+        if self.best is None:
+            return f"no best kept: val {metric} was never finite (from step {self.not_finite_from} on)"
+        return f"no best kept since step {self.not_finite_from}: val {metric} not finite from there on"
+
     def state(self) -> dict:
         """JSON form for checkpoints: what the policy has seen (its settings come from the run's config)."""
         return {"best": self.best, "reference": self.reference, "strikes": self.strikes,
-                "streak_step": self.streak_step, "streak_s": self.streak_s}
+                "streak_step": self.streak_step, "streak_s": self.streak_s, "not_finite_from": self.not_finite_from}
 
     def load_state(self, state: dict) -> None:
         """Continue from ``state`` (``state()``'s, or an older checkpoint's {drop, patience, best, strikes})."""
         self.best, self.strikes = state.get("best"), int(state.get("strikes") or 0)
         self.reference, self.streak_step = state.get("reference", self.best), state.get("streak_step")
         self.streak_s = float(state.get("streak_s") or 0.0)
+        self.not_finite_from = state.get("not_finite_from")
 
 
 def _above(gap: float) -> str:

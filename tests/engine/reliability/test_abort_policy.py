@@ -69,3 +69,40 @@ def test_a_resume_keeps_the_streak_and_takes_the_rule_from_the_config() -> None:
     older = AbortPolicy(drop=1.0, patience=2)
     older.load_state({"drop": 1.5, "patience": 2, "higher_is_better": True, "best": 5.0, "strikes": 1})
     assert (older.drop, older.reference, older.strikes) == (1.0, 5.0, 1), "an older checkpoint's state still loads"
+
+
+#: A toy run whose weights blow up on steps 2-4 (LR 10 × 10⁶), NaN steps skipped: every eval from step 4 is NaN.
+NAN_FLAGS = [*TOY, "--eval-every", "4", "--set", "optimizer.lr=10", "--set", "policies.nan_policy=skip"]
+
+
+def test_a_primary_metric_not_finite_warns_once_and_the_end_line_says_no_best_was_kept(engines, tmp_path) -> None:
+    """A primary metric NaN from some eval on (or on every eval) drew no word: the abort rule skipped it, and no
+    best checkpoint was ever written."""
+    run = tmp_path / "run"
+    first = engines.spawn([*NAN_FLAGS, "--max-steps", "12", "--run-dir", str(run)], tmp_path / "first",
+                          faults="lr@2-4=1000000")
+    assert first.wait(120) == 0, first.stderr()
+    evals = [(e["step"], e["metrics"]["psnr_db"]) for e in read_events(run) if e["type"] == "eval"]
+    assert [s for s, v in evals if v == "nan"] == [4, 8, 12], evals  # NaN from step 4 on (JSON has none: a string)
+    said = [e["text"] for e in read_events(run) if e["type"] == "warning" and "psnr_db" in e["text"]]
+    assert said == ["val psnr_db is nan at step 4: not finite, so it is never the best and the abort rule cannot "
+                    "judge it; no best checkpoint is kept while it stays so"]
+    note = "no best kept since step 4: val psnr_db not finite from there on"
+    assert [e for e in read_events(run) if e["type"] == "run_finished"][-1]["reason"] == note
+    assert any(line.startswith(f"done  finished at step 12 {note}") for line in first.lines()), first.lines()[-3:]
+    assert not (run / "checkpoints" / "best.safetensors").exists()
+    # Resumed, it is still NaN: not warned again (the step it began at is in the checkpoint), and still said.
+    again = engines.spawn(["--resume", str(run), "--max-steps", "16"], tmp_path / "again")
+    assert again.wait(120) == 0, again.stderr()
+    assert [e["text"] for e in read_events(run) if e["type"] == "warning" and "psnr_db" in e["text"]] == said
+    assert [e for e in read_events(run) if e["type"] == "run_finished"][-1]["reason"] == note
+
+
+def test_a_primary_metric_never_finite_says_no_best_was_ever_kept() -> None:
+    policy = AbortPolicy(drop=0.5, patience=3)
+    for step in (0, 5, 10):
+        assert policy.update(float("nan"), step) == (False, False)
+    assert policy.best is None and policy.not_finite_from == 0
+    assert policy.end_note("psnr_db") == "no best kept: val psnr_db was never finite (from step 0 on)"
+    policy.update(3.0, 15)
+    assert policy.not_finite_from is None and policy.end_note("psnr_db") == ""
