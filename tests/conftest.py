@@ -1,4 +1,9 @@
-"""Shared test helpers: run the real CLI / engine in a subprocess, read a run's events."""
+"""Shared test helpers: run the real CLI / engine in a subprocess, read a run's events, wait on a condition.
+
+A test never waits with a fixed sleep: too short under load (a flaky failure), too long on a quiet box (time
+wasted on every run). It waits for what it needs with ``wait_until``; a test whose point is that something does
+*not* happen for a while (a paused run takes no step) checks that all through the window with ``holds_for``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -65,6 +72,36 @@ def kill_at_checkpoint_and_resume(flags: list[str], run: Path, step: int, kill_w
     resumed = run_cli("train", "--resume", str(run), "--headless", timeout=timeout)
     assert resumed.returncode == 0, resumed.stderr
     return resumed
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition",
+               interval: float = 0.1):
+    """Poll ``condition`` until it returns something truthy and return that; fail the test, naming ``what``,
+    after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def holds_for(condition: Callable[[], object], seconds: float, what: str, interval: float = 0.05) -> None:
+    """Check ``condition`` every ``interval`` s for ``seconds`` s and fail at its first breach, naming ``what``.
+
+    For a test whose point is that nothing happens for a while: the window *is* the behaviour under test, so it
+    cannot be a wait on a condition; checking all through it (rather than once, after a sleep) fails at the
+    moment the thing happens and says when."""
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        if not condition():
+            pytest.fail(f"{what}: broken {elapsed:.2f} s into the {seconds:g} s window")
+        if elapsed >= seconds:
+            return
+        time.sleep(min(interval, seconds - elapsed))
 
 
 def read_events(run_dir: Path) -> list[dict]:

@@ -17,9 +17,9 @@ import pytest
 from engine.run.control import requests as control
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, pid_alive
-from tests.conftest import read_events
+from tests.conftest import read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
-from tests.tui.attach.conftest import status_step, wait_until
+from tests.tui.attach.conftest import status_step
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
 

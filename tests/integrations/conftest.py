@@ -15,8 +15,8 @@ import pytest
 from engine.run import events as ev
 from engine.run.control.client import RunClient
 from engine.run.control.requests import Request
-from tests.conftest import ROOT, cli_env, read_events
-from tests.tui.attach.conftest import status_step, wait_until
+from tests.conftest import ROOT, cli_env, read_events, wait_until
+from tests.tui.attach.conftest import status_step
 
 EXAMPLES = ROOT / "examples" / "integrations"
 

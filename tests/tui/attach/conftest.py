@@ -12,23 +12,10 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, wait_until
 
 #: The engine flags every test run uses: the tiny toy task on one thread, effectively endless.
 TOY = ["--task", "toy", "--threads", "1"]
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition",
-               interval: float = 0.1):
-    """Poll ``condition`` until it returns something truthy; fail the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def start_engine(run_dir: Path, *flags: str, max_steps: int = 100_000) -> subprocess.Popen:
