@@ -22,6 +22,7 @@ from engine.run.control.requests import Controls
 from engine.run.control.session import SessionError
 from engine.run.rundir import RunDir
 from engine.run.sinks import EventBus
+from tests.conftest import holds_for
 
 
 class Live:
@@ -60,8 +61,8 @@ def test_pause_on_a_finished_run_never_reaches_another_engine_through_a_link(oth
     finished.socket.symlink_to(other.run_dir.socket)
     with pytest.raises(SessionError, match=r"control\.sock: a symbolic link, not the engine's socket .*pause not sent"):
         RunClient(finished.root).send(control.pause(), timeout=5)
-    time.sleep(0.1)
-    assert other.engine.received == [] and not other.engine.paused
+    holds_for(lambda: other.engine.received == [] and not other.engine.paused, 0.1,
+              "no request reaching the other engine")
 
 
 def test_pause_never_reaches_another_engine_through_a_hard_link(other: Live, tmp_path: Path) -> None:
@@ -71,8 +72,8 @@ def test_pause_never_reaches_another_engine_through_a_hard_link(other: Live, tmp
     with pytest.raises(SessionError, match=f"answers for another engine \\(run id {'a' * 16}, this run's is "
                                            f"{'b' * 16}\\); pause not sent"):
         RunClient(finished.root).send(control.pause(), timeout=5)
-    time.sleep(0.1)
-    assert other.engine.received == [] and not other.engine.paused
+    holds_for(lambda: other.engine.received == [] and not other.engine.paused, 0.1,
+              "no request reaching the other engine")
     assert RunClient(other.run_dir.root).send(control.pause(), timeout=5).new == "paused", "its own client still can"
 
 

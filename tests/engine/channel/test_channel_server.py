@@ -24,7 +24,7 @@ from engine.run.control.requests import Controls
 from engine.run.control.session import SessionError
 from engine.run.rundir import RunDir
 from engine.run.sinks import EventBus
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, holds_for, wait_until
 
 
 class Rig:
@@ -63,23 +63,14 @@ def raw(run_dir: RunDir, payload: bytes, timeout: float = 5.0) -> dict | None:
     return json.loads(line) if line else None
 
 
-def wait_for(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
-
-
 def test_requests_are_acked_and_the_socket_is_owner_only(rig: Rig) -> None:
     mode = os.stat(rig.run_dir.socket).st_mode
     assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
-    wait_for(lambda: rig.engine.step > 3)
+    wait_until(lambda: rig.engine.step > 3, 5, "the fake engine stepping", 0.01)
     ack = rig.client.send(control.pause(), timeout=2)
     assert ack.type == "setting" and ack.new == "paused"
     stopped_at = rig.engine.step
-    time.sleep(0.2)
-    assert rig.engine.step <= stopped_at + 1, "paused engine does not step"
+    holds_for(lambda: rig.engine.step <= stopped_at + 1, 0.2, "a paused engine takes no step")
     assert rig.client.send(control.resume(), timeout=2).new == "running"
     refused = rig.client.send(control.set_value("attn_backend", "math"), timeout=2)
     assert refused.type == "refused" and "no attn_backend" in refused.why
@@ -90,7 +81,7 @@ def test_requests_are_acked_and_the_socket_is_owner_only(rig: Rig) -> None:
 
 
 def test_hostile_input_is_rejected_and_the_run_goes_on(rig: Rig) -> None:
-    wait_for(lambda: rig.engine.step > 3)
+    wait_until(lambda: rig.engine.step > 3, 5, "the fake engine stepping", 0.01)
     cases = {
         b"{not json\n": "malformed JSON",
         b"[1, 2]\n": "JSON object",
@@ -126,7 +117,7 @@ def test_hostile_input_is_rejected_and_the_run_goes_on(rig: Rig) -> None:
     assert "no complete request line" in slow_loris()["error"]
     before = rig.engine.step
     assert rig.client.send(control.checkpoint_now(), timeout=2).type == "setting"
-    wait_for(lambda: rig.engine.step > before + 3)
+    wait_until(lambda: rig.engine.step > before + 3, 5, "the run going on", 0.01)
     assert [r.action for r in rig.engine.received] == ["checkpoint_now"], "only the valid request reached the loop"
     assert rig.server.rejected >= 3
 
@@ -180,9 +171,10 @@ def test_one_client_process_cannot_take_every_slot(tmp_path: Path) -> None:
     r = Rig(tmp_path / "run", line_timeout=30.0)
     hog = _hog(r.run_dir, channel.MAX_CLIENTS)
     try:
-        wait_for(lambda: _held_by(r, hog.pid) == channel.MAX_CLIENTS)
+        wait_until(lambda: _held_by(r, hog.pid) == channel.MAX_CLIENTS, 5, "the hog holding every slot", 0.01)
         assert r.client.send(control.pause(), timeout=2).new == "paused"  # was: "too many clients (64 connected)"
-        wait_for(lambda: _held_by(r, hog.pid) == channel.MAX_CLIENTS - 1)
+        wait_until(lambda: _held_by(r, hog.pid) == channel.MAX_CLIENTS - 1, 5, "the hog's oldest evicted",
+                   0.01)
     finally:
         hog.kill()
         hog.wait()
@@ -194,9 +186,10 @@ def test_when_every_slot_is_taken_a_newcomer_evicts_the_greediest_clients_oldest
     hog = _hog(r.run_dir, 3)
     held = []
     try:
-        wait_for(lambda: _held_by(r, hog.pid) == 3)
+        wait_until(lambda: _held_by(r, hog.pid) == 3, 5, "the hog holding every slot", 0.01)
         held.append(wire.connect(r.run_dir))  # the test process: a 4th client, every slot taken
-        wait_for(lambda: _held_by(r, os.getpid()) == 1 and _held_by(r, hog.pid) == 2)
+        wait_until(lambda: _held_by(r, os.getpid()) == 1 and _held_by(r, hog.pid) == 2, 5,
+                   "the newcomer in, the hog's oldest out", 0.01)
         assert r.client.send(control.pause(), timeout=2).new == "paused"
     finally:
         for sock in held:
@@ -217,7 +210,7 @@ def test_unanswered_requests_time_out_and_stop_answers_the_waiting(tmp_path: Pat
         replies: list = []
         first = threading.Thread(target=lambda: replies.append(raw(r.run_dir, line)))
         first.start()
-        wait_for(lambda: req.id in r.server._pending)
+        wait_until(lambda: req.id in r.server._pending, 5, "the request waiting for its answer", 0.01)
         dup = raw(r.run_dir, line)
         assert "already waiting" in dup["error"]
         r.server.stop()
