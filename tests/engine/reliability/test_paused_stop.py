@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.run.control.client import RunClient
 from engine.run.control.requests import abort, pause
+from tests.conftest import holds_for
 from tests.engine.reliability.harness import TOY, events_of
 
 LONG = [*TOY, "--max-steps", "100000", "--eval-every", "0", "--checkpoint-every", "1000"]
@@ -26,7 +27,7 @@ def _paused(engines, tmp_path: Path):
     ack = viewer.send(pause(), timeout=10)
     viewer.close()
     assert ack.type == "setting" and ack.new == "paused", ack
-    time.sleep(0.5)  # paused for a while: no further steps
+    holds_for(lambda: engine.last_step() <= ack.step, 0.5, "paused for a while: no further steps")
     return engine, run, ack.step
 
 

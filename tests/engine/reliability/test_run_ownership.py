@@ -36,7 +36,7 @@ def test_two_launches_a_moment_apart_one_trains_the_other_exits_2(tmp_path: Path
     spawn = dict(cwd=tmp_path, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                  stderr=subprocess.PIPE, text=True)
     first = subprocess.Popen([*argv, "--lr", "0.002"], **spawn)
-    time.sleep(0.2)
+    time.sleep(0.2)  # the race under test: a second launch a moment after the first, not a wait
     second = subprocess.Popen([*argv, "--lr", "0.003"], **spawn)
     (_, err1), (_, err2) = first.communicate(timeout=180), second.communicate(timeout=180)
     assert {first.returncode, second.returncode} == {0, 2}, (first.returncode, err1, second.returncode, err2)

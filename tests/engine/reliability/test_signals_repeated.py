@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.engine.reliability.harness import TOY, events_of
 
 LONG = [*TOY, "--max-steps", "100000", "--eval-every", "0", "--checkpoint-every", "1000"]
@@ -44,8 +45,24 @@ def test_repeated_signals_exit_with_the_code_status_records_and_no_traceback(eng
     assert len(finished) == 1 and finished[0]["exit_code"] == 130, finished  # one ending (which one: the timing's)
     stderr = engine.stderr()
     assert not any(word in stderr for word in NOISE), stderr[-3000:]
-    time.sleep(0.5)  # the resource tracker (a process of its own) reports leaks as it notices its client gone
+    # The resource tracker (a process of its own, writing to the same stderr) reports leaks as it notices its
+    # client gone, then exits: stderr is whole once no process has it open.
+    wait_until(lambda: not _writers(engine.err), 30, "every process writing the engine's stderr to exit")
     assert not any(word in engine.stderr() for word in NOISE), engine.stderr()[-3000:]
+
+
+def _writers(path: Path) -> list[int]:
+    """Pids of the processes that have ``path`` open."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if any(f.path == str(path) for f in proc.open_files()):
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
 
 
 def _alive(engine) -> bool:
