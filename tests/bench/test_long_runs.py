@@ -17,6 +17,7 @@ from bench.long_runs.probes import lag_series
 from bench.long_runs.viewer import full_frame, key_frame_s, shown_step
 from engine.run.history import read_history
 from engine.run.steps import open_record, read_steps
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,9 +73,9 @@ def test_the_screen_parsers_read_the_progress_panel_and_the_charts():
 def test_the_load_sampler_samples_through_a_phase_and_splits_by_mark():
     with LoadSampler(interval=0.02) as load:
         load.mark("a")
-        time.sleep(0.15)
+        wait_until(lambda: len(load.values("a")) >= 3, 10, "three samples in phase a", 0.01)
         load.mark("b")
-        time.sleep(0.15)
+        wait_until(lambda: len(load.values("b")) >= 3, 10, "three samples in phase b", 0.01)
     assert len(load.values("a")) >= 3 and len(load.values("b")) >= 3
     assert len(load.values()) >= len(load.values("a")) + len(load.values("b"))
     assert load.summary().startswith("load average ") and "samples 0.02 s apart" in load.summary()

@@ -160,7 +160,7 @@ def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
         victim = it._workers[0]
         os.kill(victim.pid, signal.SIGABRT)
         victim.join(5)
-        time.sleep(0.2)
+        time.sleep(0.2)  # part of the fault, not a wait: the window its SIGCHLD lands in, unseen from here
         shutdown()
 
     it._shutdown_workers = abort_one_then_shut_down

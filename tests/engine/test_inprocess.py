@@ -32,9 +32,9 @@ def test_pause_resume_refuse_abort_round_trip(tmp_path: Path) -> None:
     _wait_for(session, lambda evs: sum(e.type == "step" for e in evs) >= 5)
     ack = session.send(control.pause())
     assert ack.type == "setting" and ack.new == "paused"
-    time.sleep(0.1)
-    session.poll(0.1)
-    paused_events = session.poll(0.6)
+    # Every step before the pause is in the events ahead of its ack (the sink keeps their order): drain to it.
+    _wait_for(session, lambda evs: any(getattr(e, "request_id", None) == ack.request_id for e in evs))
+    paused_events = session.poll(0.6)  # the window is the behaviour: 0.6 s paused, no step in it
     assert not [e for e in paused_events if e.type == "step"], "no steps while paused"
     assert session.send(control.resume()).new == "running"
     refused = session.send(control.set_value("attn_backend", "math"))
