@@ -5,6 +5,9 @@ declares nothing still names its primary on each EvalDone, and its direction
 is then read off the engine's running ``best``. Validation series are kept as
 the eval events themselves (a few hundred at most), so a resumed run that
 re-evaluates a step replaces the old eval rather than adding a second point.
+What is read off them (each validation series, the primary the evals name) is
+kept until an eval arrives: a frame asks for them many times, and a 100M-step
+run evaluated every 100k steps has a thousand evals.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Catalogue:
         self.declared = False
         self.evals: list[ev.EvalDone] = []
         self._val_names: list[str] = []
+        self._read: dict = {}  # what was read off the evals (val series, the named primary), until the next eval
 
     def declare(self, raw: dict | None) -> None:
         """RunStarted.capabilities (None or empty: a run from before capabilities)."""
@@ -44,9 +48,14 @@ class Catalogue:
 
     def add_eval(self, e: ev.EvalDone) -> dict:
         """Keep an eval (replacing those at or after its step: a resumed run re-evaluates them); its metrics."""
+        named = self._read.get("primary")  # the newest eval's primary stays so unless evals are replaced
         while self.evals and self.evals[-1].step >= e.step:
             self.evals.pop()
+            named = None
         self.evals.append(e)
+        self._read.clear()
+        if getattr(e, "primary", "") or named is not None:
+            self._read["primary"] = getattr(e, "primary", "") or named
         values = eval_metrics(e)
         self._val_names += [name for name in values if name not in self._val_names]
         return values
@@ -72,7 +81,10 @@ class Catalogue:
         caps = self.capabilities
         if self.declared:
             return caps.primary, False
-        named = next((getattr(e, "primary", "") for e in reversed(self.evals) if getattr(e, "primary", "")), "")
+        if "primary" not in self._read:
+            self._read["primary"] = next((getattr(e, "primary", "") for e in reversed(self.evals)
+                                          if getattr(e, "primary", "")), "")
+        named = self._read["primary"]
         if not named:
             return caps.primary, False
         return mx.describe(named, caps, "val"), True
@@ -104,7 +116,13 @@ class Catalogue:
         return mx.pair(name, train_names, self.val_names())
 
     def val_series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of a validation metric over every eval that reported it."""
+        """(steps, values) of a validation metric over every eval that reported it (do not change them)."""
+        key = ("val", name)
+        if key not in self._read:
+            self._read[key] = self._val_series(name)
+        return self._read[key]
+
+    def _val_series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         pairs = [(e.step, v) for e in self.evals if isinstance(v := eval_metrics(e).get(name), (int, float))]
         if not pairs:
             return np.empty(0), np.empty(0)
