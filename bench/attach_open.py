@@ -11,23 +11,22 @@ frame with the history drawn" two ways, each ``--repeat`` times:
   into the model, the first full render. Polled every 50 ms, so ±50 ms.
   Skipped when tmux is missing.
 - in-process: ``AttachApp`` under ``App.run_test`` (no terminal, no process
-  start) until the rendered screen shows the same text: reading + folding +
-  rendering only; then on until the session worker's full fold of every step
-  is in the model (tui.model.history_fold: the first frame is drawn from the newest
-  steps, the rest is folded after it).
+  start) until the rendered screen shows the same text: reading + rendering
+  only; then on until the run's step record holds every step (a cold open
+  converts the log, the charts filling in as it goes: tui.model.step_open).
 
-Both opens are timed cold (no ``events.index`` beside the log: the first
-viewer of a run, which decodes the whole log with msgspec and leaves the index
-behind) and warm (the index present: every later viewer). The four variants
-are interleaved round by round (terminal cold, in-process cold, terminal warm,
-in-process warm, then again), so load drift on a shared machine spreads over
-all of them.
+Both opens are timed cold (the run as an older version wrote it: every step
+in events.jsonl, no step record; the first viewer converts the log once) and
+warm (the record there: every later viewer, and every run this version
+writes). The four variants are interleaved round by round (terminal cold,
+in-process cold, terminal warm, in-process warm, then again), so load drift on
+a shared machine spreads over all of them.
 
 Also on the same run: reading ÷ plain ``json.loads`` per line (CPU; the
-reader without its index against ``json.loads`` of the first 200,000 lines,
-scaled); `sensorlm-tui runs DIR` (a subprocess, so with Python's start-up)
-and ``run_index.summarize`` alone — both read only status.json and the log's
-last 1 MiB, whatever its length.
+reader against ``json.loads`` of the first 200,000 lines, scaled);
+`sensorlm-tui runs DIR` (a subprocess, so with Python's start-up) and
+``run_index.summarize`` alone — both read only status.json and the log's last
+1 MiB, whatever its length.
 
 Each open is reported as wall time and as the CPU seconds the viewer process used
 until then: on a shared, loaded machine the wall time mostly measures the
@@ -49,15 +48,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
 from bench.common import ROOT, Section, fmt_stats, smoke, verdict
 from bench.open_run import write_run
-from engine.run.history import index as history_index
 from engine.run.history import read_history
+from engine.run.steps import record_dir
 
 #: Poll interval of both measurements (s).
 POLL_S = 0.05
@@ -98,7 +96,7 @@ def terminal_open(run: Path, steps: int) -> tuple[float, float]:
 
 def inprocess_open(run: Path, steps: int) -> tuple[tuple[float, float], tuple[float, float]]:
     """(wall, CPU) seconds from AttachApp start (run_test, no terminal) to the history on the rendered screen,
-    and to every step folded into the model (the session worker's fold after the first frame)."""
+    and to every step in the run's step record (a cold open converts the log after its first chunk is shown)."""
     from engine.run.control.client import RunClient
     from tui.dashboard.attach_app import AttachApp
 
@@ -112,7 +110,7 @@ def inprocess_open(run: Path, steps: int) -> tuple[tuple[float, float], tuple[fl
                     text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
                     if _done(text, steps):
                         frame = time.perf_counter() - start, time.process_time() - cpu0
-                if frame is not None and not app.model.history_loading and len(app.model.steps) == steps:
+                if frame is not None and app.model.steps_progress is None and app.model.step_count == steps:
                     return frame, (time.perf_counter() - start, time.process_time() - cpu0)
                 await pilot.pause(POLL_S)
         raise RuntimeError(f"in-process attach did not show and fold step {steps} within {TIMEOUT_S:.0f} s")
@@ -121,9 +119,9 @@ def inprocess_open(run: Path, steps: int) -> tuple[tuple[float, float], tuple[fl
 
 
 def reading_ratio(run: Path, repeat: int) -> tuple[float, float, float]:
-    """(reader CPU s, json.loads-per-line CPU s scaled to every line, their ratio), the reader without its index."""
+    """(reader CPU s, json.loads-per-line CPU s scaled to every line, their ratio)."""
     events = run / "events.jsonl"
-    reader = min(_cpu(lambda: read_history(events, index=False)) for _ in range(repeat))
+    reader = min(_cpu(lambda: read_history(events)) for _ in range(repeat))
     with open(events, "rb") as handle:
         lines = handle.read().split(b"\n")
     total = sum(1 for line in lines if line)
@@ -161,24 +159,14 @@ def measure(steps: int, repeat: int, directory: Path | None = None) -> dict[str,
         start = time.perf_counter()
         summarize(run)
         out["summarize"] = [(time.perf_counter() - start, 0.0)]
-        index = history_index.path_for(path)
-
-        def settle() -> None:
-            # An in-process open leaves the index being written on a thread: let it finish, or it would land
-            # after a cold open's unlink (that open would then be warm) or race a warm open's own save.
-            for thread in threading.enumerate():
-                if thread.name == "events-index":
-                    thread.join()
-
         def cold(fn):
-            settle()
-            index.unlink(missing_ok=True)
+            shutil.rmtree(record_dir(run), ignore_errors=True)
             return fn(run, steps)
 
         def warm(fn):
-            settle()
-            if not index.exists():
-                history_index.save(read_history(path, index=False))
+            from tui.model.step_open import open_or_convert
+
+            open_or_convert(run)
             return fn(run, steps)
 
         tmux = shutil.which("tmux") is not None
@@ -211,20 +199,20 @@ def run(quick: bool = False) -> Section:
     rows = []
     for state in ("cold", "warm"):
         for how, key in (("`sensorlm-tui attach RUN` in tmux (process start → frame)", "terminal {}"),
-                         ("AttachApp under run_test (read + fold + render)", "in-process {}"),
-                         ("AttachApp under run_test, until every step is folded", "in-process {} folded")):
+                         ("AttachApp under run_test (read + render)", "in-process {}"),
+                         ("AttachApp under run_test, until the record holds every step", "in-process {} folded")):
             values = results[key.format(state)]
             rows.append(f"| {how}, {state} | {_cell(values, 0)} | {_cell(values, 1)} |")
     body = "\n".join([
         f"Synthetic finished run with {steps:,} step events; time until the first frame shows the history "
-        f"(`step {steps}/{steps}` on screen), {repeat} interleaved round(s), 120×40. Cold: no `events.index` "
-        "(the first viewer of a run decodes the log and leaves one); warm: the index present. The first frame "
-        "draws the newest steps (tui.model.history_fold); the session worker folds every step after it "
-        "(the \"until every step is folded\" rows).", "",
+        f"(`step {steps}/{steps}` on screen), {repeat} interleaved round(s), 120×40. Cold: a run of an older "
+        "version, every step in its log and no step record (the first viewer converts the log once, the charts "
+        "filling in as it goes); warm: the record present (every later viewer, and every run this version "
+        "writes).", "",
         "| how | wall | CPU of the viewer |", "|---|---|---|", *rows,
         f"| `sensorlm-tui runs DIR` (subprocess) | {_cell(results['runs'], 0)} | – |",
         f"| `run_index.summarize(run)` | {_cell(results['summarize'], 0)} | – |", "",
-        f"- reading the log (engine.run.history.store, no index): {reader:.2f} s CPU; plain `json.loads` per line "
+        f"- reading the log (engine.run.history.store): {reader:.2f} s CPU; plain `json.loads` per line "
         f"(first {JSON_LINES:,} lines, scaled): {plain:.2f} s CPU; ratio **{ratio:.2f}**",
     ])
     verdicts = [verdict("attach_open: reading ÷ json.loads per line (CPU)", ratio, 0.5, higher_is_better=False)]
@@ -246,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name, values in measure(args.steps, args.repeat, args.dir).items():
         if name == "reading":
-            print(f"reading: {values[0][0]:.2f} s CPU (engine.run.history.store, no index) vs {values[0][1]:.2f} s CPU "
+            print(f"reading: {values[0][0]:.2f} s CPU (engine.run.history.store) vs {values[0][1]:.2f} s CPU "
                   f"(json.loads per line, scaled)")
         elif name == "ratio":
             print(f"reading ÷ json.loads: {values[0][0]:.2f}")

@@ -5,10 +5,11 @@ the byte format ``events.to_json`` writes, toy-task shaped, with an eval,
 memory and system sample every 100 steps), then measures, each best of
 ``--repeat``:
 
-- open: ``read_history`` over the whole file without its index (the msgspec
-  decode in engine.run.history.store), next to plain ``events.from_json`` per line on
-  the first 100,000 lines, scaled (the naive way; too slow to run on all of
-  them), and the reopen with ``events.index`` written (engine.run.history.index);
+- open: ``read_history`` over the whole file (the msgspec decode in
+  engine.run.history.store), next to plain ``events.from_json`` per line on the
+  first 100,000 lines, scaled (the naive way; too slow to run on all of them),
+  and the open without the step lines (``steps=False``: what a viewer reading
+  the run's step record decodes);
 - materialise: iterating every event as an object (what a viewer pays if it
   asks for objects instead of ``History.column``);
 - memory: the reader's peak and what the History keeps (tracemalloc);
@@ -37,7 +38,6 @@ from bench.common import Section, fmt_stats, smoke
 from engine.run import events as ev
 from engine.run.control.client import POLL_INTERVAL_S, RunClient
 from engine.run.history import read_history
-from engine.run.history.index import save as save_index
 
 _STEP = ('{{"type":"step","t":{t!r},"step":{step},"epoch":{epoch},"loss":{loss!r},"lr":{lr!r},'
          '"grad_norm":{gn!r},"samples_per_s":{sps!r},"steps_per_s":{stps!r},"batch_size":32,'
@@ -125,12 +125,11 @@ def run(quick: bool = False) -> Section:
         root = Path(tmp) / "bench-run"
         size = write_run(root, steps).stat().st_size
         events = root / "events.jsonl"
-        open_s, open_cpu, history = _best(lambda: read_history(events, index=False), repeat)
+        open_s, open_cpu, history = _best(lambda: read_history(events), repeat)
         n = len(history)
-        save_index(history)
-        warm_s, warm_cpu, _ = _best(lambda: read_history(events), repeat)
+        warm_s, warm_cpu, _ = _best(lambda: read_history(events, steps=False), repeat)
         tracemalloc.start()
-        kept = read_history(events, index=False)
+        kept = read_history(events)
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         del kept
@@ -144,9 +143,10 @@ def run(quick: bool = False) -> Section:
         f"Synthetic run: {steps:,} step events ({n:,} events, {size / 2**20:.0f} MiB of events.jsonl); best of "
         f"{repeat}; wall and CPU seconds of this process.", "",
         "| what | wall s | CPU s | per event |", "|---|---:|---:|---:|",
-        f"| open: `read_history` (msgspec, no index) | {open_s:.2f} | {open_cpu:.2f} | "
+        f"| open: `read_history` (msgspec) | {open_s:.2f} | {open_cpu:.2f} | "
         f"{open_cpu / n * 1e6:.2f} µs CPU |",
-        f"| reopen with `events.index` | {warm_s:.2f} | {warm_cpu:.2f} | {warm_cpu / n * 1e6:.2f} µs CPU |",
+        f"| open without the step lines (`steps=False`) | {warm_s:.2f} | {warm_cpu:.2f} | "
+        f"{warm_cpu / n * 1e6:.2f} µs CPU |",
         f"| naive `events.from_json` per line (first {len(head):,} lines, scaled) | – | {naive_total:.1f} | "
         f"{naive_cpu / len(head) * 1e6:.2f} µs CPU |",
         f"| materialise every event as an object | {mat_s:.2f} | {mat_cpu:.2f} | {mat_cpu / n * 1e6:.2f} µs CPU |",
@@ -174,13 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         size = path.stat().st_size
         print(f"wrote {args.steps:,} step events, {size / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s")
 
-        open_s, open_cpu, history = _best(lambda: read_history(root / "events.jsonl", index=False), args.repeat)
+        open_s, open_cpu, history = _best(lambda: read_history(root / "events.jsonl"), args.repeat)
         steps = history.count_type("step")
         n = len(history)
         print(f"open (history): {open_s:.2f} s wall, {open_cpu:.2f} s CPU for {n:,} events ({steps:,} steps) "
               f"= {open_cpu / n * 1e6:.2f} us CPU/event")
         tracemalloc.start()  # numpy reports its buffers to tracemalloc: this is the reader's own peak
-        kept = read_history(root / "events.jsonl", index=False)
+        kept = read_history(root / "events.jsonl")
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         print(f"memory: peak {peak / 2**20:.0f} MiB while opening, {current / 2**20:.0f} MiB kept "

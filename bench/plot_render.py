@@ -1,7 +1,8 @@
 """Loss-plot frame time against history length: `python -m bench.plot_render [--quick]`.
 
 One frame = what the dashboard does per plot redraw on the full-history view:
-numpy min/max per column over the whole ring, then the braille canvas
+the exact envelope of every dot column read from the run's step record (its
+min/max pyramid, engine.run.steps) and the smoothed line, then the braille canvas
 (tui.widgets.braille) straight into Rich Text. Measured at 1k / 10k / 100k / 1M logged steps at the 120×40 layout's
 loss-plot size (78×16 cells inside its border), interleaved across sizes.
 For contrast, the same frame with the raw points handed to plotext (what a
@@ -12,13 +13,17 @@ Goals: flat in the number of points, < 20 ms a frame (dashboard issue; < 50 ms i
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from bench.common import Section, fmt_stats, interleave, smoke, stats, verdict
+from engine.run.steps import StepWriter, open_record
 from tui.model.dashboard import RunModel
 from tui.model.ema import LEVELS, EmaState, ema_extend
+from tui.model.step_source import RecordSteps
 from tui.widgets.metric_chart import MetricChart
 
 #: Content size of the loss plot at 120×40 (inside its border).
@@ -29,18 +34,16 @@ RAW_SIZES = (1_000, 10_000)
 GOAL_MS = 20.0
 
 
-def model_with(points: int) -> RunModel:
-    """A model whose loss history holds ``points`` steps (filled in bulk, as an attach replays a log)."""
-    model = RunModel(capacity=max(points, 1))
+def model_with(points: int, directory: Path) -> RunModel:
+    """A model on a step record of ``points`` steps (written in bulk, as a converted run's), as attach opens it."""
     rng = np.random.default_rng(0)
-    steps = np.arange(1, points + 1, dtype=np.float64)
+    steps = np.arange(1, points + 1)
     loss = 2.0 * np.exp(-steps / (points / 5)) + 0.1 + 0.05 * rng.standard_normal(points)
-    rows = np.empty((points, model.steps.width))
-    rows[:, 0], rows[:, 1] = steps, loss
-    for column, level in enumerate(LEVELS[1:], start=2):
-        rows[:, column] = ema_extend(loss, level, EmaState())
-    model.steps.append_many(rows)
-    model.versions["charts"] += 1
+    writer = StepWriter(directory / f"run-{points}" / "steps")
+    writer.append_columns(steps, {"loss": loss, "t": 1.7e9 + steps * 0.01})
+    writer.close()
+    model = RunModel()
+    model.open_steps(RecordSteps(open_record(directory / f"run-{points}")))
     return model
 
 
@@ -65,7 +68,8 @@ def raw_frame_ms(model: RunModel) -> float:
     from rich.text import Text
     from textual_plotext.plot import Plot
 
-    steps, loss, ema = (model.steps.column(i) for i in (0, 1, 4))
+    steps, loss = model.series.window("loss", 0, 10**12)
+    ema = ema_extend(loss, LEVELS[-1], EmaState())
     start = time.perf_counter()
     p = Plot()
     p.theme("clear")
@@ -81,13 +85,15 @@ def run(quick: bool = False) -> Section:
     """Measure and return the results section for docs/BENCHMARKS.md."""
     repeats = 1 if smoke() else 5 if quick else 15
     sizes, raw_sizes = ((1_000, 10_000), (1_000,)) if smoke() else (SIZES, RAW_SIZES)
-    models = {n: model_with(n) for n in sizes}
+    scratch = tempfile.TemporaryDirectory()
+    models = {n: model_with(n, Path(scratch.name)) for n in sizes}
     plots = {n: plot_for(m) for n, m in models.items()}
     for plot in plots.values():  # warm-up: first-call costs (imports, numpy dispatch) stay out of the timings
         frame_ms(plot)
     timed = interleave({f"{n}": (lambda p=plots[n]: frame_ms(p)) for n in sizes}, repeats)
     raw = interleave({f"{n}": (lambda m=models[n]: raw_frame_ms(m)) for n in raw_sizes}, 1 if smoke() else 3 if quick
                      else 5)
+    scratch.cleanup()
     base = stats(timed[str(sizes[0])])[1]
     lines = ["| logged steps | frame (ms) | vs 1k | plotext on the raw points, no reduction (ms) |",
              "|---:|---:|---:|---:|"]

@@ -64,7 +64,7 @@ class InProcessSession(Session):
             self.exit_code = 1
             self._sink(ev.RunFinished(status="failed", reason=self.error, exit_code=1))
 
-    def history(self) -> list[ev.Event]:
+    def history(self, steps: bool = True) -> list[ev.Event]:
         return []
 
     def poll(self, timeout: float = 0.1) -> list[ev.Event]:

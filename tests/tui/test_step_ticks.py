@@ -40,7 +40,9 @@ def test_the_last_1000_steps_of_a_10m_run_no_longer_label_every_tick_10m() -> No
 def test_short_labels_keep_their_suffix_form() -> None:
     assert step_labels(integer_ticks(0, 100_000_000, 5)) == ["0", "25M", "50M", "75M", "100M"]
     assert step_labels(integer_ticks(0, 10_000_000, 5)) == ["0", "2.5M", "5.0M", "7.5M", "10.0M"]
-    assert step_labels(integer_ticks(0, 1_234, 5)) == ["0", "500", "1.0k"]
+    assert step_labels(integer_ticks(0, 1_234, 5)) == ["0", "500", "1000"]  # "1.0k" is no shorter
+    assert step_labels(integer_ticks(99_999_500, 100_000_000, 3)) == ["99999500", "99999750", "100000000"], \
+        "one form for an axis: never 99999500 beside 100.0000M"
 
 
 def test_fewer_ticks_when_their_labels_would_not_fit_the_width() -> None:

@@ -1,11 +1,11 @@
-"""Ring buffers, min/max-per-column downsampling and the vectorised EMA."""
+"""Ring buffers and the vectorised EMA."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tui.model.ema import EmaState, ema_extend
-from tui.model.history import Ring, mean_columns, minmax_columns
+from tui.model.history import Ring
 
 
 def test_ring_keeps_the_newest_rows_in_order_across_wraps():
@@ -19,28 +19,6 @@ def test_ring_keeps_the_newest_rows_in_order_across_wraps():
     assert ring.total == 12 and len(ring) == 5
     ring.append_many(np.arange(20, dtype=float).reshape(10, 2))  # one batch bigger than the ring
     assert ring.view()[:, 0].tolist() == [10, 12, 14, 16, 18]
-
-
-def test_minmax_keeps_every_extreme_and_two_points_per_column():
-    rng = np.random.default_rng(1)
-    y = rng.standard_normal(100_000)
-    y[12_345], y[67_890] = 50.0, -50.0  # spikes a decimating plot would lose
-    y[500] = np.nan
-    x = np.arange(len(y), dtype=float)
-    xs, ys = minmax_columns(x, y, 80)
-    assert len(xs) == 160
-    assert ys.max() == 50.0 and ys.min() == -50.0
-    assert np.all(np.diff(xs) >= 0), "points stay in step order"
-    assert np.isfinite(ys).all()
-    # the spike sits at its own step, not at a bin edge
-    assert xs[np.argmax(ys)] == 12_345 and xs[np.argmin(ys)] == 67_890
-
-
-def test_short_series_pass_through_and_mean_columns_reduce():
-    x = np.arange(10.0)
-    assert minmax_columns(x, x, 80)[1].tolist() == x.tolist()
-    xs, ys = mean_columns(np.arange(1000.0), np.arange(1000.0), 10)
-    assert len(xs) == 10 and ys[0] == 49.5 and xs[0] == 49.5 and xs[-1] == 949.5
 
 
 def test_vectorised_ema_matches_the_recursion_and_skips_nan():

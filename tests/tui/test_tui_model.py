@@ -63,7 +63,7 @@ def test_every_logged_scalar_is_a_choice_primary_first_and_val_overlays_train():
     assert {"loss", "val_loss", "recall_at_1", "recon", "align", "grad_norm", "lr", "samples_per_s"} <= set(names)
     assert m.pair("loss") == ("loss", "val_loss") and m.pair("val_loss") == ("loss", "val_loss")
     assert m.pair("grad_norm") == ("grad_norm", None)
-    x, y = m.train_series("grad_norm")
+    x, y = m.series.window("grad_norm", 0, 10**9)
     assert len(x) == 120 and x[0] == 1 and abs(y[0] - demo_run(1)[1].grad_norm) < 1e-12
     assert m.describe("score").unit == "dB" and m.describe("recon").label == "recon loss"
 
@@ -213,8 +213,21 @@ def test_the_throughput_numbers_agree_from_one_window(tmp_path):
     log = tmp_path / "events.jsonl"
     log.write_text("".join(ev.to_json(e) + "\n" for e in [ev.Schema(t=1000.0), *events]))
     attached = RunModel()
-    attached.ingest_history(read_history(log))
+    attached.ingest(read_history(log))
     assert attached.throughput() == rates
+    from engine.run.steps import StepWriter, open_record
+    from tui.model.step_source import RecordSteps
+
+    writer = StepWriter(tmp_path / "steps")  # the engine's record of the same steps (rates as float32)
+    for event in events[1:]:
+        writer.append_event(event)
+    writer.close()
+    recorded = RunModel()
+    recorded.open_steps(RecordSteps(open_record(tmp_path)))
+    recorded.ingest(read_history(log, steps=False))
+    again = recorded.throughput()
+    for name in ("steps_per_s", "samples_per_s", "tokens_per_s"):
+        assert abs(getattr(again, name) / getattr(rates, name) - 1) < 1e-6, name
 
 
 def test_a_run_that_does_not_count_its_samples_has_no_samples_rate():

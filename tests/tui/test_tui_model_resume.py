@@ -22,15 +22,16 @@ def _run_events() -> list[ev.Event]:
 
 
 def _check(model: RunModel) -> None:
-    steps = model.steps.column(0)
-    loss = model.steps.column(1)
+    steps, loss = model.series.window("loss", 0, 100)
     assert steps.tolist() == list(range(1, 41))
     assert loss[:20].tolist() == [1.0 + s for s in range(1, 21)]
     assert loss[20:].tolist() == [-float(s) for s in range(21, 41)]
-    smooth = model.steps.column(2)
     fresh = RunModel()
     fresh.ingest([ev.StepLogged(step=int(s), loss=float(v)) for s, v in zip(steps, loss)])
-    assert np.allclose(smooth, fresh.steps.column(2)), "EMA recomputed over the kept losses"
+    for name in ("loss", "grad_norm", "lr"):
+        kept, once = model.step_envelope(name, 1, 40, 13), fresh.step_envelope(name, 1, 40, 13)
+        assert np.array_equal(kept.min, once.min, equal_nan=True) and np.array_equal(kept.max, once.max,
+                                                                                      equal_nan=True), name
     assert [e.step for e in model.evals] == [20, 30, 40]
     assert model.evals[1].val_loss == 0.3
 

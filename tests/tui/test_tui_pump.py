@@ -82,3 +82,41 @@ def test_the_events_before_an_end_arrive_before_the_word_that_it_ended():
     pump.stop.set()
     session.close()  # wakes the worker's poll
     thread.join(5)
+
+
+def test_a_new_runs_record_is_handed_over_once_the_engine_wrote_it_and_its_step_lines_stop(tmp_path):
+    """A run of this version whose engine has not written its record yet: its step lines come from the log
+    meanwhile; once the record is there the UI gets it, and the log's step lines are no longer decoded."""
+    import numpy as np
+
+    from engine.run.control.client import RunClient
+    from engine.run.sinks import JsonlSink
+    from engine.run.steps import StepWriter
+
+    run = tmp_path / "new"
+    run.mkdir()
+    log = JsonlSink(run / "events.jsonl")  # schema 3: the record holds the steps
+    log(ev.RunStarted(name="new", total_steps=100))
+    log(ev.StepLogged(step=1, loss=2.0))
+    log.close()
+    posted: list = []
+    client = RunClient(run, read_only=True)
+    pump = SessionPump(lambda: client, posted.append, batch_s=0.05)
+    thread = _run(pump)
+    _until(lambda: any(isinstance(m, EventBatch) and m.history for m in posted))
+    first = next(m for m in posted if isinstance(m, EventBatch) and m.history)
+    assert first.steps is None and [e.type for e in first.events][-1] == "step", "no record yet: the log's steps"
+    writer = StepWriter(run / "steps")
+    writer.append_columns(np.arange(1, 51), {"loss": np.linspace(2, 1, 50)})
+    writer.flush()
+    _until(lambda: any(isinstance(m, EventBatch) and m.steps is not None for m in posted))
+    handed = next(m for m in posted if isinstance(m, EventBatch) and m.steps is not None)
+    assert handed.steps.rows == 50
+    with open(run / "events.jsonl", "a") as out:
+        out.write(ev.to_json(ev.StepLogged(step=51, loss=1.0)) + "\n" + ev.to_json(ev.EvalDone(step=51)) + "\n")
+    _until(lambda: any(isinstance(e, ev.EvalDone) for m in posted if isinstance(m, EventBatch) for e in m.events))
+    after = [e.type for m in posted[posted.index(handed):] if isinstance(m, EventBatch) for e in m.events]
+    assert after == ["eval"], after
+    pump.stop.set()
+    thread.join(5)
+    writer.close()

@@ -3,6 +3,7 @@ the memory gauge, and the layout details (units, paths, the final LR, --theme)."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from textual.widgets import OptionList
 
@@ -39,7 +40,7 @@ async def test_chooser_switches_a_chart_to_grad_norm_and_back_to_the_primary():
         assert chart.shown(app.model) == "grad_norm"
         await wait_for(pilot, lambda: chart.title_text.startswith("[b]grad norm[/b]"), "grad norm title")
         assert app.status_text == "chart 2: grad norm"
-        assert "raw" in chart.series(app.model, 60)
+        assert chart.series(app.model, 60)["env"].count.sum() == 300
         await _choose(pilot, app, "score")
         await wait_for(pilot, lambda: chart.title_text.startswith("[b]val score[/b]"), "back to the primary")
 
@@ -100,7 +101,7 @@ async def test_val_loss_is_overlaid_on_the_training_loss():
     async with opened(app) as pilot:
         chart = app.dashboard.query_one("#chart-1")
         data = chart.series(app.model, 60)
-        assert len(data["raw"][0]) and len(data["val"][0]) == 6  # evals at 50 … 300
+        assert data["env"].count.sum() == 300 and len(data["val"][0]) == 6  # evals at 50 … 300
         await wait_for(pilot, lambda: "[$warning]●[/] val_loss" in chart.title_text, "val legend")
 
 
@@ -127,8 +128,9 @@ async def test_compare_overlay_appears_aligned_by_step(tmp_path):
         await wait_for(pilot, lambda: app.model.compare is not None, "compare run read")
         chart = app.dashboard.query_one("#chart-1")
         await wait_for(pilot, lambda: "┄ older" in chart.title_text, "compare legend")
-        cx, _ = chart.series(app.model, 60)["cmp"]
-        assert cx.min() >= 1 and cx.max() <= 200, "the other run's steps, on this run's step axis"
+        data = chart.series(app.model, 60)
+        drawn = data["env"].x[np.isfinite(data["cmp"])]
+        assert drawn.min() == 1 and 195 <= drawn.max() <= 200, "the other run's steps, on this run's step axis"
         assert "cmp_val" in app.dashboard.query_one("#chart-2").series(app.model, 60)
         assert app.status_text.startswith("compare: older (200 steps) overlaid")
 

@@ -7,10 +7,13 @@ would hold the GIL every refresh); a one-shot chart is plotext's job.
 
 Several runs overlay on one chart, aligned by step, one colour and legend
 entry each. ``--metric`` picks any scalar a run logged (tui.model.run_metrics);
-the default is the first run's primary metric. Each series is reduced to
-its min and max per plot column first (tui.model.history.minmax_columns), so a
-1M-step run draws as fast as a 1k one and spikes stay visible. Colour only
-on a terminal without NO_COLOR, so logs stay clean.
+the default is the first run's primary metric. A per-step metric is read from
+the run's step record as its exact min and max per plot column (the record's
+pyramid: a few kilobytes whatever the run's length, so a 100M-step run draws
+as fast as a 1k one and every spike stays visible); an old run's log is
+converted into its record first, once, with a progress line on stderr.
+Validation metrics come from the log's eval events. Colour only on a terminal
+without NO_COLOR, so logs stay clean.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import NamedTuple
 
 from engine.core.exit_codes import ExitCode
 from engine.core.fmt import printable
+from tui.model.format import progress_bar
 
 #: Markers of overlaid runs without colour (with colour every run has its own colour and the first marker).
 MARKERS = ("hd", "•", "x", "+", "*", "o")
@@ -65,17 +69,9 @@ def draw(runs: list[Path], metric: str | None = None, width: int = 100, height: 
     metrics it does have (an LM run beside a toy run: the toy's metrics are not the LM's)."""
     import plotext as plt
 
-    from engine.run.history import read_history
-    from tui.model.history import minmax_columns
-    from tui.model.run_metrics import primary, series
+    from tui.model.run_metrics import primary
 
-    loaded = []
-    for run in runs:
-        try:
-            history = read_history(run / "events.jsonl")
-        except OSError as exc:  # a FIFO, a device or an unreadable file where the log should be
-            raise PlotError(f"plot {run}: events.jsonl: cannot read ({exc.strerror})") from None
-        loaded.append((run, history, series(history)))
+    loaded = [_load(run) for run in runs]
     if metric is None:
         metric = next((primary(h, s) for _, h, s in loaded if s), None)
         if metric is None:
@@ -97,7 +93,7 @@ def draw(runs: list[Path], metric: str | None = None, width: int = 100, height: 
         found = available.get(metric)
         if found is None:
             continue
-        x, y = minmax_columns(found.steps, found.values, width)
+        x, y = found.points(width)
         label = printable(metric if len(runs) == 1 else run.name if names.count(run.name) == 1 else str(run))
         marker = MARKERS[0] if colour else MARKERS[k % len(MARKERS)]
         draw = plt.scatter if len(x) == 1 or found.kind == "autotune" else plt.plot  # candidates are points
@@ -109,6 +105,36 @@ def draw(runs: list[Path], metric: str | None = None, width: int = 100, height: 
     plt.ylabel(printable(metric))
     text = plt.build()
     return Chart(text if colour else plt.uncolorize(text), left_out)
+
+
+def _load(run: Path):
+    """(run, its non-step events, every metric it has by name): per-step ones from its step record (an old run's
+    log converted first, a progress line on stderr), validation and autotune ones from its log."""
+    from engine.run.history import read_history
+    from tui.model.run_metrics import series
+    from tui.model.step_open import open_or_convert
+
+    try:
+        source = open_or_convert(run, _progress_line(run))
+        history = read_history(run / "events.jsonl", steps=source is None)
+    except OSError as exc:  # a FIFO, a device or an unreadable file where the log should be
+        raise PlotError(f"plot {run}: events.jsonl: cannot read ({exc.strerror or exc})") from None
+    available = series(history, source)
+    return run, history, available
+
+
+def _progress_line(run: Path):
+    """``progress(done, total)`` for a conversion: one updating line on stderr (a terminal), a line at the end
+    (a pipe)."""
+
+    def progress(done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        if sys.stderr.isatty() or done >= total:
+            sys.stderr.write(f"\rsensorlm-tui: plot {run}: converting the old log into a step record "
+                             f"{progress_bar(done, total)}{end}")
+            sys.stderr.flush()
+
+    return progress
 
 
 def _names(available: dict) -> str:

@@ -47,18 +47,17 @@ from tui.dashboard.messages import (
     ControlDone,
     EngineSpawned,
     EventBatch,
-    HistoryFolded,
     LivenessChanged,
     SessionFailed,
     SessionReady,
     StartCancelled,
+    StepsProgress,
 )
 from tui.dashboard.palette import DashboardCommands
 from tui.dashboard.pump import BATCH_S, SessionPump
 from tui.dashboard.views import ChartViews, read_compare
 from tui.dashboard.watch import Watch
 from tui.model.dashboard import RunModel
-from tui.model.history_fold import deferred_fold
 from tui.model.pace import MAX_TEXT_HZ, check_refresh
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
@@ -78,7 +77,7 @@ class DashboardApp(App[int]):
 
     def __init__(self, session_factory: Callable[[], Session],
                  theme: str | None = None, refresh: float | None = None, read_only: bool = False,
-                 ansi: bool = False, capacity: int = 1 << 20, batch_s: float = BATCH_S,
+                 ansi: bool = False, batch_s: float = BATCH_S,
                  in_process: bool = False, compare: str | None = None) -> None:
         theme_name = themes.resolve("ansi" if ansi else theme)
         plot_hz = check_refresh(refresh)
@@ -91,8 +90,8 @@ class DashboardApp(App[int]):
         self.text_period = max(1.0 / MAX_TEXT_HZ, min(1.0, self.plot_period))
         #: What this dashboard watches: the model the panels show, the session worker's loop (its session, stop
         #: and closed events; replaced when another session is watched) and the viewer's terms.
-        self.watch = Watch(RunModel(capacity), SessionPump(session_factory, self.post_message, read_only=read_only,
-                                                           batch_s=batch_s, fold=self.history_fold),
+        self.watch = Watch(RunModel(), SessionPump(session_factory, self.post_message, read_only=read_only,
+                                                   batch_s=batch_s),
                            read_only=read_only, in_process=in_process)
         #: The one way a control reaches the engine (the screens send through it too).
         self.link = ControlLink(lambda: self.watch.session, self.post_message)
@@ -192,6 +191,7 @@ class DashboardApp(App[int]):
             return []
 
     def _tick_text(self) -> None:
+        self.model.refresh_steps()  # what a live run appended to its step record
         self.model.tick()  # clocks tick while nothing else moves
         for panel in self.panels("text"):
             self.safe(panel, panel.update_from, self.model)
@@ -266,29 +266,21 @@ class DashboardApp(App[int]):
             return ""
 
     # ------------------------------------------------------------- messages
-    def history_fold(self, history):
-        """The session worker's fold of a long history (called on it): the first frame shows the newest steps,
-        the worker folds the rest after that frame. None for a short one (folded here at once)."""
-        return deferred_fold(history, self.model.capacity)
-
     def on_event_batch(self, message: EventBatch) -> None:
         try:
-            if message.fold is not None:
-                self.model.ingest_history(message.events, message.fold)
-            else:
-                self.model.ingest(message.events)
+            if message.steps is not None:
+                self.model.open_steps(message.steps)
+            self.model.ingest(message.events)
         except Exception as exc:  # noqa: BLE001 - a malformed event is reported, not fatal
             self.model.note("error", f"could not show an event batch ({type(exc).__name__}: {exc})")
-        if message.history or self.model.starting_up:  # a phase shows the moment it begins, not at the next tick
+        if message.history or message.steps is not None or self.model.starting_up:  # (a phase: at once)
             self.redraw()
-        if message.fold is not None:  # the worker folds the rest once this frame is on screen
-            self.call_after_refresh(message.fold.shown.set)
         self.sync_footer()
         self.lifecycle.check_ended()
 
-    def on_history_folded(self, message: HistoryFolded) -> None:
-        if self.model.adopt(message.fold):
-            self.redraw()
+    def on_steps_progress(self, message: StepsProgress) -> None:
+        self.views.converting(message.done, message.total, message.finished)
+        self.redraw()
 
     def on_session_ready(self, message: SessionReady) -> None:
         self.watch.read_only = message.read_only
@@ -341,7 +333,7 @@ class DashboardApp(App[int]):
     @work(thread=True, exit_on_error=False, group="compare")
     def read_compare_in_background(self, path: str) -> None:
         """Read another run on a thread worker; it comes back as a CompareLoaded."""
-        self.post_message(read_compare(path, self.model.capacity))
+        self.post_message(read_compare(path))
 
     def push_modal(self, screen, callback=None) -> None:
         """Open ``screen`` on top, unless the same kind of modal is on top already (a palette command or a key
@@ -423,6 +415,10 @@ class DashboardApp(App[int]):
     def action_toggle_window(self) -> None:
         """h: recent 1000 steps ↔ full history (every chart)."""
         self.views.toggle_window()
+
+    def action_chart(self, move: str, *args) -> None:
+        """+ - ← → home end 0: every chart's steps (ChartViews' zoom, pan, to_edge, reset_view)."""
+        getattr(self.views, move)(*args)
 
     def action_next_chart(self) -> None:
         """v: in the one-chart layout (< 100 columns), show the other chart."""

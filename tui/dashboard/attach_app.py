@@ -24,7 +24,13 @@ from engine.run.control.client import RunClient
 from engine.run.control.session import Session
 from engine.run.rundir import RunDir, liveness, resume_command
 from tui.dashboard.app import DashboardApp
-from tui.dashboard.messages import EventBatch, HistoryFolded, LivenessChanged, SessionFailed, SessionReady
+from tui.dashboard.messages import (
+    EventBatch,
+    LivenessChanged,
+    SessionFailed,
+    SessionReady,
+    StepsProgress,
+)
 from tui.screens.dashboard import KEYS, DashboardScreen
 from tui.screens.resume import ResumeScreen
 
@@ -92,12 +98,12 @@ class AttachApp(DashboardApp):
         old = self.pump
         old.stop.set()  # its worker closes the old session after the poll in flight
         self._generation += 1
-        self.watch.model = RunModel(self.model.capacity)
+        self.watch.model = RunModel()
         self.model.set_viewer(read_only=self.read_only)
         self.lifecycle.new_session()
         self._offered = False
         self.watch.pump = SessionPump(factory, self._post_for(self._generation), read_only=self.read_only,
-                                      batch_s=old.batch_s, fold=self.history_fold)
+                                      batch_s=old.batch_s)
         self.run_worker(self._pump_body, thread=True, exit_on_error=False, name="session", group="session")
         log = self.dashboard.query_one("#log")  # the new history brings every line again
         log.reset()
@@ -106,7 +112,7 @@ class AttachApp(DashboardApp):
     def on_event_batch(self, message: EventBatch) -> None:
         self._stale(message)
 
-    def on_history_folded(self, message: HistoryFolded) -> None:
+    def on_steps_progress(self, message: StepsProgress) -> None:
         self._stale(message)
 
     def on_session_ready(self, message: SessionReady) -> None:

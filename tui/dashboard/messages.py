@@ -12,23 +12,24 @@ from engine.run.rundir import Liveness
 class EventBatch(Message):
     """Events gathered over one batching window (~80 ms), or the whole history on connect.
 
-    ``fold`` (a long history only): its steps' tui.model.history_fold.HistoryFold, which the worker finishes after
-    the UI has shown the preview (then HistoryFolded).
+    ``steps``: the run's step record (tui.model.step_source.RecordSteps), opened by the worker and handed to
+    the UI thread, which alone reads it from then on: with the history (whose step lines were then left out),
+    or on its own once it can be read (the engine's first rows, an old run's first converted chunk).
     """
 
-    def __init__(self, events: list[Event], history: bool = False, fold=None) -> None:
+    def __init__(self, events: list[Event], history: bool = False, steps=None) -> None:
         super().__init__()
         self.events = events
         self.history = history
-        self.fold = fold
+        self.steps = steps
 
 
-class HistoryFolded(Message):
-    """The worker finished a long history's fold (``fold.result`` is every row; None when folding failed)."""
+class StepsProgress(Message):
+    """An old run's log is being converted into its record: ``done`` of ``total`` bytes (``finished``: it is)."""
 
-    def __init__(self, fold) -> None:
+    def __init__(self, done: int, total: int, finished: bool = False) -> None:
         super().__init__()
-        self.fold = fold
+        self.done, self.total, self.finished = done, total, finished
 
 
 class SessionReady(Message):

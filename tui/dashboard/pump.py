@@ -1,6 +1,11 @@
-"""The session worker's loop: open the session, replay history, poll, batch, post.
+"""The session worker's loop: open the session, find the run's step record, replay history, poll, batch, post.
 
-Runs in a Textual thread worker. ``Session.poll`` blocks without holding the
+Runs in a Textual thread worker. The per-step values come from the run's step record
+(tui.model.step_open): opened here and handed to the UI, which reads only what it draws;
+an old run's log is converted into one first, with progress reports (the UI shows the part
+converted so far at once); a new run's record is opened as soon as the engine has written
+it, its step lines read from the log meanwhile. The history read from the log then leaves
+its step lines out, as ``poll`` does. ``Session.poll`` blocks without holding the
 GIL, so waiting costs the UI nothing; events are gathered for ``batch_s``
 (~80 ms) and posted as one message, because a message per step cost a 2 000
 steps/s loop 40-50 % of its speed (research/textual-in-process.md). The
@@ -26,13 +31,13 @@ from engine.run.rundir import Liveness
 from tui.dashboard.messages import (
     EngineSpawned,
     EventBatch,
-    HistoryFolded,
     LivenessChanged,
     SessionFailed,
     SessionReady,
     StartCancelled,
+    StepsProgress,
 )
-from tui.model.history_fold import TAIL_STEPS
+from tui.model import step_open
 
 #: How long events are gathered before one batch is posted (seconds).
 BATCH_S = 0.08
@@ -40,8 +45,14 @@ BATCH_S = 0.08
 LIVENESS_S = 1.0
 #: A batch is posted early when it gets this big, so memory stays bounded in a flood.
 MAX_BATCH = 20_000
-#: Longest wait for the UI to show a long history's preview before its full fold starts anyway (s).
-SHOWN_WAIT_S = 10.0
+#: How often a run whose record is not there yet is looked at again (s).
+RECORD_LOOK_S = 0.5
+#: Conversion progress is posted at most this often (s).
+PROGRESS_S = 0.1
+
+
+class Stopped(Exception):
+    """The worker was stopped during a conversion (what was converted stays; the next open goes on)."""
 
 
 def is_detachable(session: Session) -> bool:
@@ -90,10 +101,8 @@ class SessionPump:
     """Owns one Session on a worker thread; ``stop`` is the flag the loop checks between polls."""
 
     def __init__(self, factory: Callable[[], Session], post: Callable, read_only: bool = False,
-                 batch_s: float = BATCH_S, fold: Callable | None = None) -> None:
+                 batch_s: float = BATCH_S) -> None:
         self.factory = factory
-        #: ``fold(history)``: a long history's HistoryFold to finish here after the preview (None: none).
-        self.fold = fold
         self.post = post
         self.force_read_only = read_only
         self.batch_s = batch_s
@@ -124,26 +133,22 @@ class SessionPump:
             self.ready.set()
             self.post(SessionReady(self.force_read_only or bool(getattr(session, "read_only", False)),
                                    is_detachable(session), _run_dir_text(session)))
+            run_dir = _run_dir_path(session)
+            plan = step_open.plan(run_dir)
+            steps = step_open.open_steps(run_dir) if plan == "record" else None
             try:
-                # With a fold to finish here, a long log without an index is read as a tail first (every other
-                # event, the newest steps): the whole decode then happens after the first frame, in _finish.
-                tail = getattr(session, "history_tail", None) if self.fold is not None else None
-                history = tail(TAIL_STEPS) if tail is not None else session.history()
+                history = session.history(steps=False) if plan in ("record", "convert") else session.history()
             except Exception as exc:  # noqa: BLE001
                 self.post(SessionFailed(f"cannot read the run's history: {_one_line(exc)}", fatal=False))
                 history = []
-            if history:
-                # A History stays columnar: RunModel folds its steps from columns (a 1M-step run in well
-                # under a second instead of building a million event objects). A long one is folded in two:
-                # the UI folds the newest steps for the first frame, this thread every step after it.
-                fold = self._fold_of(history)
-                if fold is None and getattr(history, "steps_left_out", 0):
-                    history = session.history()  # a tail read nobody will complete: read every step now
+            if history or steps is not None:
+                # A History stays columnar: RunModel folds its steps (a log without a record) from columns.
                 self.post(EventBatch(history if hasattr(history, "others") else list(history), history=True,
-                                     fold=fold))
-                if fold is not None and not self._finish(fold, cancelled):
-                    return
-            self._loop(session, cancelled)
+                                     steps=steps))
+            if plan == "convert" and not self._convert(run_dir, cancelled):
+                return
+            self._loop(session, cancelled, run_dir if plan == "wait" else None,
+                       run_dir if plan in ("record", "convert") else None)
         finally:
             self.ready.set()
             self._close()
@@ -153,38 +158,50 @@ class SessionPump:
         opener = getattr(self.factory, "open", None)
         return opener(self.start_watch) if opener is not None else self.factory()
 
-    def _fold_of(self, history):
-        if self.fold is None:
-            return None
-        try:
-            return self.fold(history)
-        except Exception:  # noqa: BLE001 - no preview then: the UI folds the whole history itself, as before
-            return None
+    def _convert(self, run_dir, cancelled: Callable[[], bool]) -> bool:
+        """Convert an old run's log into its record (in a child process: tui.model.step_open), the UI showing it
+        from the first chunk on; False when stopped (the child is killed; the next open goes on from where it
+        was). A conversion that fails leaves the charts empty and says why (the log is never changed)."""
+        opened = False
+        last_post = 0.0
 
-    def _finish(self, fold, cancelled: Callable[[], bool]) -> bool:
-        """Fold every step of a long history once the UI shows its preview, then post it; False when stopped.
-
-        Live polling starts only after this: no live step can reach the model between the preview and the
-        full fold, so the model swaps rings instead of merging them. The numpy work mostly runs without the
-        GIL, so the UI stays responsive meanwhile.
-        """
-        deadline = time.monotonic() + SHOWN_WAIT_S
-        while not fold.shown.wait(0.05):
+        def progress(done: int, total: int) -> None:
+            nonlocal opened, last_post
             if self.stop.is_set() or cancelled():
-                return False
-            if time.monotonic() > deadline:
-                break
+                raise Stopped
+            if not opened:
+                steps = step_open.open_steps(run_dir)
+                if steps is not None:
+                    opened = True
+                    self.post(EventBatch([], steps=steps))
+            now = time.monotonic()
+            if now - last_post >= PROGRESS_S:
+                last_post = now
+                self.post(StepsProgress(done, total))
+
         try:
-            fold.finish()
-        except Exception as exc:  # noqa: BLE001 - the preview stays on screen; say why the rest is missing
-            self.post(SessionFailed(f"folding the whole history failed: {_one_line(exc)}", fatal=False))
-        self.post(HistoryFolded(fold))
+            step_open.convert_apart(run_dir, progress)
+        except Stopped:
+            return False
+        except Exception as exc:  # noqa: BLE001 - reported; the run's other events are still shown
+            self.post(StepsProgress(0, 0, finished=True))
+            self.post(SessionFailed(f"converting the run's log into its step record failed: {_one_line(exc)}",
+                                    fatal=False))
+            return True
+        if not opened:
+            steps = step_open.open_steps(run_dir)
+            if steps is not None:
+                self.post(EventBatch([], steps=steps))
+        self.post(StepsProgress(1, 1, finished=True))
         return True
 
-    def _loop(self, session: Session, cancelled: Callable[[], bool]) -> None:
+    def _loop(self, session: Session, cancelled: Callable[[], bool], waiting_for=None, converted=None) -> None:
+        """Poll, batch and post until stopped; ``waiting_for``: a run directory whose record is not written yet
+        (looked at every RECORD_LOOK_S, handed to the UI once it is there); ``converted``: one whose record may
+        have been converted from its log (an old engine still writing it: what it appended is converted too)."""
         pending: list = []
         window_start = time.monotonic()
-        next_liveness = 0.0
+        next_liveness = next_look = 0.0
         liveness = None
         failures = 0
         while not self.stop.is_set() and not cancelled():
@@ -197,6 +214,12 @@ class SessionPump:
                     self.post(SessionFailed(f"reading events failed (retrying): {_one_line(exc)}", fatal=False))
                 self.stop.wait(min(2.0, 0.1 * failures))
             now = time.monotonic()
+            if now >= next_look:
+                next_look = now + RECORD_LOOK_S
+                if self._look_at_record(waiting_for, converted, pending):
+                    waiting_for, pending, window_start = None, [], now
+                if converted is not None and not self._carry_on(converted):
+                    converted = None
             if pending and (now - window_start >= self.batch_s or len(pending) >= MAX_BATCH):
                 self.post(EventBatch(pending))
                 pending = []
@@ -218,6 +241,32 @@ class SessionPump:
         if pending:
             self.post(EventBatch(pending))
 
+    def _look_at_record(self, waiting_for, converted, pending: list) -> bool:
+        """A new run's record, once the engine wrote it: handed to the UI (after the step events gathered
+        before, which go to the memory series); True when it was."""
+        if waiting_for is None:
+            return False
+        steps = step_open.open_steps(waiting_for)
+        if steps is None:
+            return False
+        if pending:
+            self.post(EventBatch(pending))
+        self.post(EventBatch([], steps=steps))
+        getattr(self.session, "steps_elsewhere", lambda: None)()  # the log's step lines are not decoded now
+        return True
+
+    def _carry_on(self, converted) -> bool:
+        """An old engine still writing its log: convert the steps it appended (the UI reads them at its next
+        tick); False when that failed (said once, then no more tries)."""
+        if not step_open.stale(converted):
+            return True
+        try:
+            step_open.convert_apart(converted)
+        except Exception as exc:  # noqa: BLE001 - reported once; the events still come
+            self.post(SessionFailed(f"converting the run's new steps failed: {_one_line(exc)}", fatal=False))
+            return False
+        return True
+
     def _close(self) -> None:
         session, self.session = self.session, None
         if session is not None:
@@ -226,6 +275,14 @@ class SessionPump:
             except Exception:  # noqa: BLE001 - closing is best effort on the way out
                 pass
         self.closed.set()
+
+
+def _run_dir_path(session: Session):
+    """The session's run directory as a Path (None: a session without one)."""
+    from pathlib import Path
+
+    text = _run_dir_text(session)
+    return Path(text) if text else None
 
 
 def _one_line(exc: BaseException) -> str:

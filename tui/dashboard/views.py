@@ -12,18 +12,18 @@ from typing import Callable
 
 from tui.dashboard.messages import CompareLoaded
 from tui.dashboard.watch import Watch
-from tui.model.format import one_line
+from tui.model.format import one_line, progress_bar
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.metric import MetricScreen
 
 
-def read_compare(path: str, capacity: int) -> CompareLoaded:
+def read_compare(path: str) -> CompareLoaded:
     """Another run's whole history as a CompareLoaded message, or the one line why it cannot be read (slow on a
     long run: call it from a thread worker)."""
     from tui.model.compare import read_run
 
     try:
-        return CompareLoaded(path, read_run(path, capacity))
+        return CompareLoaded(path, read_run(path))
     except (OSError, ValueError) as exc:
         return CompareLoaded(path, None, one_line(exc))
 
@@ -71,6 +71,45 @@ class ChartViews:
             window = chart.toggle_window()
         if window is not None:
             self.say(f"charts: {'full history' if window == 'full' else 'last 1000 steps'}")
+
+    def zoom(self, factor: float) -> None:
+        """Every chart's span × ``factor`` (½: zoom in), each about what it shows."""
+        self._moved(lambda chart: chart.zoom(self.watch.model, factor))
+
+    def pan(self, fraction: float) -> None:
+        """Every chart moved by ``fraction`` of its span (negative: earlier)."""
+        self._moved(lambda chart: chart.pan(self.watch.model, fraction))
+
+    def to_edge(self, start: bool) -> None:
+        """Every chart to the run's first steps (``start``) or its newest, keeping its span."""
+        self._moved(lambda chart: chart.to_edge(self.watch.model, start))
+
+    def reset_view(self) -> None:
+        """Every chart back to its window (last 1000 steps or the full history), following the run."""
+        charts = self._charts()
+        for chart in charts:
+            chart.reset_view()
+        if charts:
+            self.say(f"charts: {'full history' if charts[0].window == 'full' else 'last 1000 steps'}")
+
+    def _moved(self, move: Callable) -> None:
+        shown = None
+        for chart in self._charts():
+            shown = move(chart) or shown
+        if shown is not None:
+            lo, hi = shown
+            self.say(f"charts: steps {lo:,}–{hi:,} ({hi - lo + 1:,} steps; 0 resets)")
+
+    def converting(self, done: int, total: int, finished: bool) -> None:
+        """An old run's log is being converted into its record: the charts take in the part done, the status
+        line shows how far (``finished``: done; a total of 0: it failed)."""
+        self.watch.model.set_steps_progress(done, total, finished)
+        if not finished:
+            self.say(f"converting the old log into a step record {progress_bar(done, total)}", "pending")
+        elif total:
+            self.say("step record ready: every step of the old log is in it", "ok")
+        else:
+            self.say("the old log could not be converted: its steps are not drawn", "error")
 
     def next_chart(self) -> None:
         """In the one-chart layout (< 100 columns), show the other chart."""

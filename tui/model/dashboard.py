@@ -7,7 +7,9 @@ keeps the bytes on the wire low. Torch- and Textual-free, so it is tested on
 its own.
 
 The model is composed of parts that each own their state: the step series
-(tui.model.step_series), the pace (tui.model.rates), the metric catalogue and
+(tui.model.step_series: the run's step record, read by what is drawn; nothing
+is held per step, so the model's memory does not grow with the run), the pace
+(tui.model.rates), the metric catalogue and
 validation series (tui.model.catalogue), the start-up phases
 (tui.model.phases), the settings and budget (tui.model.settings); every other
 event is folded by tui.model.event_fold. The methods here are the one surface
@@ -23,7 +25,6 @@ from typing import Any, Iterable
 import numpy as np
 
 from engine.run import events as ev
-from engine.run.pace import Sample, of_event
 from engine.run.rundir import Liveness
 from tui.model import metrics as mx
 from tui.model import settings
@@ -32,11 +33,14 @@ from tui.model.catalogue import Catalogue
 from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, MEM_COLUMNS, EventFold
 from tui.model.format import short_float
 from tui.model.history import Ring
-from tui.model.history_fold import STEP_FIELDS, HistoryFold, StepRings
 from tui.model.phases import Phases, clock, model_summary
-from tui.model.rates import Rates, Throughput, pace_samples
+from tui.model.rates import Rates, Throughput
 from tui.model.settings import Marker
-from tui.model.step_series import StepSeries, step_columns
+from tui.model.step_series import StepSeries
+from tui.model.step_source import RecordSteps
+
+#: Memory samples kept (one every ~100 steps: the newest 6.5M steps' worth).
+MEMORY_SAMPLES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,7 @@ class LogEntry:
 class RunModel:
     """Everything the panels draw, folded from events; ``versions[area]`` counts changes per panel."""
 
-    def __init__(self, capacity: int = 1 << 20) -> None:
-        self.capacity = capacity
+    def __init__(self) -> None:
         self.versions: Counter[str] = Counter()
         self.started: ev.RunStarted | None = None
         self.state = "starting"
@@ -66,8 +69,10 @@ class RunModel:
         #: The step the current generation resumed from (None for a fresh start).
         self.resumed_from_step: int | None = None
         self.last_step: ev.StepLogged | None = None
-        #: The loss ring with its EMAs and one ring per other per-step scalar.
-        self.series = StepSeries(capacity)
+        #: The per-step series: the run's step record once open, else the step events held in memory.
+        self.series = StepSeries()
+        #: (bytes done, bytes in all) while an old run's log is converted into its record; None otherwise.
+        self.steps_progress: tuple[int, int] | None = None
         #: Recent (t, step) samples for steps/s and the ETA.
         self.rates = Rates()
         #: The task's capabilities, every eval, the validation metrics.
@@ -76,7 +81,7 @@ class RunModel:
         self.startup = Phases()
         #: Another run drawn behind this one's curves, aligned by step (a RunModel; None: no overlay).
         self.compare: RunModel | None = None
-        self.memory = Ring(min(capacity, 1 << 16), len(MEM_COLUMNS))
+        self.memory = Ring(MEMORY_SAMPLES, len(MEM_COLUMNS))
         self.last_memory: ev.MemorySampled | None = None
         self.system: ev.SystemSampled | None = None
         #: The latest per-rank telemetry of a distributed run (None for one process).
@@ -95,14 +100,14 @@ class RunModel:
 
     # ------------------------------------------------------------------ parts
     @property
-    def steps(self) -> Ring:
-        """The step ring: step, raw loss, one EMA per smoothing level."""
-        return self.series.steps
+    def steps(self):
+        """The step source (tui.model.step_source): the run's record, or the step events held in memory."""
+        return self.series.source
 
     @property
-    def scalars(self) -> dict[str, Ring]:
-        """Per-step scalars besides the loss, by name: rings of (step, value)."""
-        return self.series.scalars
+    def step_count(self) -> int:
+        """Steps the source holds (a record's rows)."""
+        return self.series.source.rows
 
     @property
     def evals(self) -> list[ev.EvalDone]:
@@ -121,15 +126,14 @@ class RunModel:
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, batch: Iterable[ev.Event]) -> None:
-        """Fold a batch of events in; consecutive step events are appended to the history in one go.
+        """Fold a batch of events in; consecutive step events are appended to the step series in one go.
 
-        A whole ``engine.run.history.store.History`` is folded from its columns, every step at once
-        (``ingest_history`` folds the newest steps only and leaves the rest to another thread).
+        A whole ``engine.run.history.store.History`` is folded from its columns (no step event is built). With
+        the run's step record open, step events are not kept: the record has every step (and the log may have
+        step lines only at a cadence); the record is looked at again instead.
         """
         if hasattr(batch, "column") and hasattr(batch, "others"):  # a whole engine.run.history.store.History
-            fold = self.ingest_history(batch)
-            if fold is not None:
-                self.adopt(fold, fold.finish())
+            self._ingest_history(batch)
             return
         steps: list[ev.StepLogged] = []
         for event in batch:
@@ -147,66 +151,49 @@ class RunModel:
         """An ack returned by ``Session.send``: folded in unless the event stream already brought it."""
         self._events.fold(ack)
 
-    def ingest_history(self, history, fold: HistoryFold | None = None) -> HistoryFold | None:
-        """A run's whole history, its steps from ``History.column``; returns the fold still to finish, or None.
-
-        Why columns: building a StepLogged per log line and reading it back costs tens of µs a step on a
-        loaded 2-core box — over half a minute for a 1M-step run on attach; the columns cost well under 1 µs
-        a step. Why a preview: on a fresh model with more than ``PREVIEW_ROWS`` steps only the newest rows
-        go into the rings now (tui.model.history_fold; what the first frame draws, exact); ``fold.finish()``
-        (any thread) and then ``adopt`` put every row in. ``fold`` is the History's fold when the caller made
-        it already (the session worker does, off the UI thread). Same result as ``ingest(list(history))``
-        (tested): no handler of the other events reads the step history, so folding them after the steps
-        changes nothing.
-        """
+    def _ingest_history(self, history) -> None:
+        """A run's history: its step columns into a memory source (none with a record open), then the other
+        events in bulk. Folding them after the steps changes nothing: no handler reads the step series."""
         step = history.column("step", "step")
-        pending = None
-        if len(step):
+        if len(step) and not self.series.from_record:
+            columns = {name: history.column("step", name) for name in history.step_columns() if name != "step"}
             last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
-            t = history.column("step", "t")
-            recent = slice(-self.rates.samples.maxlen, None)
-            listed = getattr(history, "step_columns", lambda: [])()  # every component any step carried
-            components = self.series.component_names(self.capabilities, last) + [
-                c.split(".", 1)[1] for c in listed if c.startswith("components.")]
-            names = list(STEP_FIELDS) + [f"components.{k}" for k in dict.fromkeys(components)]
-            first = (float(t[0]), int(step[0]))
-            rates = pace_samples(t[recent], step[recent], *(history.column("step", name)[recent] for name in (
-                "samples_per_s", "steps_per_s", "tokens_per_s")))
-            if not self.series.empty:  # steps already folded: append (and rewind) as a live batch does
-                extra = {name.rpartition(".")[2]: history.column("step", name) for name in names}
-                self.series.append(step, history.column("step", "loss"), extra)
-            else:
-                pending = self.series.preview(fold or HistoryFold(history, self.capacity), names)
-            self._stepped(last, first, rates)
+            self.series.append_columns(step.astype(np.int64), columns, last)
+            self._stepped()
         self._events.fold_many(history.others("step"))
         if len(history):
-            self.last_t = history[len(history) - 1].t
-        return pending
+            self.last_t = max(self.last_t or float("-inf"), history[len(history) - 1].t)
 
-    @property
-    def history_loading(self) -> bool:
-        """True while only the newest steps of a long history are in the rings (the rest is being folded)."""
-        return self.series.loading
-
-    def adopt(self, fold: HistoryFold, rings: StepRings | None = None) -> bool:
-        """Swap in every row of ``fold`` (``rings``: ``fold.finish()``'s result); False when it is not this
-        model's pending fold or steps arrived since the preview (the preview then stays: it is exact)."""
-        if not self.series.adopt(fold, rings):
-            return False
+    def open_steps(self, source: RecordSteps) -> None:
+        """Read the per-step series from the run's step record from now on."""
+        self.series.use(source)
+        self._stepped()
         self.versions["charts"] += 1
+
+    def refresh_steps(self) -> bool:
+        """Take in what the run's record gained (a live run, a conversion filling in); True when it changed."""
+        if not self.series.refresh():
+            return False
+        self._stepped()
         return True
 
     def _ingest_steps(self, steps: list[ev.StepLogged]) -> None:
-        step, loss, extra = step_columns(steps, self.series.component_names(self.capabilities, steps[-1], steps[0]))
-        self.series.append(step, loss, extra)
-        self._stepped(steps[-1], (steps[0].t, steps[0].step), map(of_event, steps[-self.rates.samples.maxlen:]))
+        if self.series.from_record:
+            self.refresh_steps()  # the record is written before the log: it holds these and maybe more
+            return
+        self.series.append_events(steps)
+        self._stepped()
 
-    def _stepped(self, last: ev.StepLogged, first: tuple[float, int], recent: Iterable[Sample]) -> None:
-        """After steps went into the rings: the newest step, the rate samples, running, the panels to redraw."""
+    def _stepped(self) -> None:
+        """After steps arrived: the newest step, the rate samples, running, the panels to redraw."""
+        last, first, recent = self.series.latest()
+        if last is None:
+            return
         self.last_step = last
-        self.last_t = last.t
+        self.last_t = last.t if self.last_t is None else max(self.last_t, last.t)
         self.startup.stepped = True
-        self.rates.add(first, recent)
+        if first is not None:
+            self.rates.add(first, recent)
         if self.state == "starting":
             self.state = "running"
             self.versions["header"] += 1
@@ -261,6 +248,12 @@ class RunModel:
             self.versions["progress"] += 1
         if self.stall is not None:
             self.versions["header"] += 1
+
+    def set_steps_progress(self, done: int, total: int, finished: bool = False) -> None:
+        """An old run's conversion moved on: the record gained rows (looked at now) and the charts say how far."""
+        self.steps_progress = None if finished else (done, total)
+        self.refresh_steps()
+        self.versions["charts"] += 1
 
     def set_compare(self, other: "RunModel | None") -> None:
         """Overlay ``other``'s curves on every chart (None clears the overlay)."""
@@ -341,11 +334,16 @@ class RunModel:
 
     def pair(self, name: str) -> tuple[str | None, str | None]:
         """(training scalar, validation metric) drawn when ``name`` is chosen (loss ↔ val_loss)."""
-        return self.catalogue.pair(name, self.train_names())
+        return self.catalogue.pair(name, self.series.chart_names())
 
-    def train_series(self, name: str, last: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of a per-step scalar (the raw loss for "loss"); the newest ``last`` when given."""
-        return self.series.series(name, last)
+    def step_bounds(self, name: str) -> tuple[int, int] | None:
+        """First and last step of a per-step scalar (None: it has none)."""
+        return self.series.bounds(name)
+
+    def step_envelope(self, name: str, step_lo: int, step_hi: int, columns: int):
+        """Per column of [step_lo, step_hi], the exact min / max / last and the mean of a per-step scalar
+        (engine.run.steps.Envelope; None: no such scalar)."""
+        return self.series.envelope(name, step_lo, step_hi, columns)
 
     def val_series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of a validation metric over every eval that reported it."""

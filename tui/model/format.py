@@ -110,3 +110,10 @@ def one_line(exc: BaseException) -> str:
     """An exception as the status bar says it: its message's first line, else its type's name."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def progress_bar(done: int, total: int, width: int = 20) -> str:
+    """"████████░░░░ 42%": how far ``done`` of ``total`` is."""
+    frac = min(1.0, max(0.0, done / total)) if total > 0 else 0.0
+    filled = int(round(frac * width))
+    return f"{'█' * filled}{'░' * (width - filled)} {int(100 * frac)}%"

@@ -1,10 +1,7 @@
-"""Numpy ring buffers for metric history, and min/max-per-column downsampling for plots.
+"""A numpy ring buffer of rows: the newest samples of a bounded series (the memory panel's samples).
 
-Why numpy: the plots redraw from up to a million points; a Python loop over
-60k points costs ~20 ms, numpy's reduceat over 1M costs ~2 ms
-(research/textual-in-process.md). A chart then draws two points (min, max) per
-plot column whatever the history length (plotext, used before tui.widgets.braille,
-cost ~10-15 µs per point).
+Per-step series are not held here: the charts read them from the run's step record
+(tui.model.step_series), by what they draw.
 """
 
 from __future__ import annotations
@@ -93,66 +90,3 @@ class Ring:
         if not self._len:
             return None
         return self._data[:, (self._start + self._len - 1) % self.capacity]
-
-
-def _bins(n: int, columns: int):
-    """Equal-count bins as two reshapeable blocks: r bins of k+1 points, then columns-r bins of k points."""
-    k, r = divmod(n, columns)
-    return k, r, r * (k + 1)
-
-
-def _finite(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    keep = np.isfinite(y)
-    if not keep.all():
-        x, y = x[keep], y[keep]
-    return x, y
-
-
-def minmax_columns(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reduce (x, y) to at most two points per column: each bin's min and max, at their own x, in x order.
-
-    Bins hold equal numbers of points (steps are near-uniform), so the work is
-    two reshapes and an argmin/argmax each: O(n) at memory speed, ~2 ms at 1M.
-    Non-finite y values are dropped first, so a skipped NaN step never blanks
-    a column. Short series pass through unchanged.
-    """
-    x, y = _finite(x, y)
-    n = len(y)
-    columns = max(1, int(columns))
-    if n <= 2 * columns:
-        return x, y
-    k, r, split = _bins(n, columns)
-    lo = np.empty(columns, dtype=np.int64)
-    hi = np.empty(columns, dtype=np.int64)
-    if r:
-        block = y[:split].reshape(r, k + 1)
-        base = np.arange(r) * (k + 1)
-        lo[:r], hi[:r] = base + block.argmin(axis=1), base + block.argmax(axis=1)
-    block = y[split:].reshape(columns - r, k)
-    base = split + np.arange(columns - r) * k
-    lo[r:], hi[r:] = base + block.argmin(axis=1), base + block.argmax(axis=1)
-    idx = np.empty(2 * columns, dtype=np.int64)
-    idx[0::2], idx[1::2] = np.minimum(lo, hi), np.maximum(lo, hi)
-    return x[idx], y[idx]
-
-
-def mean_columns(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reduce a smooth series (an EMA) to one point per column: the bin's mean y at its middle x.
-
-    ``x`` must be sorted (steps are): the middle of a bin is then the mean of its
-    first and last x, which saves a pass over a million steps.
-    """
-    x, y = _finite(x, y)
-    n = len(y)
-    columns = max(1, int(columns))
-    if n <= columns:
-        return x, y
-    k, r, split = _bins(n, columns)
-    parts = [y[split:].reshape(columns - r, k).mean(axis=1)]
-    if r:
-        parts.insert(0, y[:split].reshape(r, k + 1).mean(axis=1))
-    starts = np.concatenate((np.arange(r) * (k + 1), split + np.arange(columns - r) * k))
-    ends = np.append(starts[1:], n) - 1
-    return (x[starts] + x[ends]) / 2, np.concatenate(parts)

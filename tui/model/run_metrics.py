@@ -1,12 +1,15 @@
 """Every scalar series a run logged, by name, read from its history: what `plot` draws and `runs` summarises.
 
-A run's numbers live in two kinds of events: step events (the training loss,
-lr, grad norm, throughput, and the task's loss components) and eval events
-(every validation metric by name, val_loss included); an autotune search adds one
-more, ``autotune_rate``: the rate each candidate measured. Here each becomes a
-``Series(name, kind, steps, values)``: step series come straight from the
-history's columns (no event objects, so a 1M-step run costs a few array
-copies); eval series from the few eval events. Names are what users type
+A run's numbers live in two places: its step record (the training loss, lr,
+grad norm, throughput, the task's loss components and any other per-step name,
+engine.run.steps) and its eval events (every validation metric by name,
+val_loss included); an autotune search adds one more, ``autotune_rate``: the
+rate each candidate measured. Here each becomes a ``Series`` whose
+``points(columns)`` are what a chart of that many columns draws: for a per-step
+series the exact min and max of each column, read from the record's pyramid
+(kilobytes whatever the run's length; a run read without a record, from its
+log's step columns, gets the same by one pass); eval series from the few eval
+events. Names are what users type
 after ``--metric``: a field (``loss``, ``grad_norm``), a component (``mse``)
 or a validation metric (``val_loss`` or any name the task reports). Schema-1
 eval events arrive here already migrated (engine.core.migrate, through the history).
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.run import events as ev
+from tui.model.step_series import StepSeries
+from tui.model.step_source import reduce_columns
 
 #: Step fields worth plotting, in the order they are listed.
 STEP_SERIES = ("loss", "lr", "grad_norm", "samples_per_s", "steps_per_s")
@@ -39,6 +44,44 @@ class Series:
     steps: np.ndarray
     values: np.ndarray
 
+    def points(self, columns: int) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) to draw at ``columns`` columns: a per-step series' min and max per column (non-finite values
+        left out), the others as they are."""
+        if self.kind != "train" or len(self.steps) <= 2 * columns:
+            keep = np.isfinite(self.values)
+            return self.steps[keep], self.values[keep]
+        return _extremes(reduce_columns(self.steps, self.values, int(self.steps[0]), int(self.steps[-1]), columns))
+
+
+@dataclass(frozen=True)
+class RecordSeries:
+    """A per-step metric in a run's step record (``source``: tui.model.step_source.RecordSteps, ``raw`` its name
+    there), drawn from its envelope."""
+
+    name: str
+    source: object
+    raw: str
+    kind: str = "train"
+
+    def points(self, columns: int) -> tuple[np.ndarray, np.ndarray]:
+        span = self.source.bounds(self.raw)
+        if span is None:
+            return np.zeros(0), np.zeros(0)
+        return _extremes(self.source.envelope(self.raw, span[0], span[1], columns))
+
+
+def _extremes(env) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's finite min and max at its middle step, in order (±inf and NaN cannot be drawn by plotext)."""
+    step = env.x[-1] - env.x[-2] if len(env.x) > 1 else 1
+    width = np.diff(env.x, append=env.x[-1] + step) if len(env.x) else env.x
+    middle = env.x + np.maximum(width - 1, 0) / 2
+    low = np.where(np.isfinite(env.min), env.min, np.nan)
+    high = np.where(np.isfinite(env.max), env.max, np.nan)
+    x = np.repeat(middle, 2)
+    y = np.stack([low, high], 1).ravel()
+    keep = np.isfinite(y)
+    return x[keep].astype(np.float64), y[keep]
+
 
 def eval_values(event: ev.EvalDone) -> dict[str, float]:
     """Every numeric validation metric of one eval event (val_loss always)."""
@@ -48,9 +91,14 @@ def eval_values(event: ev.EvalDone) -> dict[str, float]:
     return out
 
 
-def series(history) -> dict[str, Series]:
-    """name → Series for every scalar the run logged (an engine.run.history.store.History or a list of events)."""
-    out: dict[str, Series] = {}
+def series(history, source=None) -> dict[str, Series | RecordSeries]:
+    """name → Series for every scalar the run logged (an engine.run.history.store.History or a list of events;
+    ``source``: the run's step record, tui.model.step_source.RecordSteps, whose series come first)."""
+    out: dict[str, Series | RecordSeries] = {}
+    if source is not None:
+        named = StepSeries()
+        named.use(source)
+        out.update({name: RecordSeries(name, source, raw) for name, raw in named.chart_names().items()})
     if hasattr(history, "column"):
         steps = history.column("step", "step")
         columns = history.step_columns() if hasattr(history, "step_columns") else list(STEP_SERIES)
@@ -62,7 +110,7 @@ def series(history) -> dict[str, Series]:
         names = {f"components.{k}" for e in step_events for k in e.components}
         columns = list(STEP_SERIES) + sorted(names)
         others = [e for e in events if not isinstance(e, ev.StepLogged)]
-    if len(steps):
+    if len(steps) and source is None:
         for column in columns:
             name = column.removeprefix("components.")
             if column not in STEP_SERIES and not column.startswith("components."):

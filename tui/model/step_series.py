@@ -1,167 +1,206 @@
-"""The per-step history the charts draw: the loss ring with its EMAs, one ring per other scalar.
+"""The run's per-step values as the dashboard names them: a source, its chartable series, the newest step.
 
-Steps arrive in batches (a live poll, or a whole history's columns); each
-batch is appended in one numpy call per ring. A resumed run redoes steps from
-its checkpoint, so a batch that starts at or before a stored step first drops
-the stored ones from there (``latest_attempts`` does the same inside a batch)
-and the EMAs are recomputed from the kept raw losses. A long history goes in
-as a preview of its newest rows first (tui.model.history_fold), and ``adopt``
-swaps in every row once another thread folded them.
+The source is the run's step record once the session worker opened it (tui.model.step_source.RecordSteps),
+else the step events themselves held in memory (MemorySteps: a session without a record). Nothing here holds
+a value per step of a record: a chart asks the source for the envelope and window it draws, and following a
+live run is ``refresh`` (what was appended). The names are the dashboard's: ``loss``, then the loss components
+by their own names and any other series, then the step fields that carry a value (grad norm, LR, throughput).
+
+After rows arrive (``refresh``, ``append_events``), ``latest`` gives the newest step as a StepLogged (the
+progress panel's line, the settings' current batch size and LR) and the pace samples of the rows added
+(engine.run.pace, for tui.model.rates). Torch- and Textual-free.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
-
 import numpy as np
 
-from engine.core.taskspec import Capabilities
 from engine.run import events as ev
-from tui.model.ema import LEVELS, EmaState, ema_extend
-from tui.model.history import Ring
-from tui.model.history_fold import LOSS, STEP, STEP_FIELDS, HistoryFold, StepRings, known, latest_attempts, scalar_ring
+from engine.run.steps import Envelope
+from tui.model.rates import RATE_WINDOW, pace_samples
+from tui.model.step_source import (
+    CHART_FIELDS,
+    NOT_CHARTED,
+    ZERO_UNKNOWN,
+    MemorySteps,
+    RecordSteps,
+    chart_name,
+    record_name,
+)
+
+#: StepLogged's numeric fields, as the record stores them.
+STEP_FIELDS = ("t", "epoch", "loss", "lr", "grad_norm", "samples_per_s", "steps_per_s", "batch_size", "skipped",
+               "tokens_per_s", "mfu")
 
 
-def number(value: Any) -> float:
+def number(value) -> float:
     """A logged number as a float; NaN for None or anything else."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
 
 
-def step_columns(steps: list[ev.StepLogged], components: Iterable[str]) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(step, loss, {scalar: values}) of a batch of step events: the StepLogged fields and ``components``."""
-    count = len(steps)
-    loss = np.fromiter((s.loss for s in steps), dtype=np.float64, count=count)
-    step = np.fromiter((s.step for s in steps), dtype=np.float64, count=count)
-    extra = {name: np.fromiter((number(getattr(s, name, None)) for s in steps), dtype=np.float64, count=count)
-             for name in STEP_FIELDS}
+def event_columns(events: list[ev.StepLogged]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(steps, {record name: values}) of a batch of step events: the StepLogged fields and ``components.<name>``."""
+    n = len(events)
+    steps = np.fromiter((e.step for e in events), np.int64, n)
+    columns = {name: np.fromiter((number(getattr(e, name, None)) for e in events), np.float64, n)
+               for name in STEP_FIELDS}
+    columns["skipped"] = np.fromiter((float(bool(e.skipped)) for e in events), np.float64, n)
+    components = dict.fromkeys(k for e in events for k in (e.components or {}))
     for key in components:
-        extra[key] = np.fromiter((number((s.components or {}).get(key)) for s in steps), dtype=np.float64,
-                                 count=count)
-    return step, loss, extra
+        columns["components." + key] = np.fromiter((number((e.components or {}).get(key)) for e in events),
+                                                   np.float64, n)
+    return steps, columns
 
 
 class StepSeries:
-    """The step ring (step, raw loss, one EMA per smoothing level), the EMAs' running states and the scalar rings.
+    """The step source and what the dashboard reads of it (module docstring)."""
 
-    ``steps`` and ``scalars`` are replaced (not mutated) when a preview is adopted: readers take them fresh.
-    """
+    def __init__(self) -> None:
+        self.source: RecordSteps | MemorySteps = MemorySteps()
+        self._names: dict[str, str] = {}  # dashboard name → record name, in the order shown
+        self._names_key: tuple | None = None
+        self._raw_names: set[str] = set()
+        self._known_at: tuple | None = None
+        self._known: set[str] = set()  # step fields seen with a value (ZERO_UNKNOWN: a positive one)
+        self._checked: dict[str, int] = {}  # the last step each field not known yet was looked at up to
+        self._last_event: ev.StepLogged | None = None  # the newest step event, when the source is memory
+        self._seen_step: int | None = None  # the newest step ``latest`` reported
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.steps = Ring(capacity, 2 + len(LEVELS) - 1)
-        self.ema = [EmaState() for _ in LEVELS[1:]]
-        #: Per-step scalars besides the loss, by name: rings of (step, value).
-        self.scalars: dict[str, Ring] = {}
-        self._pending: HistoryFold | None = None  # a long history's steps still being folded (preview shown)
-        self._preview_key: tuple | None = None
+    # ------------------------------------------------------------------ the source
+    @property
+    def from_record(self) -> bool:
+        """True once the run's step record is the source."""
+        return isinstance(self.source, RecordSteps)
+
+    def use(self, source: RecordSteps) -> None:
+        """Read from the run's step record from now on (what memory held is dropped: the record has it all)."""
+        self.source, self._names_key, self._known, self._last_event, self._seen_step = source, None, set(), None, None
+        self._known_at, self._checked = None, {}
+
+    def refresh(self) -> bool:
+        """Take in what the record gained since the last look; True when anything changed."""
+        return self.source.refresh()
+
+    def append_events(self, events: list[ev.StepLogged]) -> None:
+        """Step events into a memory source (a record source has them already: they are ignored)."""
+        if self.from_record or not events:
+            return
+        steps, columns = event_columns(events)
+        self.source.append(steps, columns)
+        self._last_event = events[-1]
+
+    def append_columns(self, steps: np.ndarray, columns: dict[str, np.ndarray], last: ev.StepLogged) -> None:
+        """A log's step columns (engine.run.history.History) into a memory source; ``last`` its newest step."""
+        if self.from_record or not len(steps):
+            return
+        self.source.append(steps, columns)
+        self._last_event = last
 
     @property
     def empty(self) -> bool:
-        """True before any step (or scalar) was stored."""
-        return not len(self.steps) and not self.scalars
+        """True before any step."""
+        return not self.source.rows
 
-    @property
-    def loading(self) -> bool:
-        """True while only the newest steps of a long history are in the rings (the rest is being folded)."""
-        return self._pending is not None
-
+    # ------------------------------------------------------------------ names
     def names(self) -> list[str]:
-        """Per-step scalars stored: loss first, then its components, grad norm, LR, throughput."""
-        return (["loss"] if len(self.steps) else []) + list(self.scalars)
+        """Series a chart may show: loss first, then the components and any other series, then the step fields
+        that carry a value (grad norm, LR, throughput)."""
+        return list(self.chart_names())
 
-    def series(self, name: str, last: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of a per-step scalar (the raw loss for "loss"); the newest ``last`` when given."""
-        if name == "loss":
-            return self.steps.column(STEP, last), self.steps.column(LOSS, last)
-        ring = self.scalars.get(name)
-        if ring is None:
-            return np.empty(0), np.empty(0)
-        return ring.column(0, last), ring.column(1, last)
+    def chart_names(self) -> dict[str, str]:
+        """Dashboard name → the source's name, in the order shown (cached; do not change it)."""
+        raw = self.source.names()
+        if self._known_at != (id(self.source), self.source.rows):
+            self._known_at = (id(self.source), self.source.rows)
+            self._check_known(raw)
+        key = (id(self.source), len(raw), len(self._known))
+        if key == self._names_key:
+            return self._names
+        names = {"loss": "loss"} if "loss" in raw else {}
+        for name in raw:
+            if name not in CHART_FIELDS and name not in NOT_CHARTED and name != "loss":
+                names.setdefault(chart_name(name), name)
+        for name in CHART_FIELDS:
+            if name in self._known:
+                names.setdefault(name, name)
+        self._names, self._names_key, self._raw_names = names, key, set(raw)
+        return names
 
-    def component_names(self, capabilities: Capabilities, *samples: ev.StepLogged) -> list[str]:
-        """Loss components to store: those the task declares, those already stored, those these steps carry."""
-        names = [m.name for m in capabilities.curves if m.kind == "train" and m.name not in STEP_FIELDS]
-        names += [k for k in self.scalars if k not in STEP_FIELDS]
-        for sample in samples:
-            names += [k for k, v in (sample.components or {}).items() if isinstance(v, (int, float))]
-        return [k for k in dict.fromkeys(names) if k != "loss"]
-
-    def append(self, step: np.ndarray, loss: np.ndarray, extra: dict[str, np.ndarray] | None = None) -> None:
-        """Append a batch of steps (``extra``: other scalars by name, NaN where a step did not log one)."""
-        keep = latest_attempts(step)
-        if keep is not None:
-            step, loss = step[keep], loss[keep]
-            extra = {k: v[keep] for k, v in (extra or {}).items()}
-        rewound = self._rewind_to(float(step[0])) if len(step) else False
-        for name, values in (extra or {}).items():
-            values = known(name, values)
-            if name not in self.scalars:
-                if np.isfinite(values).any():  # else never logged (a NaN grad norm of a run that does not measure it)
-                    self.scalars[name] = scalar_ring(self.capacity, step, values)
+    def _check_known(self, raw: list[str]) -> None:
+        """Step fields with a value (a run that does not measure grad norm logs NaN; tokens/s and MFU 0), looked
+        for in the steps not looked at yet."""
+        for name in CHART_FIELDS:
+            if name in self._known or name not in raw:
                 continue
-            keep = self.scalars[name].capacity  # only the newest rows survive: copy no more than those
-            self.scalars[name].append_many(np.stack([step[-keep:], values[-keep:]], axis=1))
-        self.steps.append_many(self._rows(step, loss))
-        if rewound:
-            self._resmooth()
+            span = self.source.bounds(name)
+            if span is None:
+                continue
+            first = max(span[0], self._checked.get(name, span[0] - 1) + 1)
+            if first > span[1]:
+                continue
+            seen = self.source.envelope(name, first, span[1], 1)
+            self._checked[name] = span[1]
+            if seen.finite[0] and (name not in ZERO_UNKNOWN or seen.max[0] > 0):
+                self._known.add(name)
 
-    def preview(self, fold: HistoryFold, names: list[str]) -> HistoryFold | None:
-        """Into an empty series: the newest rows of ``fold`` now; returns ``fold`` when rows are left to ``adopt``."""
-        self._install(fold.preview(names))
-        if not fold.deferred:
-            return None
-        self._pending = fold
-        self._preview_key = self._key()
-        return fold
+    def record_name(self, name: str) -> str | None:
+        """The source's name of the dashboard's ``name`` (None: no such series)."""
+        names = self.chart_names()
+        return names.get(name) or record_name(name, self._raw_names)
 
-    def adopt(self, fold: HistoryFold, rings: StepRings | None = None) -> bool:
-        """Swap in every row of ``fold`` (``rings``: ``fold.finish()``'s result); False when it is not the
-        pending fold or steps arrived since the preview (the preview then stays: it is exact)."""
-        if fold is not self._pending:
-            return False
-        self._pending = None
-        rings = rings or fold.result
-        if rings is None or self._preview_key != self._key():
-            return False
-        self.steps, self.ema = rings.steps, rings.ema
-        # In the stored order; a component only the left-out steps of a tail read carried comes last.
-        self.scalars = {**{name: rings.scalars.get(name, ring) for name, ring in self.scalars.items()},
-                        **{name: ring for name, ring in rings.scalars.items() if name not in self.scalars}}
-        return True
+    def has(self, name: str) -> bool:
+        """True when ``name`` is a series a chart may show."""
+        return name in self.chart_names()
 
-    def _key(self) -> tuple:
-        """What identifies the step ring's content: any append or swap since changes it."""
-        return id(self.steps), self.steps.total, self.steps.generation
+    # ------------------------------------------------------------------ reading, by the dashboard's names
+    def bounds(self, name: str) -> tuple[int, int] | None:
+        """First and last step of ``name`` (None when it has none)."""
+        raw = self.record_name(name)
+        return None if raw is None else self.source.bounds(raw)
 
-    def _install(self, rings: StepRings) -> None:
-        self.steps, self.ema = rings.steps, rings.ema
-        self.scalars.update(rings.scalars)
+    def envelope(self, name: str, step_lo: int, step_hi: int, columns: int) -> Envelope | None:
+        """Per column of [step_lo, step_hi]: exact min / max / last, and the mean (None: no such series)."""
+        raw = self.record_name(name)
+        return None if raw is None else self.source.envelope(raw, step_lo, step_hi, columns)
 
-    def _rows(self, step: np.ndarray, loss: np.ndarray) -> np.ndarray:
-        """Step-ring rows of raw losses, their EMAs continued from the running states."""
-        rows = np.empty((len(step), self.steps.width))
-        rows[:, STEP], rows[:, LOSS] = step, loss
-        for column, (level, state) in enumerate(zip(LEVELS[1:], self.ema), start=2):
-            rows[:, column] = ema_extend(loss, level, state)
-        return rows
+    def window(self, name: str, step_lo: int, step_hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Raw (steps, values) of ``name`` in [step_lo, step_hi] (empty when it has none)."""
+        raw = self.record_name(name)
+        return (np.zeros(0, np.int64), np.zeros(0)) if raw is None else self.source.window(raw, step_lo, step_hi)
 
-    def _rewind_to(self, first_new_step: float) -> bool:
-        """Drop stored steps at or after ``first_new_step``: a resumed run redoes them from its checkpoint."""
-        for ring in self.scalars.values():
-            steps = ring.column(0)
-            if len(steps) and steps[-1] >= first_new_step:
-                ring.drop_newest(len(steps) - int(np.searchsorted(steps, first_new_step, side="left")))
-        stored = self.steps.column(STEP)
-        if not len(stored) or stored[-1] < first_new_step:
-            return False
-        self.steps.drop_newest(len(stored) - int(np.searchsorted(stored, first_new_step, side="left")))
-        return True
+    def before(self, name: str, step: int, count: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The last ``count`` values of ``name`` before ``step``, and how many values precede them."""
+        raw = self.record_name(name)
+        return (np.zeros(0, np.int64), np.zeros(0), 0) if raw is None else self.source.before(raw, step, count)
 
-    def _resmooth(self) -> None:
-        """Recompute every EMA column from the kept raw losses (after a rewind the running state is stale)."""
-        loss = self.steps.column(LOSS).copy()
-        step = self.steps.column(STEP).copy()
-        self.ema = [EmaState() for _ in LEVELS[1:]]
-        rows = self._rows(step, loss)
-        self.steps.drop_newest(len(loss))
-        self.steps.append_many(rows)
+    # ------------------------------------------------------------------ the newest step
+    def latest(self) -> tuple[ev.StepLogged | None, tuple[float, int] | None, list]:
+        """(the newest step as an event, the source's first (t, step), the pace samples (engine.run.pace) of the rows
+        added since the last call, at most RATE_WINDOW of them). Read by position: the newest rows, the first."""
+        last = self.source.last_step
+        if last is None:
+            return None, None, []
+        since = self._seen_step if self._seen_step is not None and self._seen_step < last else None
+        self._seen_step = last
+        names = self.source.names()
+        if "t" not in names:
+            return self._last_event or self._row_event(), None, []
+        steps, t = self.source.tail("t", RATE_WINDOW)
+        rates = [self.source.tail(name, RATE_WINDOW)[1] if name in names else np.full(len(t), np.nan)
+                 for name in ("samples_per_s", "steps_per_s", "tokens_per_s")]
+        if any(len(r) != len(t) for r in rates):  # (a field that started late): its tail is not these rows'
+            rates = [r if len(r) == len(t) else np.full(len(t), np.nan) for r in rates]
+        recent = [s for s in pace_samples(t, steps, *rates) if since is None or s[1] > since]
+        head = self.source.head("t")
+        first = (head[1], head[0]) if head is not None else None
+        return self._last_event or self._row_event(), first, recent
+
+    def _row_event(self) -> ev.StepLogged:
+        """The record's newest row as a StepLogged (its fields; components are not read: nothing shows them)."""
+        row = self.source.last_values(list(STEP_FIELDS))
+        body = {name: row[name] for name in STEP_FIELDS if name in row}
+        for name in ("epoch", "batch_size"):
+            body[name] = int(body.get(name, 0))
+        body["skipped"] = bool(body.get("skipped", 0))
+        return ev.StepLogged(step=int(self.source.last_step), **body)
+

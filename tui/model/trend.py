@@ -9,9 +9,11 @@ trend is sampled, never read whole:
   its segment's end: a scan of a few MB, the whole log only when it has no
   evals) and decoded, plus the newest;
 - a training metric (loss, a loss component; the fallback of a run without
-  evals): the first step line after each of ``POINTS`` evenly spaced byte
-  offsets is decoded (steps are near-uniform in bytes), so the cost is
-  constant whatever the log's length.
+  evals): from the run's step record, the mean of each of ``POINTS`` equal
+  spans of steps (a few pyramid blocks each, engine.run.steps); a run without
+  a record (older than it) has the first step line after each of ``POINTS``
+  evenly spaced byte offsets decoded (steps are near-uniform in bytes). Either
+  way the cost is constant whatever the run's length.
 
 The metric is the task's declared primary (``RunStarted.capabilities``),
 else val_loss, else loss. Torch-free, textual-free.
@@ -23,6 +25,8 @@ import math
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from engine.run import events as ev
 from engine.run.history import parse_line
@@ -128,10 +132,32 @@ def trend(run: Path, points: int = POINTS) -> Trend | None:
                      if isinstance(e, ev.StepLogged)]
     except (OSError, ValueError):  # no log, or an empty one (mmap refuses size 0)
         return None
+    recorded = _record_trend(Path(run), declared, points)
+    if recorded is not None:
+        return recorded
     for name in (declared, "loss"):
         values = [_step_value(e, name) for e in steps] if name else []
         if any(math.isfinite(v) for v in values):
             return Trend(name, tuple(values))  # type: ignore[arg-type]
+    return None
+
+
+def _record_trend(run: Path, declared: str | None, points: int) -> Trend | None:
+    """The declared metric's (else the loss's) mean over ``points`` equal spans of steps, from the run's record."""
+    from tui.model.step_open import open_steps
+    from tui.model.step_source import record_name
+
+    source = open_steps(run)
+    if source is None:
+        return None
+    names = set(source.names())
+    for name in (declared, "loss"):
+        raw = record_name(name, names) if name else None
+        span = source.bounds(raw) if raw else None
+        if span is not None:
+            means = source.envelope(raw, span[0], span[1], min(points, span[1] - span[0] + 1)).mean
+            if np.isfinite(means).any():
+                return Trend(name, tuple(float(v) for v in means))
     return None
 
 

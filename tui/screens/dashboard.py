@@ -48,6 +48,13 @@ KEYS = [
     Binding("l", "app.toggle_log_y", "log-y"),
     Binding("s", "app.cycle_smoothing", "smooth"),
     Binding("h", "app.toggle_window", "hist"),
+    Binding("plus,equals_sign", "app.chart('zoom', 0.5)", "zoom in", key_display="+", show=False),
+    Binding("minus", "app.chart('zoom', 2.0)", "zoom out", key_display="-", show=False),
+    Binding("left", "app.chart('pan', -0.25)", "earlier", key_display="←", show=False),
+    Binding("right", "app.chart('pan', 0.25)", "later", key_display="→", show=False),
+    Binding("home", "app.chart('to_edge', True)", "first steps", show=False),
+    Binding("end", "app.chart('to_edge', False)", "newest steps", show=False),
+    Binding("0", "app.chart('reset_view')", "reset zoom", show=False),
     Binding("p", "app.processes", "procs"),
     *(Binding(key, f"app.view('{action}')", label, show=False) for key, action, label in (
         ("o", "pick_compare", "compare"), ("l", "toggle_log_y", "log-y"), ("s", "cycle_smoothing", "smooth"),

@@ -23,7 +23,13 @@ HELP = [
     ("o", "compare: overlay another run's curves, aligned by step (x in the picker clears it)"),
     ("l", "charts: log-scaled y axis on/off"),
     ("s", "charts: cycle EMA smoothing (none, 0.6, 0.9, 0.97, 0.99)"),
-    ("h", "charts: last 1000 steps ↔ full history (min/max per column)"),
+    ("h", "charts: last 1000 steps ↔ full history (exact min/max of every pixel column's steps)"),
+    ("+ / -", "charts: zoom in (down to single steps) / out (to the whole run); a view at the newest step "
+              "keeps following it"),
+    ("← / →", "charts: pan a quarter of the window earlier / later (back at the newest step it follows again)"),
+    ("home", "charts: the run's first steps, keeping the zoom"),
+    ("end", "charts: the run's newest steps, following it, keeping the zoom"),
+    ("0", "charts: back to the last 1000 steps or the full history (h), following the run"),
     ("p", "processes: the engine and its data workers, or each rank (CPU %, RSS, GPU memory, state)"),
     ("r", "attach: resume a run whose engine is gone (shown only then)"),
     ("ctrl+c", "stop the run: checkpoint, then exit with one line; again: stop at once (exit 130); "

@@ -14,6 +14,13 @@ an axis column on the left, the x axis and its labels in the bottom two rows.
 Where several series share a cell their dots are merged and the cell takes
 the colour of the last one drawn; markers (``scatter``) replace the cell.
 Colours are "default" (the widget's own), an (r, g, b) tuple or a colour name.
+
+Exact envelopes: ``step_columns(lo, hi)`` makes each of the plot's dot columns (two per cell) a column of
+steps of [lo, hi], and ``envelope(low, high, last, count)`` lights, in each dot column, exactly the dots from
+its ``high`` to its ``low`` (±inf at the plot's edge): the extremes a chart draws are the data's, with no line
+drawn across columns to widen them. Dot columns without a step are bridged by a line between their
+neighbours' last values; a column of NaN only stays empty. With ``label_width`` fixed the plot's width is
+known before drawing (``dot_columns``), so a chart reads exactly one envelope column per dot column.
 """
 
 from __future__ import annotations
@@ -33,9 +40,12 @@ BRAILLE_BASE = 0x2800
 class BrailleCanvas:
     """One chart frame of ``width`` × ``height`` cells; issue drawing calls, then ``build()``."""
 
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, label_width: int | None = None) -> None:
         self.width, self.height = width, height
+        #: Characters for the y tick labels (None: as wide as the longest label).
+        self.label_width = label_width
         self._lines: list[tuple[np.ndarray, np.ndarray, object]] = []
+        self._columns: list[tuple[str, tuple, object]] = []  # ("envelope", (low, high, last, count)) or ("line", (y,))
         self._points: list[tuple[np.ndarray, np.ndarray, str, object]] = []
         self._vlines: list[tuple[float, object]] = []
         self._hlines: list[tuple[float, object]] = []
@@ -44,6 +54,7 @@ class BrailleCanvas:
         self._ylim: tuple[float, float] | None = None
         self._log_y = False
         self._xticks: tuple[list[float], list[str]] | None = None
+        self._frame: tuple = ()  # the y transform and dot rows of the last build (``dots_of``)
 
     # ------------------------------------------------------------- drawing calls
     def plot(self, x: Sequence[float], y: Sequence[float], marker: str = "braille", color: object = "default") -> None:
@@ -77,6 +88,30 @@ class BrailleCanvas:
         """``"log"`` (base 10; non-positive values are not drawn) or ``"linear"``."""
         self._log_y = scale == "log"
 
+    def dot_columns(self) -> int:
+        """Dot columns across the plot (two per cell), known before drawing when ``label_width`` is fixed."""
+        if self.label_width is None:
+            raise ValueError("dot_columns needs a fixed label_width")
+        return 2 * max(1, self.width - self.label_width - 1)
+
+    def step_columns(self, lo: int, hi: int) -> None:
+        """Dot column ``i`` shows the ``i``-th of ``dot_columns()`` equal columns of steps [lo, hi]
+        (engine.run.steps.envelope.column_edges); a step anywhere else (a dot, a tick) lands in its column."""
+        columns = self.dot_columns()
+        width = (hi - lo + 1) / columns
+        start = lo - 0.5 + 0.5 * width
+        self._xlim = (start, start + (columns - 1) * width)
+
+    def envelope(self, low: np.ndarray, high: np.ndarray, last: np.ndarray, count: np.ndarray,
+                 color: object = "default") -> None:
+        """Per dot column (``dot_columns()`` of them): the dots from ``high`` to ``low``, exactly (module docstring)."""
+        self._columns.append(("envelope", (np.asarray(low, np.float64), np.asarray(high, np.float64),
+                                           np.asarray(last, np.float64), np.asarray(count)), color))
+
+    def column_line(self, values: np.ndarray, color: object = "default") -> None:
+        """A line through one value per dot column (NaN: none there; the line joins across it)."""
+        self._columns.append(("line", (np.asarray(values, np.float64),), color))
+
     def xticks(self, ticks: Sequence[float], labels: Sequence[str] | None = None) -> None:
         """Tick positions along x and their labels (default: the numbers in short form)."""
         self._xticks = ([float(t) for t in ticks], list(labels) if labels is not None else [_short(t) for t in ticks])
@@ -88,8 +123,8 @@ class BrailleCanvas:
         count = max(2, min(5, (self.height - 2) // 3 + 1))
         # Ticks live in the drawn space (log10 of y on a log axis): decades when the range spans two or more.
         y_ticks = (_decades(y_lo, y_hi) if self._log_y else None) or _nice_ticks(y_lo, y_hi, count)
-        y_labels = [_y_label(t, self._log_y) for t in y_ticks]
-        label_w = max((len(s) for s in y_labels), default=1)
+        y_labels = [_y_label(t, self._log_y, self.label_width) for t in y_ticks]
+        label_w = self.label_width or max((len(s) for s in y_labels), default=1)
         cols = max(1, self.width - label_w - 1)
         rows = max(1, self.height - 2)
         x_lo, x_hi = self._x_range()
@@ -127,6 +162,10 @@ class BrailleCanvas:
             ok = np.isfinite(x) & np.isfinite(y)
             px, py = _segments(np.rint(to_px(x[ok])).astype(np.int64), np.rint(to_py(y[ok])).astype(np.int64))
             stamp(px, py, color)
+        for kind, arrays, color in self._columns:
+            dots = self._envelope_dots(*arrays, to_py, 4 * rows) if kind == "envelope" else \
+                self._line_dots(arrays[0], to_py)
+            stamp(*dots, color)
 
         chars = np.where(bits > 0, BRAILLE_BASE + bits.astype(np.int32), ord(" ")).astype(np.int32)
         for x, y, marker, color in self._points:
@@ -141,6 +180,7 @@ class BrailleCanvas:
                 owner[cy[keep], cx[keep]] = len(styles) - 1
 
         self._stamp_labels(chars, owner, styles, to_py, rows, cols)
+        self._frame = (to_py, 4 * rows)
         tick_rows = {int(r): label for r, label in
                      zip(np.rint(to_py(np.array(y_ticks))) // 4, y_labels) if 0 <= r < rows}
         text = Text(no_wrap=True, overflow="crop", end="")
@@ -170,6 +210,49 @@ class BrailleCanvas:
                     owner[candidate, cols - len(label):] = len(styles) - 1
                     break
 
+    def dots_of(self, y: np.ndarray) -> np.ndarray:
+        """After ``build``: the dot row (0 at the top) where each value of ``y`` lands (``dot_row``)."""
+        return self.dot_row(y, *self._frame)
+
+    def dot_row(self, y: np.ndarray, to_py, rows: int) -> np.ndarray:
+        """The dot row (0 at the top) of each value of ``y`` on the plot: ±inf and values past the range at its
+        edges; NaN stays NaN (a log axis: values ≤ 0 at the bottom)."""
+        y = np.asarray(y, np.float64)
+        t = self._ty(y)
+        if self._log_y:
+            t = np.where(y <= 0, -np.inf, t)
+        with np.errstate(invalid="ignore"):
+            row = np.rint(to_py(np.clip(t, -1e300, 1e300)))
+        return np.where(np.isnan(t), np.nan, np.clip(row, 0, rows - 1))
+
+    def _envelope_dots(self, low, high, last, count, to_py, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every dot of an envelope layer: each column's span, then the bridges over empty columns."""
+        top, bottom = self.dot_row(high, to_py, rows), self.dot_row(low, to_py, rows)
+        drawn = ~np.isnan(top) & ~np.isnan(bottom)
+        if self._log_y:
+            drawn &= np.asarray(high) > 0  # nothing of the column is on a log axis
+        cols = np.flatnonzero(drawn)
+        a, b = top[cols].astype(np.int64), bottom[cols].astype(np.int64)
+        lengths = b - a + 1
+        px = np.repeat(cols, lengths)
+        py = np.repeat(a, lengths) + (np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+        ends = self.dot_row(last, to_py, rows)
+        ends = np.where(np.isnan(ends), (top + bottom) / 2, ends)
+        blocked = np.cumsum((np.asarray(count) > 0) & ~drawn)  # a column of NaN only breaks the line
+        i, j = cols[:-1], cols[1:]
+        keep = (j - i > 1) & (blocked[j] == blocked[i])
+        bridge = (i[keep], j[keep]) if keep.any() else None
+        if bridge is not None:
+            i, j = bridge
+            bx, by = _segments_between(i, np.rint(ends[i]).astype(np.int64), j, np.rint(ends[j]).astype(np.int64))
+            px, py = np.concatenate([px, bx]), np.concatenate([py, by])
+        return px, py
+
+    def _line_dots(self, values: np.ndarray, to_py) -> tuple[np.ndarray, np.ndarray]:
+        t = self._ty(values)
+        cols = np.flatnonzero(np.isfinite(t))
+        return _segments(cols, np.rint(to_py(t[cols])).astype(np.int64))
+
     def _ty(self, y: np.ndarray) -> np.ndarray:
         if not self._log_y:
             return y
@@ -181,6 +264,7 @@ class BrailleCanvas:
             lo, hi = self._ty(np.array(self._ylim)).tolist()
         else:
             values = [self._ty(y) for _, y, _ in self._lines] + [self._ty(y) for _, y, _, _ in self._points]
+            values += [self._ty(a) for _, arrays, _ in self._columns for a in arrays[:2] if a.dtype.kind == "f"]
             values += [self._ty(np.array([v])) for v, _ in self._hlines]
             lo, hi = _finite_range(values)
         return _widen(lo, hi)
@@ -239,6 +323,15 @@ def _segments(px: np.ndarray, py: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             np.rint(py[seg] + frac * dy[seg]).astype(np.int64))
 
 
+def _segments_between(i: np.ndarray, yi: np.ndarray, j: np.ndarray, yj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The dots of the straight lines from (i, yi) to (j, yj) in the columns strictly between i and j."""
+    gaps = j - i - 1
+    px = np.repeat(i, gaps) + 1 + (np.arange(int(gaps.sum())) - np.repeat(np.cumsum(gaps) - gaps, gaps))
+    frac = (px - np.repeat(i, gaps)) / np.repeat(j - i, gaps)
+    py = np.rint(np.repeat(yi, gaps) + frac * np.repeat(yj - yi, gaps)).astype(np.int64)
+    return px, py
+
+
 def _scale(lo: float, hi: float, size: int):
     span = hi - lo
     return lambda v: (np.asarray(v, np.float64) - lo) / span * size
@@ -276,17 +369,20 @@ def _decades(lo: float, hi: float) -> list[float] | None:
     return ticks if len(ticks) >= 2 else None
 
 
-def _y_label(value: float, log: bool) -> str:
-    return _compact(10 ** value) if log else _compact(value)
+def _y_label(value: float, log: bool, width: int | None = None) -> str:
+    return _compact(10 ** value if log else value, width)
 
 
-def _compact(v: float) -> str:
+def _compact(v: float, width: int | None = None) -> str:
+    """A tick value in a few characters (at most ``width`` when given: e-notation where the plain form is longer)."""
     if v == 0:
         return "0"
     a = abs(v)
+    short = f"{v:.1e}".replace("e+0", "e").replace("e-0", "e-")
     if a >= 1e4 or a < 1e-3:
-        return f"{v:.1e}".replace("e+0", "e").replace("e-0", "e-")
-    return f"{v:.4g}"
+        return short
+    plain = f"{v:.4g}"
+    return short if width is not None and len(plain) > width else plain
 
 
 def _short(n: float) -> str:

@@ -37,6 +37,9 @@ class Chart(Widget):
 
     #: Which ``RunModel.versions`` counter this chart follows.
     area = ""
+    #: Characters for the y tick labels (None: as wide as the longest; fixed, the plot's width is known before
+    #: drawing: a chart reads one envelope column per dot column).
+    label_width: int | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -154,7 +157,7 @@ class Chart(Widget):
             left = " " * max(0, (width - block) // 2)
             pad = "\n" * max(0, (height - len(lines)) // 2)
             return Text(pad + "\n".join(left + line for line in lines), no_wrap=True, overflow="crop", style="dim")
-        canvas = BrailleCanvas(width, height)
+        canvas = BrailleCanvas(width, height, self.label_width)
         self.draw(canvas, self._model, width, height)
         self.builds += 1
         return canvas.build()
@@ -218,22 +221,18 @@ def integer_ticks(lo: float, hi: float, count: int) -> list[int]:
 
 def step_labels(ticks: list[int]) -> list[str]:
     """Labels for integer steps that read back to exactly those steps: ``250``, ``1.2k``, ``25M``, or
-    ``9999250`` where a suffix would need more characters than the plain number (a 1,000-step window at 10M
-    steps). So two ticks never share a label, at any zoom of any run length."""
-    return [_step_label(t, ticks) for t in ticks]
-
-
-def _step_label(value: int, ticks: list[int]) -> str:
-    plain = str(value)
-    biggest = max(abs(t) for t in ticks)
+    ``9999250`` where a suffix would not be shorter than the plain number (a 1,000-step window at 10M steps).
+    One form for all the ticks of an axis. So two ticks never share a label, at any zoom of any run length."""
+    plain = [str(t) for t in ticks]
+    biggest = max((abs(t) for t in ticks), default=0)
     for suffix, exponent in (("G", 9), ("M", 6), ("k", 3)):
         if biggest < 10 ** exponent:
             continue
         # Decimals needed so every tick is exact under this suffix (ticks are whole multiples of 10**zeros).
-        zeros = min(_trailing_zeros(t) for t in ticks if t) if any(ticks) else exponent
+        zeros = min((_trailing_zeros(t) for t in ticks if t), default=exponent)
         decimals = max(0, exponent - zeros)
-        short = f"{value / 10 ** exponent:.{decimals}f}{suffix}" if value else "0"
-        return short if len(short) <= len(plain) else plain
+        short = [f"{t / 10 ** exponent:.{decimals}f}{suffix}" if t else "0" for t in ticks]
+        return short if max(map(len, short)) < max(map(len, plain)) else plain
     return plain
 
 

@@ -12,10 +12,14 @@ validation set) gets a dotted line at each guide's latest value, labelled in
 the title, so the curve is always read against its floor. A compare run
 (``attach --compare``, the run picker) is drawn behind, aligned by step.
 
-``h`` switches between the most recent ~1000 steps and the full history
-(the loss reads cached min/max blocks, tui.model.plot_blocks, so a 1M-step frame
-costs what a 1k one does); ``s`` cycles the smoothing weight; ``l`` toggles
-a log y-axis.
+Which steps (tui.model.chart_view.Viewport): the newest 1000, or with ``h`` the
+whole history; ``+`` / ``-`` zoom down to single steps and out to the whole
+run, ``←`` / ``→`` pan, ``0`` resets. Every frame reads only what it draws
+from the run's step record: per dot column of the plot the exact envelope
+(min, max and last of the column's steps, NaN and inf included) from the
+record's pyramid, and the smoothed line; so a frame costs the same at 1k or
+100M steps, and no spike is ever lost at any zoom. ``s`` cycles the smoothing
+weight; ``l`` toggles a log y-axis.
 """
 
 from __future__ import annotations
@@ -23,25 +27,25 @@ from __future__ import annotations
 import numpy as np
 from textual.markup import escape
 
+from tui.model.chart_view import RECENT_STEPS, Viewport, smoothed
 from tui.model.ema import LEVELS
 from tui.model.format import change_text, short_float, short_label
-from tui.model.history import mean_columns, minmax_columns
-from tui.model.plot_blocks import BlockReducer
-from tui.widgets.chart import Chart, step_ticks
+from tui.widgets.chart import Chart, step_labels, step_ticks
 from tui.widgets.fit import Part, fit
 
-#: Steps shown by the "recent" window.
-RECENT_STEPS = 1000
 #: Marker lines drawn at most (the newest), so a run with hundreds of changes stays legible.
 MAX_MARKERS = 12
 #: Chart height (rows) from which a title that does not fit one row takes two (a legend of guides wraps).
 TWO_ROW_TITLE_FROM = 10
+#: Zoom factor of ``+`` (and its inverse for ``-``); pan step as a fraction of the span.
+ZOOM, PAN = 0.5, 0.25
 
 
 class MetricChart(Chart):
     """A chart of ``metric`` (None: the task's primary metric) with its partner, best, guide line and compare run."""
 
     area = "charts"
+    label_width = 8
 
     def __init__(self, metric: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -51,14 +55,30 @@ class MetricChart(Chart):
         self.log_y = False
         #: Index into ema.LEVELS (0 = no smoothing).
         self.smoothing = 3
-        #: "recent" (last RECENT_STEPS) or "full".
-        self.window = "recent"
-        self._raw_blocks = BlockReducer("minmax")
-        self._ema_blocks = BlockReducer("mean")
+        #: Which steps are shown (recent / full, zoomed, panned).
+        self.view = Viewport()
+
+    @classmethod
+    def detached(cls, model, metric: str | None = None) -> "MetricChart":
+        """A chart of ``model`` drawn without an app (benchmarks, tests): ``build(width, height)`` is one frame,
+        exactly what the dashboard's chart draws at that size, in the terminal's default colours."""
+        chart = cls(metric)
+        chart._model = model
+        chart.color = lambda role: "default"
+        return chart
 
     # ---------------------------------------------------------------- options
     def options_key(self) -> tuple:
-        return (self.metric, self.log_y, self.smoothing, self.window)
+        return (self.metric, self.log_y, self.smoothing, self.view.window, self.view.span, self.view.right)
+
+    @property
+    def window(self) -> str:
+        """"recent" (the newest RECENT_STEPS) or "full" (what ``h`` toggles and ``0`` returns to)."""
+        return self.view.window
+
+    @window.setter
+    def window(self, value: str) -> None:
+        self.view = Viewport(value)
 
     def shown(self, model) -> str:
         """The name of the scalar this chart draws now."""
@@ -81,48 +101,84 @@ class MetricChart(Chart):
         return LEVELS[self.smoothing]
 
     def toggle_window(self) -> str:
-        """Recent ↔ full history; returns the new window."""
-        self.window = "full" if self.window == "recent" else "recent"
+        """Recent ↔ full history (a zoom is dropped); returns the new window."""
+        self.view = Viewport("full" if self.view.window == "recent" else "recent")
         self.invalidate()
-        return self.window
+        return self.view.window
+
+    def zoom(self, model, factor: float) -> tuple[int, int] | None:
+        """Zoom by ``factor`` (< 1: in); returns the steps now shown (None: nothing to zoom)."""
+        return self._move(model, lambda first, last: self.view.zoom(factor, first, last))
+
+    def pan(self, model, fraction: float) -> tuple[int, int] | None:
+        """Pan by ``fraction`` of the span (< 0: back in time); returns the steps now shown."""
+        return self._move(model, lambda first, last: self.view.pan(fraction, first, last))
+
+    def to_edge(self, model, start: bool) -> tuple[int, int] | None:
+        """Show the run's first steps (``start``) or its newest (following them), keeping the span."""
+        return self._move(model, lambda first, last: self.view.to_edge(start, first, last))
+
+    def reset_view(self) -> None:
+        """Back to the window's own view (``0``)."""
+        self.view.reset()
+        self.invalidate()
+
+    def _move(self, model, change) -> tuple[int, int] | None:
+        span = self.full_range(model)
+        if span is None:
+            return None
+        change(*span)
+        self.invalidate()
+        return self.view.bounds(*span)
 
     # ------------------------------------------------------------------ data
-    def series(self, model, columns: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """What one frame plots, already reduced to the plot's width (also used by the benchmark).
+    def full_range(self, model) -> tuple[int, int] | None:
+        """First and last step the chart can show: its training series' and its evals' (the evaluation before the
+        first step, at step 0, is a point of the chart too), and in the full window the compare run's."""
+        train, val = model.pair(self.shown(model))
+        span = model.step_bounds(train) if train is not None else None
+        xs = model.val_series(val)[0] if val is not None else ()
+        if len(xs):
+            span = (int(xs.min()), int(xs.max())) if span is None else (min(span[0], int(xs.min())),
+                                                                          max(span[1], int(xs.max())))
+        compare = getattr(model, "compare", None)
+        if compare is not None and self.view.window == "full":
+            ctrain, cval = compare.pair(self.shown(model))
+            other = compare.step_bounds(ctrain) if ctrain else None
+            if other is None and cval is not None and len(compare.val_series(cval)[0]):
+                xs = compare.val_series(cval)[0]
+                other = (int(xs.min()), int(xs.max()))
+            if other is not None:
+                span = other if span is None else (min(span[0], other[0]), max(span[1], other[1]))
+        return span
 
-        Keys: "raw" (min/max envelope) and "ema" of the training scalar, "val" of its validation partner,
-        "cmp" / "cmp_val" of the compare run.
+    def extent(self, model) -> tuple[int, int]:
+        """First and last step shown (the viewport over ``full_range``); (0, 0) before any data."""
+        span = self.full_range(model)
+        return self.view.bounds(*span) if span is not None else (0, 0)
+
+    def series(self, model, columns: int) -> dict:
+        """What one frame plots over ``extent``, one entry per dot column (also read by tests and the bench).
+
+        Keys: "env" (the training scalar's exact engine.run.steps.Envelope) and "ema" (its smoothed line), "val"
+        ((steps, values) of its validation partner), "cmp" (the compare run's smoothed line), "cmp_val".
         """
         train, val = model.pair(self.shown(model))
-        last = RECENT_STEPS if self.window == "recent" else None
-        out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if train == "loss" and len(model.steps):
-            ring = model.steps
-            if last is None:
-                out["raw"] = self._raw_blocks.reduce(ring, 1, 0, columns)
-                if self.smoothing:
-                    out["ema"] = self._ema_blocks.reduce(ring, 1 + self.smoothing, 0, columns)
-            else:
-                x = ring.column(0, last)
-                out["raw"] = minmax_columns(x, ring.column(1, last), columns)
-                if self.smoothing:
-                    out["ema"] = mean_columns(x, ring.column(1 + self.smoothing, last), columns)
-        elif train is not None:
-            x, y = model.train_series(train, last)
-            if len(x):
-                out["raw"] = minmax_columns(x, y, columns)
-                if self.smoothing:  # a column mean: smoothing without a stored EMA per scalar
-                    out["ema"] = mean_columns(x, y, max(4, columns // (1 + self.smoothing)))
+        lo, hi = self.extent(model)
+        out: dict = {}
+        if train is not None and model.step_bounds(train) is not None:
+            env = out["env"] = model.step_envelope(train, lo, hi, columns)
+            if self.smoothing:
+                out["ema"] = smoothed(model.series, train, lo, hi, columns, env, LEVELS[self.smoothing])
         if val is not None:
             out["val"] = model.val_series(val)
-        lo, hi = self.extent(model)
         compare = getattr(model, "compare", None)
         if compare is not None:
             ctrain, cval = compare.pair(self.shown(model))
-            if ctrain is not None:
-                x, y = compare.train_series(ctrain)
-                keep = (x >= lo) & (x <= hi)
-                out["cmp"] = mean_columns(x[keep], y[keep], columns)
+            if ctrain is not None and compare.step_bounds(ctrain) is not None:
+                env = compare.step_envelope(ctrain, lo, hi, columns)
+                out["cmp"] = smoothed(compare.series, ctrain, lo, hi, columns, env,
+                                      LEVELS[self.smoothing] or LEVELS[-1])
             if cval is not None:
                 out["cmp_val"] = compare.val_series(cval)
         for key in ("val", "cmp_val"):
@@ -131,30 +187,6 @@ class MetricChart(Chart):
                 keep = (x >= lo) & (x <= hi) & np.isfinite(y)
                 out[key] = (x[keep], y[keep])
         return out
-
-    def extent(self, model) -> tuple[float, float]:
-        """First and last step of the window shown: the training window widened to the evals inside its span (the
-        evaluation before the first step, at step 0, is a point of the chart too), else every eval."""
-        train, val = model.pair(self.shown(model))
-        xs = np.empty(0)
-        if train is not None:
-            xs = model.train_series(train, RECENT_STEPS if self.window == "recent" else None)[0]
-        vx = model.val_series(val)[0] if val is not None else np.empty(0)
-        if not len(xs):
-            xs = vx
-        if not len(xs):
-            return 0.0, 0.0
-        lo, hi = float(xs[0]), float(xs[-1])
-        inside = vx[vx >= hi - RECENT_STEPS] if self.window == "recent" else vx
-        if len(inside):
-            lo, hi = min(lo, float(inside.min())), max(hi, float(inside.max()))
-        compare = getattr(model, "compare", None)
-        if compare is not None and self.window == "full":
-            ctrain, cval = compare.pair(self.shown(model))
-            cx = compare.train_series(ctrain)[0] if ctrain else compare.val_series(cval)[0] if cval else ()
-            if len(cx):
-                lo, hi = min(lo, float(cx[0])), max(hi, float(cx[-1]))
-        return lo, hi
 
     # --------------------------------------------------------------- drawing
     def describe(self, model) -> str:
@@ -177,9 +209,7 @@ class MetricChart(Chart):
         if train is not None:
             smooth = LEVELS[self.smoothing]
             parts.append(Part(f"[$primary]EMA {smooth:g}[/]" if smooth else "raw", keep=1))
-            loading = " (loading…)" if getattr(model, "history_loading", False) else ""
-            parts.append(Part(f"last {RECENT_STEPS}" if self.window == "recent" else f"full history{loading}",
-                              "recent" if self.window == "recent" else f"full{loading}", keep=1))
+            parts.append(self._window_part(model))
         if self.log_y:
             parts.append(Part("log-y", keep=4))
         if val is not None and train is not None:
@@ -206,12 +236,26 @@ class MetricChart(Chart):
             parts.append(Part(escape(f"│ {m.name} {change_text(m.old, m.new)} @{m.step}"), keep=2))
         return parts  # no step counter here: the title would then repaint every frame
 
+    def _window_part(self, model) -> Part:
+        """Which steps are shown: "last 1000", "full history", "last 250" (zoomed), "steps 1.2M–1.3M" (panned);
+        "(converting 42%)" while an old run's log becomes its record."""
+        progress = getattr(model, "steps_progress", None)
+        loading = f" (converting {100 * progress[0] // max(1, progress[1])}%)" if progress else ""
+        view = self.view
+        if view.right is not None:
+            lo, hi = self.extent(model)
+            text = "steps " + "–".join(step_labels([lo, hi]))
+            return Part(text + loading, text, keep=1)
+        if view.span is not None:
+            return Part(f"last {view.span}{loading}", f"last {view.span}", keep=1)
+        if view.window == "recent":
+            return Part(f"last {RECENT_STEPS}{loading}", "recent", keep=1)
+        return Part(f"full history{loading}", f"full{loading}", keep=1)
+
     def placeholder(self, model) -> str | None:
         name = self.shown(model)
         train, val = model.pair(name)
-        has = False
-        if train is not None:
-            has = bool(np.isfinite(model.train_series(train, RECENT_STEPS)[1]).any())
+        has = train is not None and model.step_bounds(train) is not None
         if not has and val is not None:
             has = bool(np.isfinite(model.val_series(val)[1]).any())
         if not has:
@@ -219,39 +263,41 @@ class MetricChart(Chart):
                 summary = model.model_summary
                 return "starting up\n" + "\n".join(model.phase_lines(model.clock())) + (
                     f"\n\n{summary}" if summary else "")
-            if train == "loss" or not len(model.steps):
+            if train == "loss" or model.step_count == 0:
                 return "waiting for the first step…"
             return f"no {model.describe(name).label or name} yet"
-        if self.log_y and train is not None and not (model.train_series(train)[1] > 0).any():
-            return "log-y: no positive value to show (l turns it off)"
+        if self.log_y and train is not None and model.step_bounds(train) is not None:
+            lo, hi = self.extent(model)
+            if not model.step_envelope(train, lo, hi, 1).max[0] > 0:
+                return "log-y: no positive value to show (l turns it off)"
         return None
 
     def draw(self, plot, model, width: int, height: int) -> None:
-        data = self.series(model, max(8, width - 8))  # ~8 columns go to the y tick labels
+        lo, hi = self.extent(model)
+        plot.step_columns(lo, hi)
+        data = self.series(model, plot.dot_columns())
         if self.log_y:
-            data = {k: _positive(*v) for k, v in data.items()}
+            data = {k: _positive(*v) if isinstance(v, tuple) else v for k, v in data.items()}
             plot.yscale("log")
         name = self.shown(model)
         train, val = model.pair(name)
-        ys = [v[1] for v in data.values() if len(v[1])]
-        if "cmp" in data and len(data["cmp"][0]):
-            plot.plot(data["cmp"][0].tolist(), data["cmp"][1].tolist(), marker="braille", color=self.color("compare"))
+        if "cmp" in data:
+            plot.column_line(data["cmp"], color=self.color("compare"))
         if "cmp_val" in data and len(data["cmp_val"][0]):
             plot.scatter(data["cmp_val"][0].tolist(), data["cmp_val"][1].tolist(), marker="∘",
                          color=self.color("compare"))
-        if "raw" in data:
-            raw_x, raw_y = data["raw"]
-            plot.plot(raw_x.tolist(), raw_y.tolist(), marker="braille",
-                      color=self.color("raw" if self.smoothing else "ema"))
-        if "ema" in data and len(data["ema"][0]):
-            plot.plot(data["ema"][0].tolist(), data["ema"][1].tolist(), marker="braille", color=self.color("ema"))
+        if "env" in data:
+            env = data["env"]
+            plot.envelope(env.min, env.max, env.last, env.count, color=self.color("raw" if self.smoothing else "ema"))
+        if "ema" in data:
+            plot.column_line(data["ema"], color=self.color("ema"))
         vx, vy = data.get("val", ((), ()))
         if len(vx):
             if train is None:  # validation only: join the dots
                 plot.plot(list(vx), list(vy), marker="braille", color=self.color("line"))
             plot.scatter(list(vx), list(vy), marker="●" if train is not None else "•",
                          color=self.color("val" if train is not None else "line"))
-        lo, hi = self.extent(model)
+        ys = [np.asarray(vy, np.float64)] if len(vy) else []
         if val is not None and val == model.primary.name and not self.log_y:
             best = model.best_primary()
             if best is not None and lo <= best[0] <= hi:
@@ -265,18 +311,16 @@ class MetricChart(Chart):
                 if value > 0 or not self.log_y:
                     plot.horizontal_line(value, color=self.color("guide"), label=f" {label} ")
                     ys.append(np.array([value]))
-        if ys and not self.log_y:
+        if ys and train is None and not self.log_y:  # sparse validation points: a margin so they are not on the frame
             low = min(float(np.nanmin(y)) for y in ys)
             high = max(float(np.nanmax(y)) for y in ys)
-            if train is None:  # sparse validation points: a margin so they are not on the frame
-                pad = max(abs(high) * 1e-3, 0.08 * (high - low)) or 0.25
-                plot.ylim(low - pad, high + pad)
+            pad = max(abs(high) * 1e-3, 0.08 * (high - low)) or 0.25
+            plot.ylim(low - pad, high + pad)
         if train is not None:
             for marker in [m for m in model.markers if lo <= m.step <= hi][-MAX_MARKERS:]:
                 plot.vertical_line(marker.step, color=self.color("marker"))
         if hi > lo:
-            plot.xlim(float(lo), float(hi))
-            step_ticks(plot, float(lo), float(hi), count=5 if width >= 50 else 4, width=width - 8)
+            step_ticks(plot, lo, hi, count=5 if width >= 50 else 4, width=width - self.label_width - 1)
 
 
 def _guides(model, name: str) -> list[tuple[str, float]]:

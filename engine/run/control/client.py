@@ -1,8 +1,10 @@
 """RunClient: a viewer of an engine in another process, through nothing but its run directory.
 
 - ``history()`` reads events.jsonl with the vectorised reader in
-  engine.run.history.store (a million steps in seconds; a torn last line is left for
-  ``poll`` to finish or skip).
+  engine.run.history.store (a torn last line is left for ``poll`` to finish or
+  skip); ``history(steps=False)`` leaves the step lines out, for a viewer that
+  reads the run's steps from its step record (engine.run.steps), and ``poll``
+  then skips them too (a step line is recognised by its first bytes, never decoded).
 - ``poll()`` follows the file by offset: it reads what was appended, returns
   the complete lines as events and keeps a partial last line for next time.
   It checks the file every ``POLL_INTERVAL_S`` while waiting (``time.sleep``,
@@ -37,6 +39,7 @@ from engine.run.control import wire
 from engine.run.control.requests import Request
 from engine.run.control.session import ACK_TYPES, Session, SessionError
 from engine.run.history import History, parse_line, read_history
+from engine.run.history.store import STEP_PREFIX
 from engine.run.rundir import Liveness, RunDir, liveness, probe, resume_command
 
 #: How often poll() looks at the file while waiting (s); bounds the latency a viewer adds.
@@ -58,29 +61,31 @@ class RunClient(Session):
         self._pending = b""
         self._handle = None
         self._inode: tuple[int, int] | None = None
+        self._steps = True  # whether poll() returns step events (history(steps=False) turns them off)
 
     def run_dir(self) -> RunDir:
         """The run directory."""
         return self._run_dir
 
     # ------------------------------------------------------------------ reading
-    def history(self) -> History:
-        """Every event so far, in order (a list-like History; see engine.run.history.store)."""
-        return self.history_tail(None)
-
-    def history_tail(self, steps: int | None) -> History:
-        """``history()``, but a long log without an index decodes only its newest ``steps`` step events (and
-        every other event): ``History.steps_left_out`` counts the rest, ``engine.run.history.read.read_rest`` reads
-        them. ``poll`` continues after what this read either way."""
+    def history(self, steps: bool = True) -> History:
+        """Every event so far, in order (a list-like History; see engine.run.history.store); without the step
+        events when ``steps`` is False (``poll`` then leaves them out too)."""
         with self._lock:
+            self._steps = steps
             try:
-                history = read_history(self._run_dir.events, tail_steps=steps)
+                history = read_history(self._run_dir.events, steps=steps)
             except OSError:  # not a regular file (engine.core.safe_files): no log to show, as when it is missing
                 history = History(self._run_dir.events)
             self._close_handle()
             self._offset = history.offset
             self._pending = b""
             return history
+
+    def steps_elsewhere(self) -> None:
+        """The viewer has the run's step record: ``poll`` skips step lines from now on (never decoded)."""
+        with self._lock:
+            self._steps = False
 
     def poll(self, timeout: float = 0.1) -> list[ev.Event]:
         """Events appended since the last call, waiting up to ``timeout`` s for the first."""
@@ -126,6 +131,8 @@ class RunClient(Session):
         self._pending = data[cut + 1:]
         out = []
         for line in data[:cut].split(b"\n"):
+            if not self._steps and line.startswith(STEP_PREFIX):
+                continue
             event = parse_line(line) if line else None
             if event is not None:
                 out.append(event)

@@ -36,8 +36,11 @@ class Session(ABC):
     read_only: bool = False
 
     @abstractmethod
-    def history(self) -> list[Event]:
-        """Every event so far (from the log, for a run started elsewhere); call once, before poll()."""
+    def history(self, steps: bool = True) -> list[Event]:
+        """Every event so far (from the log, for a run started elsewhere); call once, before poll().
+
+        ``steps=False``: a viewer that reads the run's steps from its step record (engine.run.steps) asks for
+        the other events only; a session may still return step events (the viewer then ignores them)."""
 
     @abstractmethod
     def poll(self, timeout: float = 0.1) -> list[Event]:
@@ -61,6 +64,11 @@ class Session(ABC):
 
     def run_dir(self):
         """The run directory (engine.run.rundir.RunDir) when there is one, else None."""
+        return None
+
+    def steps_elsewhere(self) -> None:
+        """The viewer reads the run's steps from its step record from now on: ``poll`` may leave step events out
+        (a session that cannot tell them apart cheaply keeps sending them; the viewer ignores them)."""
         return None
 
     @property

@@ -1,11 +1,11 @@
-"""Reading a whole events.jsonl fast: step events as columns, and an index that makes reopening free.
+"""Reading a whole events.jsonl fast: step events as columns, every other event an object.
 
 - ``store``: the History (list-like: step events as columns, the others as objects) and line decoding;
-- ``read``: filling a History from the file, chunk by chunk, or only its newest steps;
-- ``index``: ``events.index``, the saved History that lets the next viewer skip the decode.
+- ``read``: filling a History from the file, chunk by chunk, with or without its step lines (a viewer reads
+  a run's steps from its step record, engine.run.steps).
 """
 
-from engine.run.history.read import read_history, read_rest
+from engine.run.history.read import read_history
 from engine.run.history.store import STEP_FIELDS, History, build_event, parse_line, parse_lines
 
-__all__ = ["STEP_FIELDS", "History", "build_event", "parse_line", "parse_lines", "read_history", "read_rest"]
+__all__ = ["STEP_FIELDS", "History", "build_event", "parse_line", "parse_lines", "read_history"]

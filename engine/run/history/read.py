@@ -1,20 +1,17 @@
-"""Reading a whole events.jsonl fast into a History: chunks mapped, step lines decoded together.
+"""Reading a whole events.jsonl fast into a History: chunks read by position, step lines decoded together.
 
-How the store is filled (engine.run.history.store keeps it; engine.run.history.index saves it):
-per chunk of complete lines (``CHUNK_BYTES``), numpy finds the line ends and
-the step lines; consecutive step lines are decoded in one msgspec call into
-typed rows, which become float64 columns; every other line becomes an Event
-(``parse_lines``). A tail read decodes only the newest steps, for a viewer's
-first frame.
+How the store is filled (engine.run.history.store keeps it): per chunk of
+complete lines (``CHUNK_BYTES``), numpy finds the line ends and the step lines;
+consecutive step lines are decoded in one msgspec call into typed rows, which
+become float64 columns; every other line becomes an Event (``parse_lines``). A
+viewer with the run's step record leaves the step lines out (``steps=False``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import operator
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,6 @@ import numpy as np
 
 from engine.core.safe_files import open_regular
 from engine.run import events as ev
-from engine.run.history import index as history_index
 from engine.run.history.store import CHUNK_BYTES, STEP_FIELDS, STEP_PREFIX, History, parse_lines
 
 _NAN = float("nan")
@@ -92,9 +88,11 @@ def _starts_with(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, prefix: by
     return ok & (g == np.frombuffer(prefix, np.uint8)).all(1)
 
 
-def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True) -> None:
-    """Add the events of ``buf[base:stop]`` (complete lines; ``buf`` is the mapped file) to ``history``;
-    without ``steps`` the step lines are only counted (``History.steps_left_out``), not decoded."""
+def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True, origin: int = 0) -> None:
+    """Add the events of the file's bytes ``[base, stop)`` (complete lines; ``buf`` holds the file from offset
+    ``origin`` on) to ``history``; without ``steps`` the step lines are only counted
+    (``History.steps_left_out``), not decoded."""
+    base, stop = base - origin, stop - origin  # positions in ``buf``; the history keeps offsets in the file
     c = np.frombuffer(buf, np.uint8, stop - base, base)
     ends = np.flatnonzero(c == 10) + base
     starts = np.empty_like(ends)
@@ -126,26 +124,18 @@ def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = Tru
         keep[i] = True
         row_of[i] = -1 - len(objects)
         objects.append(event)
-    history.add_chunk(starts[keep], (ends - starts)[keep], row_of[keep], _rows_to_columns(good) if good else None,
-                 objects)
+    history.add_chunk(starts[keep] + origin, (ends - starts)[keep], row_of[keep],
+                      _rows_to_columns(good) if good else None, objects)
 
 
 def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | None = None,
-                 index: bool = True, tail_steps: int | None = None) -> History:
+                 steps: bool = True) -> History:
     """Every complete line of an events.jsonl (up to ``end`` bytes); a torn last line is left unread.
 
-    A missing file is an empty history. ``History.offset`` says where a
-    follower should continue reading. With ``index``, a valid
-    ``events.index`` beside the file stands in for the part it covers, and
-    a new one is written (in a background thread) when none matched or the
-    file grew by more than engine.run.history.index.REWRITE_BYTES since.
-
-    ``tail_steps``: where no index covers a long log (over
-    ``history_index.MIN_INDEX_BYTES`` left to decode), only the newest
-    ``tail_steps`` step lines are decoded, with every other event: what a
-    viewer's first frame needs, for a fraction of the decode (the step lines
-    are most of the log and of its cost). ``History.steps_left_out`` counts
-    the others; ``read_rest`` reads them all. No index is written for it.
+    A missing file is an empty history. ``History.offset`` says where a follower should continue reading.
+    ``steps=False`` leaves the step lines out (counted in ``History.steps_left_out``, never decoded): a viewer
+    that reads a run's steps from its step record (engine.run.steps) needs only the other events, a few
+    percent of an old log's lines and of its decoding.
     """
     path = Path(path)
     history = History(path)
@@ -153,63 +143,24 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
         handle = open_regular(path)  # a FIFO or a device in its place: OSError at once, never a hang
     except FileNotFoundError:
         return history
+    offset = 0
     with handle:
-        loaded = history_index.load(path, history, handle) if index and end is None else 0
         size = os.fstat(handle.fileno()).st_size if end is None else end
-        offset = history.offset
-        if size > offset:
-            # Mapped, not read: the chunks and the step lines are sliced from the page cache, never copied whole.
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                size = min(size, len(mapped))
-                split = offset
-                if tail_steps is not None and size - offset >= history_index.MIN_INDEX_BYTES:
-                    split = _tail_start(mapped, offset, size, tail_steps)
-                while offset < size:
-                    limit = split if offset < split else size
-                    cut = mapped.rfind(b"\n", offset, min(limit, offset + chunk_bytes))
-                    if cut < 0:  # a line longer than a chunk, or the torn tail
-                        cut = mapped.find(b"\n", offset, limit)
-                        if cut < 0:
-                            break
-                    _decode_chunk(history, mapped, offset, cut + 1, steps=offset >= split)
-                    offset = cut + 1
+        # Read by position, a chunk at a time: a mapped log's pages would count in the viewer's resident memory
+        # (a 2.6 GB log read whole looked like 2.6 GB of viewer), and a chunk is all the decoding needs.
+        while offset < size:
+            data = os.pread(handle.fileno(), min(chunk_bytes, size - offset), offset)
+            cut = data.rfind(b"\n")
+            while cut < 0 and offset + len(data) < size:  # a line longer than a chunk
+                more = os.pread(handle.fileno(), min(chunk_bytes, size - offset - len(data)), offset + len(data))
+                if not more:
+                    break
+                data += more
+                cut = data.rfind(b"\n")
+            if cut < 0:  # the torn tail
+                break
+            _decode_chunk(history, data, offset, offset + cut + 1, steps, origin=offset)
+            offset += cut + 1
         history.offset = offset
     history.seal()
-    if index and end is None and not history.steps_left_out and history_index.worth_writing(history, loaded):
-        threading.Thread(target=history_index.save, args=(history,), name="events-index", daemon=False).start()
     return history
-
-
-def read_rest(tail: History) -> History:
-    """The whole history a tail read (``read_history(tail_steps=…)``) covered, every step decoded, up to the
-    same byte (what was appended since is the follower's); writes the log's index (in a background thread)."""
-    full = read_history(tail.path, end=tail.offset, index=False)  # type: ignore[arg-type]
-    if history_index.worth_writing(full, 0):
-        threading.Thread(target=history_index.save, args=(full,), name="events-index", daemon=False).start()
-    return full
-
-
-def _tail_start(mapped, begin: int, size: int, steps: int) -> int:
-    """Byte offset of the first of the newest ``steps`` step lines among the complete lines of
-    ``mapped[begin:size]`` (``begin`` when there are fewer): blocks read backwards from the end."""
-    stop = mapped.rfind(b"\n", begin, size) + 1  # past the last complete line (a torn tail is not counted)
-    if steps <= 0:
-        return max(begin, stop)
-    found, block = 0, 1 << 20
-    while stop > begin:
-        lo = max(begin, stop - block)
-        if lo > begin:  # start at a line start: the line cut by lo belongs to the next block back
-            newline = mapped.find(b"\n", lo - 1, stop)
-            if newline < 0 or newline + 1 >= stop:
-                block *= 2  # one line longer than the block
-                continue
-            lo = newline + 1
-        c = np.frombuffer(mapped, np.uint8, stop - lo, lo)
-        ends = np.flatnonzero(c == 10)
-        starts = np.concatenate(([0], ends[:-1] + 1))
-        lines = np.flatnonzero(_starts_with(c, starts, ends, STEP_PREFIX))
-        if found + len(lines) >= steps:
-            return lo + int(starts[lines[len(lines) - (steps - found)]])
-        found += len(lines)
-        stop = lo
-    return begin

@@ -25,13 +25,6 @@ row of the columns: ``History[i]`` re-reads and decodes its line on demand,
 so the objects it hands out equal ``events.from_json``'s exactly (nested
 ``"nan"`` strings included) without keeping them.
 
-Reopening: after reading, the offsets, the columns and where the file was read
-up to are saved beside the log (engine.run.history.index, ``events.index``). The
-next open loads them (a memory copy), re-decodes only the other events (a
-few percent of the lines) and decodes only what was appended since; an index
-that does not match the file (truncated, replaced, damaged) is ignored and
-rewritten.
-
 Old runs: every record goes through ``migrate_record`` before it becomes an
 event, the one place the schema-1 → current migration (engine.core.migrate, when
 present) applies. Torch-free (numpy and msgspec only).
@@ -179,9 +172,7 @@ class History(Sequence):
         self.skipped = 0
         #: Step events held as columns (the others are objects).
         self.columnar = 0
-        #: Bytes of the log taken from its index (engine.run.history.index) instead of decoded; 0 when none matched.
-        self.from_index = 0
-        #: Step lines a tail read (``read_history(tail_steps=…)``) left undecoded, all before its newest steps.
+        #: Step lines a read without steps (``read_history(steps=False)``) left undecoded.
         self.steps_left_out = 0
 
     # Sequence protocol ------------------------------------------------------
@@ -294,15 +285,6 @@ class History(Sequence):
         return self._cache[key]  # type: ignore[return-value]
 
     # Building ---------------------------------------------------------------
-    def restore(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict[str, np.ndarray],
-                 objects: list[ev.Event], offset: int, skipped: int) -> None:
-        """Take the state an index saved (engine.run.history.index) as what was read up to ``offset``."""
-        self._offsets, self._lengths, self._rows = offsets, lengths, rows
-        self._columns, self._objects = columns, objects
-        self.columnar = len(columns.get("step", ()))
-        self.offset, self.skipped, self.from_index = offset, skipped, offset
-        self._parts, self._cache = [], {}
-
     def add_chunk(self, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray, columns: dict | None,
              objects: list[ev.Event]) -> None:
         """Append events of one chunk: rows >= 0 index ``columns`` (chunk-local), < 0 ``objects``."""
@@ -328,12 +310,6 @@ class History(Sequence):
         self._columns = {name: np.concatenate([cols[name] if name in cols else np.full(n, _NAN)
                                                for cols, n in blocks]) for name in names}
         self._cache = {}
-
-    def index_arrays(self) -> dict[str, np.ndarray]:
-        """What an index saves of the step lines: offsets, lengths, rows and every column (sealed first)."""
-        self.seal()
-        return {"offsets": self._offsets, "lengths": self._lengths, "rows": self._rows,
-                **{f"col:{name}": values for name, values in self._columns.items()}}
 
 
 def _field(event: Any, name: str) -> float:

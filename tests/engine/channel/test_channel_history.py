@@ -1,4 +1,4 @@
-"""The msgspec events.jsonl reader (step columns, index) equals decoding every line with events.from_json."""
+"""The msgspec events.jsonl reader (step columns) equals decoding every line with events.from_json."""
 
 from __future__ import annotations
 
@@ -123,3 +123,34 @@ def test_torn_last_line_is_left_for_the_follower(tmp_path: Path) -> None:
 def test_missing_file_is_an_empty_history(tmp_path: Path) -> None:
     hist = history.read_history(tmp_path / "nope.jsonl")
     assert len(hist) == 0 and hist.offset == 0 and list(hist) == []
+
+
+def test_many_lines_decode_as_each_line_would() -> None:
+    """parse_lines (one msgspec call for the index's other events) equals parse_line line by line, odd lines too."""
+    good = [ev.to_json(e).encode() for e in (ev.Warning(text="w", step=3), ev.EvalDone(step=4, val_loss=0.5),
+                                              ev.SystemSampled(cpu_percent=1.0))]
+    odd = [b'{"type":"eval","t":1.0,"step":5,"val_loss":NaN}', b'{"type":"nope","t":1.0}', b"[1, 2]",
+           b'{"type":"warning"', b""]
+
+    def same(lines: list[bytes]) -> None:
+        def text(events):  # as JSON: NaN == NaN there
+            return [None if e is None else ev.to_json(e) for e in events]
+        assert text(history.parse_lines(lines)) == text(history.parse_line(line) for line in lines)
+
+    same(good)
+    for line in odd:  # each odd line sends the whole batch down the per-line path
+        same([*good, line, good[0]])
+    nan = history.parse_lines([odd[0]])[0]
+    assert nan is not None and nan.val_loss != nan.val_loss
+
+
+def test_a_read_without_steps_has_every_other_event_and_counts_the_step_lines(tmp_path: Path) -> None:
+    """What a viewer that reads the steps from the run's record asks for: no step line decoded, nothing else lost."""
+    path = tmp_path / "events.jsonl"
+    lines = _mixed_lines(3000, seed=4)
+    path.write_text("\n".join(lines) + "\n" + '{"type":"step","t":1.0,"st')  # and a torn last line
+    full = history.read_history(path)
+    others = history.read_history(path, steps=False)
+    assert others.count_type("step") == 0 and others.steps_left_out >= full.count_type("step") > 2000
+    assert [ev.to_json(e) for e in others] == [ev.to_json(e) for e in full.others("step")]
+    assert others.offset == full.offset < path.stat().st_size

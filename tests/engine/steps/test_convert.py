@@ -36,7 +36,7 @@ def test_a_schema_2_log_converts_to_the_record_with_progress_and_the_log_untouch
     size = log.stat().st_size
     assert seen[0] == (0, size) and seen[-1] == (size, size) and len(seen) > 5
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
-    history = read_history(log, index=False)
+    history = read_history(log)
     record = open_record(tmp_path / "old")
     assert record.names() == ["t", "epoch", "batch_size", "skipped", "loss", "lr", "grad_norm", "samples_per_s",
                               "steps_per_s", "tokens_per_s", "mfu", "components.mse"]
@@ -53,7 +53,7 @@ def test_the_v1_fixture_runs_convert_and_a_resumed_log_keeps_the_last_attempt(tm
         shutil.copytree(ROOT / "tests" / "fixtures" / "runs_v1" / name, run)
         assert log_holds_every_step(run)  # schema 1: every step in the log
         convert(run)
-        steps = [e.step for e in read_history(run / "events.jsonl", index=False) if e.type == "step"]
+        steps = [e.step for e in read_history(run / "events.jsonl") if e.type == "step"]
         assert open_record(run).steps().tolist() == steps == [1, 2, 3, 4]
     run = tmp_path / "resumed"
     run.mkdir()
@@ -104,5 +104,5 @@ def test_a_conversion_killed_at_random_points_resumes_with_no_lost_and_no_duplic
     assert _digest(log) == before
     record = open_record(tmp_path / "old")
     assert record.steps().tolist() == list(range(1, 20_001))
-    want = read_history(log, index=False).column("step", "loss").astype(np.float32)
+    want = read_history(log).column("step", "loss").astype(np.float32)
     np.testing.assert_array_equal(record.window("loss", 0, 10**9)[1], want)

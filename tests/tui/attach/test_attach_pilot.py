@@ -32,9 +32,9 @@ def test_attach_shows_history_then_live_and_controls_round_trip(tmp_path: Path, 
     async def scenario() -> None:
         app = DashboardApp(lambda: RunClient(run))
         async with app.run_test(size=SIZE) as pilot:
-            # History: every step since 1 came from the log, not only what arrived after we opened.
-            await until(pilot, lambda: app.model.steps.total >= opened_at, what="history replayed")
-            assert app.model.steps.view()[0, 0] == 1
+            # History: every step since 1 came from the run's step record, not only what arrived after we opened.
+            await until(pilot, lambda: app.model.step_count >= opened_at, what="history replayed")
+            assert app.model.series.from_record and app.model.steps.first_step == 1
             # Live: the screen keeps advancing past the step the run was at when we attached.
             await until(pilot, lambda: _screen_step(app) > opened_at + 10, what="live steps on screen")
 

@@ -51,9 +51,8 @@ def test_crashed_run_is_offered_for_resume_and_the_viewer_follows_the_new_engine
             await until(ps, lambda: _screen_step(steer) > crashed_at + 5, timeout=60,
                         what="steps past the crash on screen")
             await until(ps, lambda: "RUNNING" in screen_text(steer).splitlines()[0], what="RUNNING in the header")
-            # History was rebuilt from the whole log: the old engine's first step is still there.
-            steps = steer.model.steps.view()[:, 0]
-            assert steps[0] == 1 and steps[-1] > crashed_at + 5
+            # The run's step record holds both engines' steps: the old engine's first step is still there.
+            assert steer.model.steps.first_step == 1 and steer.model.steps.last_step > crashed_at + 5
             # The read-only viewer follows the same run: it sees the new steps too.
             await until(pw, lambda: _screen_step(watch) > crashed_at + 5, timeout=30,
                         what="the read-only viewer seeing the resumed run")

@@ -1,0 +1,81 @@
+"""Old runs open: a run directory written before the step record (every step a line of its events.jsonl) is
+converted once when a viewer first opens it, the charts showing the part converted so far at once, then read
+from the record like any run; `plot` and `runs` read it too. The log is never changed."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+from pathlib import Path
+
+from bench.open_run import write_run
+from engine.run.control.client import RunClient
+from engine.run.steps import record_dir
+from tests.conftest import ROOT
+from tests.tui.attach.conftest import screen_text, until
+from tui.dashboard.app import DashboardApp
+from tui.dashboard.attach_app import AttachApp
+
+SIZE = (120, 40)
+
+
+class _Watching(AttachApp):
+    """AttachApp that notes, at each conversion report, how far it was and what the charts had by then."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reports: list[tuple[int, int, int]] = []
+
+    def on_steps_progress(self, message) -> None:
+        if self._stale(message):
+            return
+        DashboardApp.on_steps_progress(self, message)  # the model takes the report in, then it is noted
+        message.prevent_default()
+        self.reports.append((message.done, message.total, self.model.step_count))
+
+
+def _open(run: Path) -> _Watching:
+    app = _Watching(lambda: RunClient(run, read_only=True), run, read_only=True)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.model.series.from_record and app.model.steps_progress is None
+                        and app.model.step == app.model.total_steps, timeout=120, what="every step from the record")
+            chart = app.dashboard.query_one("#chart-1")
+            await until(pilot, lambda: chart.builds and f"step {app.model.step}/" in screen_text(app),
+                        what="the loss drawn and the last step shown")
+            app.screen_shown = screen_text(app)
+
+    asyncio.run(scenario())
+    return app
+
+
+def test_a_run_of_the_previous_release_is_converted_once_then_read_like_any_run(tmp_path):
+    run = tmp_path / "toy_v1"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs_v1" / "toy_v1", run)
+    log = (run / "events.jsonl").read_bytes()
+    first = _open(run)
+    assert first.reports and first.reports[-1][:2] == (1, 1), first.reports  # converted, then "ready"
+    assert "step 4/4" in first.screen_shown
+    assert (record_dir(run) / "step.i8").is_file() and (run / "events.jsonl").read_bytes() == log
+    again = _open(run)
+    assert again.reports == [], "the record is there: nothing converted the second time"
+    assert again.model.steps.first_step == 1 and again.model.step == 4
+
+    from tui.commands.plot import draw
+
+    chart = draw([run], "loss", 60, 14)
+    assert not chart.left_out and "loss (training) by step" in chart.text
+
+
+def test_a_long_old_log_shows_its_first_part_while_the_rest_converts(tmp_path):
+    """70,000 steps (two chunks of the log): the charts have the first chunk's steps before the conversion ends."""
+    run = tmp_path / "old"
+    log = write_run(run, 70_000)
+    digest = hashlib.sha256(log.read_bytes()).hexdigest()
+    app = _open(run)
+    partial = [(done, total, rows) for done, total, rows in app.reports if 0 < done < total]
+    assert partial and partial[0][2] > 0, app.reports  # drawn from the record while the conversion went on
+    assert app.model.step_count == 70_000 and app.model.steps.first_step == 1
+    assert hashlib.sha256(log.read_bytes()).hexdigest() == digest, "the old log is only read"
