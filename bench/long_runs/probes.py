@@ -5,8 +5,9 @@
   to the first full frame, the steady RSS over ``hold_s`` after it and the peak (VmHWM); on the last open, the
   zoom and pan keys (``zoom_keys``), each key's frame time from the app's frame log.
 - ``open_live``: a writer process (bench.long_runs.live) appending to the run at ``rate`` steps a second while
-  a viewer follows it for ``seconds``: RSS through it, and the lag (seconds between a step reaching the record
-  and the viewer showing it), sampled from the screen four times a second.
+  a viewer follows it for ``seconds`` (or ``steps`` steps) after its first frame: RSS through it, and the lag
+  (seconds between a step reaching the record and the viewer showing it), sampled from the screen four times a
+  second.
 - ``convert_direct``: engine.run.steps.convert on an old run in a fresh process (wall, CPU, peak RSS).
 - ``open_old``: the viewer on an old run (it converts the log, or reads it): first frame, RSS, whether the
   status line showed the conversion's bar, and when the record was complete.
@@ -23,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from bench.common import ROOT
 from bench.long_runs.viewer import RssSampler, Viewer, braille_cells, frames, full_frame, key_frame_s, shown_step
 from engine.run.steps import needs_conversion, open_record, record_dir
 
-#: Seconds between two samples of the lag (a screen capture and a look at the record).
+#: Seconds between two looks at the screen's step while a live run is followed.
 LAG_EVERY_S = 0.25
 #: Pixel columns of a chart at 120×40 (two braille dots per character cell), for the record's envelope reads.
 CHART_COLUMNS = 110
@@ -141,56 +143,95 @@ def stop_writer(writer: subprocess.Popen) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def follow(viewer: Viewer, run: Path, seconds: float, writer: subprocess.Popen) -> dict:
-    """Sample (time, step in the record, step on the screen) every LAG_EVERY_S for ``seconds`` or until the writer
-    ends; the lag of each sample (lag_series)."""
-    record = open_record(run)
-    samples: list[tuple[float, int, int | None]] = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end and writer.poll() is None and viewer.alive():
-        record.refresh()
-        written = record.last_step or 0
-        samples.append((time.perf_counter(), written, shown_step(viewer.screen())))
+class RecordWatch:
+    """The record's last step every ``interval`` seconds, on a thread, from ``start()`` to ``stop()``: when each
+    step reached the record (the writer's commits), against which the screen's step is timed."""
+
+    def __init__(self, run: Path, interval: float = 0.05) -> None:
+        self.record = open_record(run)
+        self.interval = interval
+        #: (time.perf_counter(), the record's last step) per sample.
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="record-watch")
+
+    @property
+    def last(self) -> int:
+        return self.samples[-1][1] if self.samples else 0
+
+    def start(self) -> "RecordWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.record.refresh()
+            self.samples.append((time.perf_counter(), self.record.last_step or 0))
+            self._stop.wait(self.interval)
+
+
+def follow(viewer: Viewer, watch: RecordWatch, writer: subprocess.Popen, seconds: float | None = None,
+           steps: int | None = None) -> dict:
+    """The screen's step every LAG_EVERY_S for ``seconds``, or until ``steps`` more steps reached the record (or
+    the writer or the viewer ended); the lag of each look (lag_series) and the steps the viewer followed."""
+    start_step = watch.last
+    screens: list[tuple[float, int | None]] = []
+    end = time.perf_counter() + seconds if seconds is not None else float("inf")
+    while time.perf_counter() < end and (steps is None or watch.last - start_step < steps) and \
+            writer.poll() is None and viewer.alive():
+        screens.append((time.perf_counter(), shown_step(viewer.screen())))
         time.sleep(LAG_EVERY_S)
-    return {"lags": lag_series(samples), "lag_samples": len(samples)}
+    return {"lags": lag_series(watch.samples, screens), "lag_samples": len(screens),
+            "followed": watch.last - start_step}
 
 
-def lag_series(samples: list[tuple[float, int, int | None]]) -> list[float]:
-    """Per sample, seconds since the step the screen shows reached the record: the time the record's last step
-    passed it, interpolated between samples (0 when the screen is as new as the record; a sample before the
-    screen showed a step, or showing one from before the first sample, is left out)."""
+def lag_series(written: list[tuple[float, int]], screens: list[tuple[float, int | None]]) -> list[float]:
+    """Per look at the screen, seconds since the step it shows reached the record: when the record's last step
+    passed it, interpolated between two samples of the record (0 when the screen is as new as the record at that
+    moment; a look that shows no step, or a step the record had before it was first sampled, is left out)."""
     lags = []
-    for now, written, shown in samples:
-        if shown is None or shown < samples[0][1]:
+    for now, shown in screens:
+        known = [(at, step) for at, step in written if at <= now]
+        if shown is None or not known or shown < written[0][1]:
             continue
-        if shown >= written:
+        if shown >= known[-1][1]:
             lags.append(0.0)
             continue
-        prior = next(i for i, (_, step, _) in enumerate(samples) if step > shown)
-        (t0, s0, _), (t1, s1, _) = samples[max(prior - 1, 0)], samples[prior]
+        after = next(i for i, (_, step) in enumerate(known) if step >= shown)
+        (t1, s1), (t0, s0) = known[after], known[max(after - 1, 0)]
         reached = t1 if s1 == s0 else t0 + (t1 - t0) * (shown - s0) / (s1 - s0)
         lags.append(max(0.0, now - reached))
     return lags
 
 
-def open_live(run: Path, steps: int, rate: float, seconds: float, cap_mib: float, timeout_s: float) -> dict:
-    """A viewer following ``run`` while a writer appends ``steps`` steps at ``rate`` (module docstring)."""
-    writer = start_writer(run, steps, rate)
+def open_live(run: Path, rate: float, cap_mib: float, timeout_s: float, seconds: float | None = None,
+              steps: int | None = None) -> dict:
+    """A viewer following ``run`` while a writer appends at ``rate`` steps a second: for ``seconds`` after the
+    viewer's first frame, or until ``steps`` steps were appended after it (module docstring). The writer is
+    given more steps than that (its total on screen is never reached) and stopped when the viewer has seen them."""
+    writer = start_writer(run, (steps or 0) + int(rate * ((seconds or 0) + timeout_s + 60)), rate)
+    watch = RecordWatch(run).start()
     viewer = Viewer(run)
     sampler = RssSampler(viewer, cap_mib).start()
+    followed = {"lags": [], "lag_samples": 0, "followed": 0}
     try:
         first, _ = viewer.wait_for(lambda text: shown_step(text) is not None and braille_cells(text) >= 24,
                                    timeout_s)
-        followed = follow(viewer, run, seconds, writer) if first is not None else {"lags": [], "lag_samples": 0}
+        if first is not None:
+            followed = follow(viewer, watch, writer, seconds, steps)
         peak = viewer.peak_mib()
     finally:
         sampler.stop()
         viewer.close()
+        watch.stop()
         achieved = stop_writer(writer)
-    start = first or 0.0
-    rss = sampler.since(start)
-    return {"first_s": first, "rss": rss, "samples": sampler.samples, "peak_mib": max(peak or 0.0, sampler.peak),
-            "capped_at": sampler.capped_at, "rate": achieved, "seconds": seconds, **followed}
+    return {"first_s": first, "rss": sampler.since(first or 0.0), "samples": sampler.samples,
+            "peak_mib": max(peak or 0.0, sampler.peak), "capped_at": sampler.capped_at, "rate": achieved,
+            "seconds": seconds, **followed}
 
 
 CONVERT = """

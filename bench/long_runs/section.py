@@ -210,10 +210,12 @@ def soak_lines(results: dict, load: LoadSampler, plan) -> tuple[list[str], list[
     lag = "no step shown" if not lags else \
         (f"lag median {statistics.median(lags):.2f} s, 99th percentile {sorted(lags)[int(0.99 * (len(lags) - 1))]:.2f}"
          f" s, max {max(lags):.2f} s over {len(lags)} samples")
-    lines = [f"- **Live soak**: {plan.soak:,} steps from an empty run, the writer at {soak['rate'] or 0:,.0f} "
+    lines = [f"- **Live soak**: {soak['followed']:,} steps followed from the viewer's first frame on a new run "
+             f"(asked {plan.soak:,}), the writer at {soak['rate'] or 0:,.0f} "
              f"steps/s (asked {plan.rate:,.0f}); {rss}, peak {soak['peak_mib']:.0f} MiB; {lag}; load "
              f"{_load(load, 'soak')}."]
-    verdicts = [verdict("long runs: live soak, writer steps/s", soak["rate"] or 0.0, RATE)]
+    verdicts = [verdict("long runs: live soak, writer steps/s", soak["rate"] or 0.0, RATE),
+                verdict("long runs: live soak, steps the dashboard followed", soak["followed"], plan.soak)]
     if growth is None:
         verdicts.append(_missed("long runs: live soak, viewer RSS growth", "no frame", f"≤ {GROWTH_MIB:g} MiB"))
     else:

@@ -70,8 +70,7 @@ def size_phase(plan, run: Path, steps: int) -> dict:
                                             plan.keys, plan.warm, run.parent)
     out["cached_b"] = probes.cached_bytes(run)
     out["reads"] = probes.envelope_reads(run, 20, seed=steps)
-    out["live"] = probes.open_live(run, int(plan.rate * (plan.live_s + 60)), plan.rate, plan.live_s,
-                                    plan.rss_cap_mib, plan.timeout_s)
+    out["live"] = probes.open_live(run, plan.rate, plan.rss_cap_mib, plan.timeout_s, seconds=plan.live_s)
     _drop(plan, run)
     return out
 
@@ -96,8 +95,8 @@ def names_phase(plan, run: Path, names: int) -> dict:
 
 
 def soak_phase(plan, run: Path) -> dict:
-    """A viewer on a new run while the writer appends ``plan.soak`` steps, until the writer is done."""
-    out = probes.open_live(run, plan.soak, plan.rate, plan.soak / plan.rate + 120, plan.rss_cap_mib, plan.timeout_s)
+    """A viewer on a new run, followed from its first frame while the writer appends ``plan.soak`` steps."""
+    out = probes.open_live(run, plan.rate, plan.rss_cap_mib, plan.timeout_s, steps=plan.soak)
     _drop(plan, run)
     return out
 

@@ -46,13 +46,12 @@ def test_a_record_run_holds_every_step_with_the_engines_metrics_and_an_engines_l
 
 
 def test_the_lag_is_the_time_since_the_shown_step_reached_the_record():
-    # the record grows 1,000 steps a second; the screen shows the step written 0.5 s before, then catches up
-    samples = [(t / 4, 250 * t, None if t == 0 else 250 * t - 500) for t in range(1, 40)]
-    samples += [(10.0, 10_000, 10_000)]
-    lags = lag_series(samples)
-    assert lags[-1] == 0.0
-    assert lags[:-1] == pytest.approx([0.5] * (len(lags) - 1))  # (the first sample shows a step before it: left out)
-    assert len(lags) == len(samples) - 2
+    # the record grows 1,000 steps a second from t = 1 s; the screen shows the step written 0.5 s before
+    written = [(1 + t / 20, 1000 + 50 * t) for t in range(200)]
+    screens = [(2 + t / 4, 1000 + 250 * t + 500) for t in range(30)]
+    assert lag_series(written, screens) == pytest.approx([0.5] * 30)
+    # as new as the record: 0; no step on screen, or one the record had before it was watched: left out
+    assert lag_series(written, [(5.0, 5000), (5.0, None), (5.0, 999)]) == [0.0]
 
 
 def test_a_keys_frame_time_ends_with_the_burst_of_updates_that_answered_it():
@@ -93,7 +92,8 @@ def test_the_section_gives_every_goal_line_and_says_why_a_frame_is_missing():
         time.sleep(0.03)
     load.stop()
     live = {"first_s": 1.0, "rss": [120.0] * 20, "samples": [(1.0 + i, 100.0 + i / 9) for i in range(200)],
-            "peak_mib": 150.0, "capped_at": None, "rate": 1050.0, "lags": [0.2, 0.4, 1.3], "lag_samples": 3}
+            "peak_mib": 150.0, "capped_at": None, "rate": 1050.0, "lags": [0.2, 0.4, 1.3], "lag_samples": 3,
+            "followed": 1_000_300}
     sized = {"write_s": 90.0, "record_b": 6.2e9, "events_b": 3.4e8, "dir_b": 6.6e9, "cached_b": 1e9,
              "finished": {"opens": [_open(1.2, 140.0, keys=[("+", 0.04), ("Left", None)])],
                           "keys": [("+", 0.04), ("Left", None)], "zoom": True}, "reads": [0.01, 0.02], "live": live}
@@ -115,6 +115,7 @@ def test_the_section_gives_every_goal_line_and_says_why_a_frame_is_missing():
     assert ("first full frame, 10,000 metric names (wall): no frame: viewer killed past the RSS cap after 41 s — "
             "goal ≤ 2 s MISSED") in text
     assert "live soak, the dashboard's lag behind the writer (max): 1.3 s — goal ≤ 1 s MISSED" in text
+    assert "live soak, steps the dashboard followed: 1e+06 — goal ≥ 1e+06 met" in text
     assert "live soak of 1,000,000 steps, viewer RSS growth: 17.8 MiB — goal ≤ 16 MiB MISSED" in text
     assert "fast steps, engine ÷ bare loop steps/s (with the step record): 0.965 — goal ≥ 0.95 met" in text
     assert "the old run's conversion shows a progress bar in the viewer (screens): 200 — goal ≥ 1 met" in text
