@@ -171,3 +171,15 @@ def test_a_nanogpt_loop_in_the_cockpit_is_predicted_never_under(tmp_path) -> Non
         error = _report(f"nanoGPT-shaped, {name}, batch {batch}, block {block}", counted[-1]["predicted"],
                         counted[-1]["peak"])
         assert 0 <= error <= 10
+
+
+def test_a_toy_wider_than_its_samples_is_at_most_ten_percent_over() -> None:
+    # Drawn by the random configurations' bench: hidden width 256 over 64 values a sample, where each backward's
+    # input gradient (B·h) was counted twice (+10.44 %).
+    torch.set_num_threads(1)
+    config = cfg.load(task="toy", overrides={"toy": {"channels": 2, "length": 32, "dim": 256, "depth": 3},
+                                             "train": {"batch_size": 212}, "runtime": {"device": "cpu",
+                                                                                       "prefetch": False}})
+    real = truth.peak(config, "dispatcher", steps=3)
+    assert 0 <= _report("toy dim 256 depth 3, 64 values, batch 212", analytic.estimate(config, device="cpu").total,
+                        real) <= 10
