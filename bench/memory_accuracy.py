@@ -94,12 +94,19 @@ def accelerate_style(config) -> int:
     return 16 * sum(analytic.model_of(config)(config, 1, "fp32", "cpu").param_tensors)
 
 
+def step_alone(overrides: dict) -> dict:
+    """``overrides`` with batches built inline: these tables compare predictors of the step itself; the batches a
+    data path builds ahead (engine.budget.ahead) are counted in bench.memory_random against a truth that holds
+    them."""
+    return {**overrides, "runtime": {**overrides.get("runtime", {}), "prefetch": False}}
+
+
 def measure(label: str, task: str, preset: str, overrides: dict, real: bool) -> dict:
     """One row: truth (when feasible), traced (subprocess, uncached), analytic, references."""
     from engine.budget import analytic, trace
     from engine.core.config import load
 
-    config = load(preset=preset, task=task, overrides=overrides)
+    config = load(preset=preset, task=task, overrides=step_alone(overrides))
     row = {"config": label, "truth": None}
     if real:
         import torch
@@ -122,7 +129,7 @@ def measure_rank(label: str, task: str, preset: str, overrides: dict, world: int
     from engine.budget.layout import Layout
     from engine.core.config import load
 
-    config = load(preset=preset, task=task, overrides=overrides)
+    config = load(preset=preset, task=task, overrides=step_alone(overrides))
     layout = Layout(world, "fsdp2")
     with tempfile.TemporaryDirectory() as cache:
         traced = trace.trace(config, batch_size=layout.rank_batch(config.train.batch_size), cache_dir=cache,

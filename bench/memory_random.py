@@ -3,14 +3,17 @@
     python -m bench.memory_random [--quick] [--n 30] [--seed 0]
 
 Each config is drawn from a task's own knobs (shape, batch, sequence, LoRA or
-full, tied embeddings, attention implementation, activation checkpointing,
-gradient accumulation), small enough to run three real steps on a CPU. The
-prediction is what the start guard uses: the analytic bound
-(engine.budget.analytic) for a task that has one, the trace
-(engine.budget.trace) for one that has not. The truth is an independent
-count through the dispatcher (engine.budget.cpu_meter.StepPeak, via
-engine.budget.truth, method "dispatcher") over three engine-shaped steps,
-CPU fp32. The contract: never under, at most +10 % over; the table prints
+full with every [lm.lora] field, its dropout among them, the LM's tokenizer and
+corpus reading, tied embeddings, attention implementation, activation
+checkpointing, dropout, gradient accumulation) and the data path (built inline,
+on the builder thread, in one or two worker processes, or planned), small
+enough to run three real steps on a CPU. The prediction is what the start guard
+uses: the analytic bound (engine.budget.analytic) for a task that has one, the
+trace (engine.budget.trace) for one that has not, with the batches the data
+path builds ahead (engine.budget.ahead). The truth is an independent count
+through the dispatcher (engine.budget.cpu_meter.StepPeak, via
+engine.budget.truth, method "dispatcher") over three engine-shaped steps with
+that many micro-batches built beside each, CPU fp32. The contract: never under, at most +10 % over; the table prints
 each task's worst (lowest and highest) config. tests/engine/budget/
 test_memory_random.py runs a handful per task on every CI run.
 """
@@ -139,12 +142,15 @@ def worst(rows: list[dict]) -> tuple[dict, dict]:
 
 
 def table(by_task: dict[str, list[dict]]) -> str:
-    """Per task: configs, the source, the lowest and the highest error with the config that gave it."""
-    out = ["| task | configs | prediction | lowest (config) | highest (config) |", "|---|---:|---|---|---|"]
+    """Per task: configs, how many were under the truth and how many over +10 %, the source, the lowest and the
+    highest error with the config that gave it."""
+    out = ["| task | configs | under | over +10 % | prediction | lowest (config) | highest (config) |",
+           "|---|---:|---:|---:|---|---|---|"]
     for task, rows in by_task.items():
         low, high = worst(rows)
-        out.append(f"| {task} | {len(rows)} | {rows[0]['source']} | {low['error']:+.2f} % (`{low['config']}`) | "
-                   f"{high['error']:+.2f} % (`{high['config']}`) |")
+        under, over = sum(r["error"] < 0 for r in rows), sum(r["error"] > 10 for r in rows)
+        out.append(f"| {task} | {len(rows)} | {under} | {over} | {rows[0]['source']} | {low['error']:+.2f} % "
+                   f"(`{low['config']}`) | {high['error']:+.2f} % (`{high['config']}`) |")
     return "\n".join(out)
 
 
