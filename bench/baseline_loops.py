@@ -23,21 +23,21 @@ how much of the engine's lead they are. ``--compile model`` runs the loss throug
 the loop and inside the LightningModule (bench.compile_bench compares them with the engine's
 ``--compile model``).
 
-Prints one JSON line: steps/s between steps ``lo`` and ``hi``, the final loss,
-and the cores the loop's process tree (the loop and its DataLoader worker) used
-in that window with the steps it made per CPU-second (bench.cpu_share: read
-when steps ``lo`` and ``hi`` complete, ~1 ms each, twice a run).
+Prints one JSON line: each step's end (``marks``: ``time.time()`` once the
+step's loss is on the host, the clock and the moment the engine stamps its
+step events with), the seconds each step spent getting its batch (``data_s``:
+waiting on the DataLoader, or building it inline; none for Lightning, whose
+Trainer fetches it), and the last step's loss. The benchmark reads the rate
+over any window of steps from the marks, and the CPU the loop's process tree
+used from outside (bench.cpu_share.CpuTrace), as it does for the engine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-
-from bench.cpu_share import tree_cpu_s
 
 #: Set by ``--engine-settings``: fused AdamW and the engine's allocator settings in this loop too.
 ENGINE_SETTINGS = False
@@ -105,43 +105,42 @@ def _loader(task, order, batch: int, steps: int, workers: int, pin: bool = False
 
 
 class Marks:
-    """Each finished step's time; when step ``lo`` or ``hi`` (1-based) finishes, also the tree's CPU seconds."""
+    """Each finished step's wall time (``time.time()``, as the engine's step events) and, where the loop fetches
+    its own batches, the seconds it spent getting each one."""
 
-    def __init__(self, window: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self) -> None:
         self.times: list[float] = []
-        self.cpu: dict[int, float] = {}
-        self._window = set(window)
+        self.data_s: list[float] = []
 
     def step_done(self) -> None:
         """Mark the step that just finished."""
-        self.times.append(time.perf_counter())
-        if len(self.times) in self._window:
-            self.cpu[len(self.times)] = tree_cpu_s(os.getpid())
+        self.times.append(time.time())
 
 
-def window_rates(marks: list[float], cpu: dict[int, float], lo: int, hi: int) -> dict:
-    """{steps_per_s, cores, steps_per_cpu_s} between the ends of steps ``lo`` and ``hi`` (NaN where unread)."""
-    wall = marks[hi - 1] - marks[lo - 1]
-    used = cpu[hi] - cpu[lo] if lo in cpu and hi in cpu else float("nan")
-    rate = (hi - lo) / wall
-    return {"steps_per_s": rate, "cores": used / wall,
-            "steps_per_cpu_s": (hi - lo) / used if used > 0 else float("nan")}
+def window_rate(marks: list[float], lo: int, hi: int) -> float:
+    """Steps/s between the ends of steps ``lo`` and ``hi`` (1-based); NaN when the run did not reach ``hi``."""
+    if not 1 <= lo < hi <= len(marks) or marks[hi - 1] <= marks[lo - 1]:
+        return float("nan")
+    return (hi - lo) / (marks[hi - 1] - marks[lo - 1])
 
 
 def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inline: bool = False,
-                    device: str = "cpu", window: tuple[int, int] = (0, 0)) -> dict:
-    """The careful user's loop (``inline``: batches built in the loop, no DataLoader) on ``device``; the tree's CPU
-    read when the ``window``'s steps finish."""
+                    device: str = "cpu") -> dict:
+    """The careful user's loop (``inline``: batches built in the loop, no DataLoader) on ``device``:
+    {marks, data_s, loss}."""
     import torch
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
     model.to(device)  # before the first step: AdamW's state is created on the parameters' device
     clip = config.optimizer.clip_grad_norm
-    source = (Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else \
-        _loader(task, order, batch, steps, workers, pin=device != "cpu")
-    marks, loss_value = Marks(window), float("nan")
+    source = iter((Batches(task, order, batch, steps)[s] for s in range(steps)) if inline else
+                  _loader(task, order, batch, steps, workers, pin=device != "cpu"))
+    marks, loss_value = Marks(), float("nan")
     net = compiled(model)
-    for step, data in enumerate(source):
+    for step in range(steps):
+        asked = time.time()
+        data = next(source)  # built here (inline), or waited for (the DataLoader's workers)
+        marks.data_s.append(time.time() - asked)
         data = {k: v.to(device, non_blocking=True) for k, v in data.items()}
         loss, _ = task.loss(net, data, step)
         optimizer.zero_grad(set_to_none=True)
@@ -152,17 +151,16 @@ def dataloader_loop(preset: str, steps: int, batch: int, workers: int = 1, inlin
         schedule.step()
         loss_value = float(loss.detach())
         marks.step_done()
-    return {"marks": marks.times, "cpu": marks.cpu, "loss": loss_value}
+    return {"marks": marks.times, "data_s": marks.data_s, "loss": loss_value}
 
 
-def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window: tuple[int, int] = (0, 0),
-                   callbacks: tuple = ()) -> dict:
-    """Lightning's Trainer on the same model, batches, optimizer, clipping and schedule (CPU read as in
-    dataloader_loop); ``callbacks`` join the Trainer's (bench.integrations adds the cockpit's)."""
+def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, callbacks: tuple = ()) -> dict:
+    """Lightning's Trainer on the same model, batches, optimizer, clipping and schedule: {marks, data_s (empty: the
+    Trainer fetches), loss}; ``callbacks`` join the Trainer's (bench.integrations adds the cockpit's)."""
     import lightning as L  # noqa: N812 (its documented alias)
 
     config, task, model, optimizer, schedule, order = _setup(preset, steps, batch)
-    marks = Marks(window)
+    marks = Marks()
     losses: list[float] = []
 
     class Module(L.LightningModule):
@@ -188,7 +186,7 @@ def lightning_loop(preset: str, steps: int, batch: int, workers: int = 1, window
                         callbacks=[Clock(), *callbacks])
     pin = trainer.strategy.root_device.type == "cuda"
     trainer.fit(Module(), train_dataloaders=_loader(task, order, batch, steps, workers, pin=pin))
-    return {"marks": marks.times, "cpu": marks.cpu, "loss": losses[-1] if losses else float("nan")}
+    return {"marks": marks.times, "data_s": marks.data_s, "loss": losses[-1] if losses else float("nan")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--window", type=int, nargs=2, default=(20, 80))
     parser.add_argument("--workers", type=int, default=1, help="DataLoader num_workers (the careful loop: 1)")
     parser.add_argument("--device", default="auto", help="auto: cuda when available (as the engine picks)")
     parser.add_argument("--engine-settings", action="store_true",
@@ -216,14 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    lo, hi = window = tuple(args.window)
     if args.kind == "lightning":
-        result = lightning_loop(args.preset, args.steps, args.batch, args.workers, window=window)
+        result = lightning_loop(args.preset, args.steps, args.batch, args.workers)
     else:
         result = dataloader_loop(args.preset, args.steps, args.batch, args.workers, inline=args.kind == "inline",
-                                 device=device, window=window)
-    print(json.dumps({**window_rates(result["marks"], result["cpu"], lo, hi), "loss": result["loss"],
-                      "steps": len(result["marks"])}))
+                                 device=device)
+    print(json.dumps(result))
     return 0
 
 

@@ -20,11 +20,20 @@ reads twice a run, so either costs nothing). A process's ``utime + stime``
 covers all its threads, and its ``cutime + cstime`` the children it has
 reaped, so a worker that exits and is waited for inside the window stays
 counted. A process that vanishes mid-read counts as 0: a reading never raises.
+
+A benchmark reads every variant's tree the same way, from outside, into a
+``CpuTrace``: (wall time, CPU seconds) every ``POLL_S`` while the variant runs,
+so the CPU used between the two moments a variant stamped in its own clock
+(``time.time()``: the end of its steps ``lo`` and ``hi``) is interpolated
+from the samples around them, for a loop and for the engine alike, with no
+reader inside one variant that another lacks.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,6 +43,37 @@ AUTOGROUP = PROC / "sys" / "kernel" / "sched_autogroup_enabled"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: Whether this kernel lists a thread's children (otherwise descendants are found by scanning /proc).
 _CHILDREN_FILES = (PROC / "self" / "task" / str(os.getpid()) / "children").exists()
+#: Seconds between a CpuTrace's readings (each ~0.2-1 ms of the reader's CPU, none of the variant's).
+POLL_S = 0.1
+
+
+class CpuTrace:
+    """A process tree's CPU seconds read at wall times (``time.time()``), so the cores it used between any two
+    moments inside the readings can be told; ``sample()`` is called by the watcher every ``POLL_S``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        #: (wall time, tree CPU seconds), in time order.
+        self.samples: list[tuple[float, float]] = []
+
+    def sample(self) -> None:
+        """Read the tree now (call it only while the process runs: a gone one reads 0)."""
+        self.samples.append((time.time(), tree_cpu_s(self.pid)))
+
+    def at(self, moment: float) -> float:
+        """The tree's CPU seconds at ``moment``, linear between the readings around it; NaN outside them."""
+        times = [t for t, _ in self.samples]
+        i = bisect.bisect_left(times, moment)
+        if not self.samples or i == len(times) or (i == 0 and moment < times[0]):
+            return float("nan")
+        if times[i] == moment:
+            return self.samples[i][1]
+        (t0, c0), (t1, c1) = self.samples[i - 1], self.samples[i]
+        return c0 + (c1 - c0) * (moment - t0) / (t1 - t0)
+
+    def cores(self, start: float, end: float) -> float:
+        """CPU seconds per wall second between ``start`` and ``end``; NaN when either lies outside the readings."""
+        return (self.at(end) - self.at(start)) / (end - start) if end > start else float("nan")
 
 
 def tree_cpu_s(pid: int) -> float:

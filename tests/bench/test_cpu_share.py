@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from bench.cpu_share import autogroup, tree_cpu_s
 
@@ -44,3 +47,26 @@ def test_autogroup_reads_the_kernels_setting():
     path = Path("/proc/sys/kernel/sched_autogroup_enabled")
     setting = path.read_text().strip() if path.exists() else ""
     assert autogroup() == {"1": "on", "0": "off"}.get(setting, "unknown")
+
+
+def test_a_trace_interpolates_the_cpu_between_its_readings_and_knows_nothing_outside_them():
+    from bench.cpu_share import CpuTrace
+
+    trace = CpuTrace(os.getpid())
+    trace.samples = [(100.0, 10.0), (100.1, 10.1), (100.2, 10.3)]  # 1 core, then 2
+    assert trace.at(100.05) == pytest.approx(10.05) and trace.at(100.2) == 10.3
+    assert trace.cores(100.05, 100.15) == pytest.approx(1.5)  # half of each reading interval
+    assert math.isnan(trace.at(99.9)) and math.isnan(trace.at(100.3)) and math.isnan(trace.cores(99.0, 100.1))
+
+
+def test_a_trace_of_a_live_process_reads_what_it_burned_in_between():
+    from bench.cpu_share import CpuTrace
+
+    trace = CpuTrace(os.getpid())
+    trace.sample()
+    began = time.process_time()
+    while time.process_time() - began < 0.2:
+        pass
+    trace.sample()
+    (start, _), (end, _) = trace.samples
+    assert trace.cores(start, end) * (end - start) >= 0.15  # this process's own 0.2 s, at the kernel's tick resolution
