@@ -15,8 +15,8 @@ and a neighbour's load hits all alike), on the SensorLM ``demo`` preset, batch
 * **DataLoader loop (1 worker)** and **(2 workers)**: ``DataLoader(
   num_workers=1 or 2)`` and ``torch.optim.AdamW`` as a user writes them, at the
   torch thread count that is fastest for the loop on this machine (tried once
-  per count before the rounds: on 2 cores one thread beats torch's default of
-  two by ~1.5×, so the loops get the setting a careful user finds);
+  per count before the rounds, the rates on the page: the setting a careful
+  user finds, where torch's default is one thread per core);
 * **Lightning (1 worker)** and **(2 workers)** (the ``bench`` extra): the same
   DataLoaders and threads under ``Trainer``;
 * extras, in the first ``extra_rounds`` rounds only: **engine, --threads 2**
@@ -30,21 +30,25 @@ The same window for everyone: steps/s between the ends of steps ``lo`` and
 ``hi``, read from each variant's own per-step wall times (``time.time()`` once
 the step's loss is on the host: the engine's StepLogged ``t``, the loops'
 marks), so start-up, the first steps' measuring and warm-up fall outside it
-alike. ``lo`` is past the engine's start-up of its worker processes (spawned,
-each importing torch: 1-3 s on a quiet 2-core box, during which the engine
-builds batches itself), which the loops' forked DataLoader workers do not pay;
-a window that began inside it would charge a one-off start-up to a steady
-rate. Each variant's process tree is read from outside the same way
-(bench.cpu_share.CpuTrace, every ``POLL_S``) and its CPU between the two step
-ends interpolated, so cores and steps per CPU-second cover the same window too.
+alike. ``lo`` is past the engine's start-up of its worker processes (spawned
+at its 6th step, each importing torch: 1-3 s quiet, during which the engine
+builds batches itself and its steps run slower: ~3× their steady time over
+steps 5-20 of a 100-step run at load 15), which the
+loops' forked DataLoader workers do not pay: a window that begins inside it
+charges a one-off start-up to a steady rate. Each run's ``settling`` (the
+window's first third's median step time ÷ its last third's) shows on the
+page whether its window was past start-up. Each variant's process tree is
+read from outside the same way (bench.cpu_share.CpuTrace, every ``POLL_S``)
+and its CPU between the two step ends interpolated, so cores and steps per
+CPU-second cover the same window too.
 
-Rounds interleave the variants (A B C …, then … C B A); after every quiet
-round, ``load_rounds`` rounds run the ``LOADED`` variants again beside a
-CPU-bound load generator (one busy process the bench starts and stops; after
-the quiet rounds, so its load does not linger in a quiet block's 1-minute
-average). The machine's 1-minute load average is sampled every second through
-every block (bench.common.LoadSampler) and printed beside each ratio: a ratio
-measured while neighbours ran is not a quiet box's. Goals (performance issue): engine
+Rounds interleave the variants (A B C …, then … C B A). After all the quiet
+rounds, ``load_rounds`` rounds run the ``LOADED`` variants again beside a
+CPU-bound load generator (one busy process the bench starts and stops; last,
+so its load does not linger in a quiet block's 1-minute average). The
+machine's 1-minute load average is sampled every second through every block
+(bench.common.LoadSampler) and printed beside each ratio: a ratio measured
+while neighbours ran is not a quiet box's. Goals (performance issue): engine
 ÷ DataLoader loop ≥ 1.00 and engine ÷ Lightning ≥ 1.05, quiet, against the
 faster of each pair of careful variants; loaded, the engine default keeps
 ≥ 0.9 of its quiet rate.
@@ -103,8 +107,8 @@ ENGINES = {ENGINE: (), ENGINE_T2: ("--threads", "2")}
 #: The suite's sizes: (steps a run, window, rounds, loaded rounds, rounds with the extras, cap on a run's seconds).
 #: 100 steps: long enough that the engine plans worker processes, as a real run does (a 40-step run is too short
 #: to repay their start: engine.training.threads gives it a builder thread); the window starts past their start-up.
-SIZES = {"full": (100, (40, 95), 5, 3, 3, 60.0),  # ~13 min on 2 quiet cores
-         "quick": (100, (40, 95), 3, 1, 1, 60.0),  # ~6 min
+SIZES = {"full": (100, (40, 95), 5, 3, 3, 40.0),  # ~13 min on 2 quiet cores
+         "quick": (100, (40, 95), 3, 1, 1, 40.0),  # ~6 min
          "smoke": (8, (3, 7), 1, 0, 1, 900.0)}
 TIMEOUT_S = 900.0
 
@@ -200,8 +204,9 @@ def engine_run(steps: int, root: Path, flags: tuple[str, ...] = (), cap_s: float
 
 def window_row(run: dict, window: tuple[int, int]) -> dict:
     """One run's figures over the window's steps: {steps_per_s, cores, steps_per_cpu_s, data_share, build_ms,
-    compute_ms, loss, wall_s, plan, capped}. A run killed at its cap is measured over the steps it reached (a
-    third of them warm-up at most)."""
+    compute_ms, settling, loss, wall_s, plan, capped}. ``settling``: the median step time of the window's first
+    third ÷ its last third's (≈ 1 when the window is past the run's start-up). A run killed at its cap is
+    measured over the steps it reached (a third of them warm-up at most)."""
     marks = run["marks"]
     lo, hi = window
     if run["capped"] is not None:
@@ -212,10 +217,13 @@ def window_row(run: dict, window: tuple[int, int]) -> dict:
     cores = run["trace"].cores(start, end) if math.isfinite(rate) else math.nan
     data = run["data_s"][lo:hi]  # steps lo+1 … hi: the ones that end inside the window
     steps_s = [b - a for a, b in zip(marks[lo - 1:hi - 1], marks[lo:hi])]
+    third = len(steps_s) // 3
     return {"steps_per_s": rate, "cores": cores, "steps_per_cpu_s": rate / cores if cores > 0 else math.nan,
             "data_share": sum(data) / (end - start) if data and math.isfinite(rate) else math.nan,
             "build_ms": 1e3 * statistics.median(data) if data else math.nan,
             "compute_ms": 1e3 * statistics.median([s - d for s, d in zip(steps_s, data)]) if data else math.nan,
+            "settling": statistics.median(steps_s[:third]) / statistics.median(steps_s[-third:])
+            if third and math.isfinite(rate) else math.nan,
             "loss": run["loss"], "wall_s": run["wall_s"], "plan": run["plan"], "capped": run["capped"]}
 
 

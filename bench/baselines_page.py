@@ -30,6 +30,8 @@ from bench.cpu_share import AUTOGROUP
 GOALS = {"DataLoader loop": 1.0, "Lightning": 1.05}
 #: Share of its window a loop spent waiting for batches from which its rate is said to be the data's pace.
 DATA_BOUND_SHARE = 0.2
+#: A window whose first third's steps took longer than this × its last third's was still in start-up.
+SETTLED_BELOW = 1.2
 #: What the kernel's autogroup setting means for a neighbour's load (the CPU table's preamble).
 AUTOGROUP_MEANS = {
     "on": "CFS shares the CPU between sessions, not threads, and every variant and the load generator start a "
@@ -45,7 +47,8 @@ AUTOGROUP_MEANS = {
 def section(results: dict, steps: int, window: tuple[int, int], quick: bool) -> Section:
     """The page section from measured (or, in the tests, given) results."""
     shown = [name for name in VARIANTS if results.get(name, {}).get("quiet")]  # the variants that ran
-    lines = [_preamble(results, steps, window), "", *_table(results, shown, steps), "", *_headline(results), "",
+    lines = [_preamble(results, steps, window), "", *_table(results, shown, steps), "", _settling_line(results, shown),
+             "", *_headline(results), "",
              _loss_line(results, shown, steps), *_data_lines(results)]
     if results[ENGINE]["load"]:
         lines += ["", *_loaded_lines(results)]
@@ -92,13 +95,28 @@ def _table(results: dict, shown: list[str], steps: int) -> list[str]:
     return lines
 
 
+def _settling_line(results: dict, shown: list[str]) -> str:
+    """Whether each variant's window was past its start-up: its first third's step time ÷ its last third's."""
+    worst = {name: max(_finite([r.get("settling", math.nan) for r in results[name]["rows"]["quiet"]]), default=None)
+             for name in shown}
+    cells = ", ".join(f"{name} {value:.2f}" for name, value in worst.items() if value is not None)
+    unsettled = [name for name, value in worst.items() if value is not None and value > SETTLED_BELOW]
+    return (f"Window past start-up (median step time of its first third ÷ its last third, the worst quiet run of "
+            f"each variant): {cells or 'not read'}." + (f" **Not settled** (above {SETTLED_BELOW:g}): "
+                                                         f"{', '.join(unsettled)}: their rate includes start-up."
+                                                         if unsettled else ""))
+
+
 def _headline(results: dict) -> list[str]:
     """Each engine ÷ careful-variant ratio with its rounds, min–max and the load through them."""
-    lines = ["Engine ÷ each careful variant, quiet, round by round:", ""]
+    lines = ["Engine ÷ each careful variant, quiet, round by round (steps/s; then steps per CPU-second, which a "
+             "neighbour's load moves less):", ""]
     for pair in CAREFUL.values():
         for name in pair:
             if results[name]["quiet"]:
-                lines.append(f"- engine ÷ {name}: {_ratio_text(results, name, 'quiet')}")
+                per_cpu = ratios(results[ENGINE]["steps_per_cpu_s"]["quiet"], results[name]["steps_per_cpu_s"]["quiet"])
+                lines.append(f"- engine ÷ {name}: {_ratio_text(results, name, 'quiet')}; per CPU-second "
+                             f"{_cell(per_cpu)}")
     return lines
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 
 MIB = 1 << 20
-ENGINE, DATALOADER, LIGHTNING = "engine, defaults", "DataLoader loop (1 worker)", "Lightning"
+ENGINE, DATALOADER, LIGHTNING = "engine, defaults", "DataLoader loop (1 worker)", "Lightning (1 worker)"
 
 
 def row(kind: str, args: dict) -> dict:

@@ -218,7 +218,8 @@ def _baseline_results(quiet: dict, load: dict | None = None, cores: dict | None 
                 entry["cores"][condition].append(used)
                 entry["steps_per_cpu_s"][condition].append(rate / used)
                 entry["rows"][condition].append({"loss": 7.9747, "wall_s": 12.0, "build_ms": 60.0, "compute_ms": 55.0,
-                                                 "data_share": (waits or {}).get(name, float("nan"))})
+                                                 "data_share": (waits or {}).get(name, float("nan")),
+                                                 "settling": 1.02})
                 results["_loss"].setdefault(name, []).append(7.9747)
         results[name] = entry
     return results
@@ -262,14 +263,20 @@ def test_baselines_miss_reason_says_only_what_this_run_measured():
     assert "data-bound" not in busy and "workers' pace" not in busy
 
 
-def test_baselines_flags_variants_that_did_not_train_alike():
+def test_baselines_flags_variants_that_did_not_train_alike_or_were_timed_in_their_start_up():
     from bench import baselines as b
     from bench.baselines_page import section
 
     results = _baseline_results({b.ENGINE: [11.0], b.DATALOADER: [10.0], b.DATALOADER_2: [10.0],
                                  b.LIGHTNING: [10.0], b.LIGHTNING_2: [10.0]})
+    assert "Window past start-up (median step time of its first third ÷ its last third, the worst quiet run of " \
+           "each variant): engine, defaults 1.02, DataLoader loop (1 worker) 1.02" in section(results, 100, (40, 95),
+                                                                                            quick=False).body
     results["_loss"][b.LIGHTNING] = [8.5]
-    assert "Loss at step 100 **differs** between variants" in section(results, 100, (40, 95), quick=False).body
+    results[b.ENGINE]["rows"]["quiet"][0]["settling"] = 1.6  # its workers still starting inside the window
+    body = section(results, 100, (40, 95), quick=False).body
+    assert "Loss at step 100 **differs** between variants" in body
+    assert "**Not settled** (above 1.2): engine, defaults: their rate includes start-up." in body
 
 
 def test_baselines_cpu_table_splits_the_loaded_rate_into_the_kernels_share_and_the_plans_efficiency():
@@ -334,6 +341,7 @@ def test_baselines_measure_times_the_engine_and_a_loop_over_the_same_steps_read_
     for name in (b.ENGINE, b.DATALOADER):
         (row,) = results[name]["rows"]["quiet"]
         assert row["steps_per_s"] > 0 and row["cores"] > 0, (name, row)  # CPU read from outside, for both
+        assert math.isfinite(row["settling"]) and row["wall_s"] > 0
     assert results["_loss"][b.ENGINE] == pytest.approx(results["_loss"][b.DATALOADER], rel=1e-4)
     assert results["_load"]["quiet"][0]  # the load average sampled through the block
     assert results["_plans"] and "threads:" in results["_plans"][0]
