@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from bench.baselines import (
+from bench.baseline_variants import (
     BATCH,
     CAREFUL,
     DATALOADER,
@@ -52,7 +52,7 @@ def section(results: dict, steps: int, window: tuple[int, int], quick: bool) -> 
              _loss_line(results, shown, steps), *_data_lines(results)]
     if results[ENGINE]["load"]:
         lines += ["", *_loaded_lines(results)]
-    if any(_finite(results[name]["cores"]["quiet"]) for name in shown):
+    if any(_finite(results[name]["cores"]["load"]) for name in shown):
         lines += ["", *_cpu_lines(results, shown)]
     if results.get("_capped"):
         lines += ["", "Runs killed at the time cap (measured over the steps they reached): "
@@ -100,11 +100,13 @@ def _settling_line(results: dict, shown: list[str]) -> str:
     worst = {name: max(_finite([r.get("settling", math.nan) for r in results[name]["rows"]["quiet"]]), default=None)
              for name in shown}
     cells = ", ".join(f"{name} {value:.2f}" for name, value in worst.items() if value is not None)
-    unsettled = [name for name, value in worst.items() if value is not None and value > SETTLED_BELOW]
-    return (f"Window past start-up (median step time of its first third ÷ its last third, the worst quiet run of "
-            f"each variant): {cells or 'not read'}." + (f" **Not settled** (above {SETTLED_BELOW:g}): "
-                                                         f"{', '.join(unsettled)}: their rate includes start-up."
-                                                         if unsettled else ""))
+    unsettled = ", ".join(name for name, value in worst.items() if value is not None and value > SETTLED_BELOW)
+    line = (f"Window past start-up (median step time of its first third ÷ its last third, the worst quiet run of "
+            f"each variant): {cells or 'not read'}.")
+    if unsettled:
+        line += (f" **Not settled** (above {SETTLED_BELOW:g}): {unsettled}: their window's first third ran slower "
+                 "than its last (start-up, or the load changing under it).")
+    return line
 
 
 def _headline(results: dict) -> list[str]:
@@ -163,9 +165,10 @@ def _miss_reason(results: dict, name: str, values: list[float]) -> str:
     low, _, high = stats(values)
     parts = [f"the engine was behind in {sum(v < 1 for v in values)} of {len(values)} rounds"
              + (f" and ahead in the others (the rounds straddle 1: {low:.3f}–{high:.3f})" if high > 1 else "")]
-    plans = sorted({p.split(": ", 1)[1] for p in results["_plans"] if p.startswith(f"quiet, {ENGINE}: ")})
+    plans = sorted({p.split(": ", 1)[1].split(" — ")[0] for p in results["_plans"]
+                    if p.startswith(f"quiet, {ENGINE}: ")})
     if plans:
-        parts.append("its plan: " + " | ".join(plan.split(" — ")[0] for plan in plans))
+        parts.append("its plan: " + " | ".join(plans))
     share = _median([r["data_share"] for r in results[name]["rows"]["quiet"]])
     if math.isfinite(share):
         parts.append(f"the {name} waited {share:.0%} of its window for batches"

@@ -203,7 +203,7 @@ def test_compile_bench_table():
 def _baseline_results(quiet: dict, load: dict | None = None, cores: dict | None = None, waits: dict | None = None,
                       loads: tuple[list, list] = ([1.2, 1.6], [2.9, 3.1])) -> dict:
     """bench.baselines.measure's shape from given steps/s (and cores, data waits) per variant and round."""
-    from bench import baselines as b
+    from bench import baseline_variants as b
 
     results = {"_threads": 1, "_tried": {1: 14.0, 2: 9.0}, "_plans": [], "_loss": {}, "_capped": [],
                "_autogroup": "on", "_cores": 2, "_rounds": {"rounds": 3, "load": 1, "extra": 1}}
@@ -226,7 +226,7 @@ def _baseline_results(quiet: dict, load: dict | None = None, cores: dict | None 
 
 
 def test_baselines_headline_is_judged_against_the_faster_careful_loop_with_its_rounds_and_load():
-    from bench import baselines as b
+    from bench import baseline_variants as b
     from bench.baselines_page import section
 
     quiet = {b.ENGINE: [11.0, 11.4, 11.2], b.DATALOADER: [10.0] * 3, b.DATALOADER_2: [10.0, 10.5, 10.2],
@@ -247,24 +247,27 @@ def test_baselines_headline_is_judged_against_the_faster_careful_loop_with_its_r
 
 
 def test_baselines_miss_reason_says_only_what_this_run_measured():
-    from bench import baselines as b
+    from bench import baseline_variants as b
     from bench.baselines_page import section
 
     quiet = {b.ENGINE: [9.0, 10.5, 9.5], b.DATALOADER: [10.0] * 3, b.DATALOADER_2: [9.0] * 3,
              b.LIGHTNING: [9.0] * 3, b.LIGHTNING_2: [8.0] * 3}
-    waiting = section(_baseline_results(quiet, waits={b.DATALOADER: 0.35}), 100, (40, 95), quick=False)
-    line = waiting.verdicts[0]
+    results = _baseline_results(quiet, waits={b.DATALOADER: 0.35})
+    results["_plans"] = [f"quiet, {b.ENGINE}: threads: 1 torch thread, data in 2 worker processes (4 ahead) — "
+                         f"batch {ms} ms ÷ step 65 ms" for ms in (68, 71)]
+    line = section(results, 100, (40, 95), quick=False).verdicts[0]
     assert line.startswith("engine default ÷ DataLoader loop steps/s (quiet): 0.95 — goal ≥ 1 MISSED by 0.05")
     assert ("why (this run's measurements): the engine was behind in 2 of 3 rounds and ahead in the others (the "
             "rounds straddle 1: 0.900–1.050)") in line
     assert "the DataLoader loop (1 worker) waited 35% of its window for batches (its rate is its workers' pace)" in line
+    assert "; its plan: threads: 1 torch thread, data in 2 worker processes (4 ahead); " in line  # once, not per run
     busy = section(_baseline_results(quiet, waits={b.DATALOADER: 0.05}), 100, (40, 95), quick=False).verdicts[0]
     assert "waited 5% of its window for batches (it was not waiting on data)" in busy
     assert "data-bound" not in busy and "workers' pace" not in busy
 
 
 def test_baselines_flags_variants_that_did_not_train_alike_or_were_timed_in_their_start_up():
-    from bench import baselines as b
+    from bench import baseline_variants as b
     from bench.baselines_page import section
 
     results = _baseline_results({b.ENGINE: [11.0], b.DATALOADER: [10.0], b.DATALOADER_2: [10.0],
@@ -276,11 +279,11 @@ def test_baselines_flags_variants_that_did_not_train_alike_or_were_timed_in_thei
     results[b.ENGINE]["rows"]["quiet"][0]["settling"] = 1.6  # its workers still starting inside the window
     body = section(results, 100, (40, 95), quick=False).body
     assert "Loss at step 100 **differs** between variants" in body
-    assert "**Not settled** (above 1.2): engine, defaults: their rate includes start-up." in body
+    assert "**Not settled** (above 1.2): engine, defaults: their window's first third ran slower than its last" in body
 
 
 def test_baselines_cpu_table_splits_the_loaded_rate_into_the_kernels_share_and_the_plans_efficiency():
-    from bench import baselines as b
+    from bench import baseline_variants as b
     from bench.baselines_page import section
 
     # the shape measured on a 2-core box with autogroup: the engine keeps its steps per CPU-second, gets half the CPU
@@ -320,7 +323,7 @@ def test_baseline_loops_reach_the_same_loss_and_time_their_steps_like_the_engine
 
 
 def test_baselines_runs_are_long_enough_for_the_engine_to_plan_as_a_real_run_does():
-    from bench import baselines as b
+    from bench import baseline_variants as b
     from engine.training.batch_source import MEASURE_TAKES
     from engine.training.threads import Cores, Costs, plan
 
