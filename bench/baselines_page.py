@@ -153,9 +153,9 @@ def _goal_line(results: dict, pair: str) -> str:
     if not values:
         return f"{label}: not measured"
     low, mid, high = stats(values)
-    line = (f"{verdict(label, mid, GOALS[pair])}; against the faster careful {pair} here, {name}; "
-            f"{len(values)} rounds, {low:.3f}–{high:.3f}; load average {_load(results, 'quiet', len(values))} "
-            "through them")
+    rounds = f"{len(values)} round{'s' * (len(values) != 1)}"
+    line = (f"{verdict(label, mid, GOALS[pair])}; against the faster careful {pair} here, {name}; {rounds}, "
+            f"{low:.3f}–{high:.3f}; load average {_load(results, 'quiet', len(values))} through them")
     return f"{line} — why (this run's measurements): {_miss_reason(results, name, values)}" if "MISSED" in line \
         else line
 
@@ -173,7 +173,7 @@ def _miss_reason(results: dict, name: str, values: list[float]) -> str:
     if math.isfinite(share):
         parts.append(f"the {name} waited {share:.0%} of its window for batches"
                      + (" (its rate is its workers' pace)" if share >= DATA_BOUND_SHARE else
-                        " (it was not waiting on data)"))
+                        f" (under {DATA_BOUND_SHARE:.0%}: not the data that set its rate)"))
     return "; ".join(parts)
 
 
