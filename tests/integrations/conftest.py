@@ -15,12 +15,13 @@ import pytest
 from engine.run import events as ev
 from engine.run.control.client import RunClient
 from engine.run.control.requests import Request
-from tests.conftest import ROOT, cli_env, read_events, wait_until
+from tests.conftest import ROOT, cli_env, holds_for, read_events, wait_until
 from tests.tui.attach.conftest import status_step
 
 EXAMPLES = ROOT / "examples" / "integrations"
 
-__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "kinds", "started_scripts", "running"]
+__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "holds_for", "kinds", "started_scripts",
+           "running"]
 
 
 def send(run: Path, request: Request, timeout: float = 60.0) -> ev.Event:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 
 from engine.run import events as ev
@@ -18,7 +17,7 @@ from engine.run.control import requests as rq
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, liveness
 from engine.run.steps import open_record
-from tests.integrations.conftest import kinds, read_events, send, status_step, wait_until
+from tests.integrations.conftest import holds_for, kinds, read_events, send, status_step, wait_until
 from tests.tui.attach.conftest import screen_text, until
 from tui.commands.plot import render
 from tui.dashboard.app import DashboardApp
@@ -56,8 +55,8 @@ def test_hf_trainer_run_is_listed_attached_steered_and_plotted(tmp_path: Path, s
     ack = send(run, rq.pause())
     assert isinstance(ack, ev.SettingChanged) and ack.new == "paused"
     held = status_step(run)
-    time.sleep(3)
-    assert status_step(run) == held and RunDir(run).read_status()["state"] == "paused"
+    holds_for(lambda: status_step(run) == held and RunDir(run).read_status()["state"] == "paused", 3,
+              "the paused Trainer: no step, state paused", 0.2)
     assert max(e["step"] for e in kinds(run, "step")) <= held
     assert isinstance(send(run, rq.resume()), ev.SettingChanged)
     wait_until(lambda: status_step(run) > held + 2, 60, "steps after resume")

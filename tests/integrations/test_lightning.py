@@ -8,14 +8,13 @@ traced training_step is within the budget's contract, a graceful abort saves and
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.rundir import RunDir, liveness
 from engine.run.steps import open_record
-from tests.integrations.conftest import kinds, read_events, send, status_step, wait_until
+from tests.integrations.conftest import holds_for, kinds, read_events, send, status_step, wait_until
 from tui.commands.plot import render
 from tui.model.run_index import list_runs
 
@@ -46,8 +45,8 @@ def test_lightning_run_is_listed_steered_and_plotted(tmp_path: Path, started_scr
     assert isinstance(ack, ev.SettingChanged) and ack.new == "paused"
     held, logged = status_step(run), _last_step(run)
     assert held == ack.step and logged <= held  # a waiting control gets its step logged (unless it came mid-check)
-    time.sleep(3)
-    assert status_step(run) == held and _last_step(run) == logged
+    holds_for(lambda: status_step(run) == held and _last_step(run) == logged, 3,
+              "the paused Lightning run: no step, none logged", 0.2)
     assert RunDir(run).read_status()["state"] == "paused"
     assert isinstance(send(run, rq.resume()), ev.SettingChanged)
     wait_until(lambda: status_step(run) > held + 3, 60, "steps after resume")

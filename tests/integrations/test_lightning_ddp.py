@@ -7,13 +7,12 @@ log itself shows both ranks stopped at the same step; a graceful abort then ends
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.steps import open_record
-from tests.integrations.conftest import kinds, read_events, send, status_step, wait_until
+from tests.integrations.conftest import holds_for, kinds, read_events, send, status_step, wait_until
 
 
 def test_a_pause_lands_on_both_ranks_at_one_step(tmp_path: Path, started_scripts) -> None:
@@ -31,8 +30,8 @@ def test_a_pause_lands_on_both_ranks_at_one_step(tmp_path: Path, started_scripts
     assert {r["step"] for r in landed["ranks"]} == {ack.step}  # both ranks at the step the pause landed on
     assert len({r["pid"] for r in landed["ranks"]}) == 2
     held = status_step(run)
-    time.sleep(1)
-    assert status_step(run) == held == ack.step
+    holds_for(lambda: status_step(run) == held, 1, "both paused ranks: no step", 0.2)
+    assert held == ack.step
 
     assert isinstance(send(run, rq.resume()), ev.SettingChanged)
     wait_until(lambda: status_step(run) > held + 3, 60, "both ranks training again")

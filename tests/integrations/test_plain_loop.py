@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from engine.run.control import requests as rq
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, liveness
 from engine.run.steps import open_record
-from tests.integrations.conftest import read_events, send, status_step, wait_until
+from tests.integrations.conftest import holds_for, read_events, send, status_step, wait_until
 from tests.tui.attach.conftest import screen_text, until
 from tui.commands.plot import render
 from tui.dashboard.attach_app import AttachApp
@@ -62,8 +61,8 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
 
     assert isinstance(send(run, rq.pause()), ev.SettingChanged)
     held = status_step(run)
-    time.sleep(3)
-    assert status_step(run) == held and RunDir(run).read_status()["state"] == "paused"
+    holds_for(lambda: status_step(run) == held and RunDir(run).read_status()["state"] == "paused", 3,
+              "the paused loop: no step, state paused", 0.2)
     assert isinstance(send(run, rq.resume()), ev.SettingChanged)
     ack = send(run, rq.checkpoint_now())
     assert isinstance(ack, ev.SettingChanged) and ack.new == str(run / "checkpoints" / "last.pt")
