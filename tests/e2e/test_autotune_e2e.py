@@ -27,6 +27,10 @@ def _rate(text: str) -> float:
     return float(found.group(1).replace(",", "")) if found else -1.0
 
 
+#: The autotune table's title: on screen while the table is open.
+TABLE = "autotune: the fastest settings that fit"
+
+
 def _step(text: str) -> int:
     found = re.search(r"step (\d+)/", text)
     return int(found.group(1)) if found else -1
@@ -62,7 +66,7 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     assert chose["status"] == "chosen" and chose["settings"]["grad_accum"] < 16, chose
     assert f"grad_accum {chose['settings']['grad_accum']}" in chosen and "chosen" in chosen
     tmux.keys("tune", "Escape")
-    time.sleep(0.5)
+    tmux.wait_for("tune", lambda s: TABLE not in s, 20, "the autotune table to close")
     tmux.wait_for("tune", lambda s: _rate(s) > 1.3 * before, 60, f"steps/s rising above {before}")
 
     # A second search, from the tuned setting, cancelled while it runs. At the tuned rate a search of three
@@ -75,8 +79,8 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     tmux.keys("tune", "x")
     tmux.wait_for("tune", lambda s: "cancelled: the settings before it restored" in s and "x cancel" not in s, 30,
                   "the cancel in the table, no cancel key left")
-    tmux.keys("tune", "Escape")
-    time.sleep(0.5)
+    tmux.keys("tune", "Escape")  # alone: an escape with a key right behind it reads as alt+key
+    tmux.wait_for("tune", lambda s: TABLE not in s, 20, "the autotune table to close")
     tmux.keys("tune", "Space")
     tmux.wait_for("tune", lambda s: "RUNNING" in s, 30, "the run resumed")
     last = _last_choice(run, lambda c: c["status"] == "cancelled")
@@ -86,7 +90,9 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     assert in_force["new"] == chose["settings"]["grad_accum"]
     assert in_force["step"] <= last["step"] and "autotune" in in_force["reason"]
     tmux.keys("tune", "Escape")
-    time.sleep(0.5)  # an Escape followed at once by a key reads as Alt+key
+    # An Escape followed at once by a key reads as Alt+key, and this one changes nothing on screen to wait for:
+    # the pause is the terminal's escape timeout, not a wait on the app.
+    time.sleep(0.5)
     tmux.keys("tune", "a")
     tmux.wait_for("tune", lambda s: "graceful" in s, 20, "the abort modal")
     tmux.keys("tune", "g")

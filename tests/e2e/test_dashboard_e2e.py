@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine.run.rundir import RunDir
-from tests.conftest import read_events
+from tests.conftest import holds_for, read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
@@ -50,11 +50,12 @@ def test_demo_phases_pause_resume_checkpoint_and_ctrl_c(tmp_path: Path, tmux: Tm
 
     tmux.keys("demo", "Space")
     paused = tmux.wait_for("demo", lambda s: "PAUSED" in s, 30, "the PAUSED badge")
-    time.sleep(2.0)  # long enough for several demo steps, had the engine not stopped
-    before = _step(tmux.screen("demo"))
-    time.sleep(2.0)
-    still = tmux.screen("demo")
-    assert "PAUSED" in still and _step(still) == before, "the step count stops while paused"
+    held = wait_until(lambda: [e for e in read_events(run) if e["type"] == "state" and e["state"] == "paused"], 30,
+                      "the pause in the event log")[-1]["step"]
+    before = _step(tmux.wait_for("demo", lambda s: _step(s) >= held, 30, f"the screen at the paused step {held}"))
+    # the window is the behaviour: 2 s, long enough for several demo steps had the engine not stopped
+    holds_for(lambda: "PAUSED" in (still := tmux.screen("demo")) and _step(still) == before, 2.0,
+              "the step count stops while paused", 0.2)
     assert _step(paused) <= before
 
     tmux.keys("demo", "Space")

@@ -11,13 +11,12 @@ ranks at the same step. Every process the test started is killed in the end.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import read_events, wait_until
+from tests.conftest import holds_for, read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
 from tests.tui.attach.conftest import status_step
 
@@ -60,8 +59,8 @@ def test_killed_terminal_leaves_a_two_rank_job_training_and_attach_takes_control
         tmux.wait_for("attach", lambda s: "paused" in s.lower(), 30, "the pause shown")
         paused = next(e for e in read_events(run) if e.get("type") == "state" and e["state"] == "paused")
         held = status_step(run)
-        time.sleep(1.5)
-        assert status_step(run) == held  # every rank holds (rank 0 could not step alone: DDP all-reduces)
+        # every rank holds (rank 0 could not step alone: DDP all-reduces)
+        holds_for(lambda: status_step(run) == held, 1.5, "the paused job: no step", 0.2)
         landed = [e for e in read_events(run) if e.get("type") == "ranks" and e["reason"] == "control"]
         assert any([r["step"] for r in e["ranks"]] == [paused["step"]] * 2 for e in landed), landed
     finally:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from engine.run.rundir import RunDir
-from tests.conftest import ROOT, read_events
+from tests.conftest import ROOT, holds_for, read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
 pytestmark = [needs_tmux, pytest.mark.e2e]
@@ -33,9 +32,7 @@ def _shown_step(text: str) -> int:
 def test_lightning_script_steered_from_another_terminal(tmp_path: Path, tmux: Tmux) -> None:
     tmux.start("train", SCRIPT)
     run = tmp_path / "runs" / "light"
-    deadline = time.monotonic() + 180
-    while RunDir(run).read_status() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: RunDir(run).read_status() is not None, 180, "the script's status.json", 0.2)
 
     tmux.start("attach", sensorlm("attach"))
     text = tmux.wait_for("attach", lambda s: _shown_step(s) >= 5, 90, "attach showing the Lightning run")
@@ -44,8 +41,9 @@ def test_lightning_script_steered_from_another_terminal(tmp_path: Path, tmux: Tm
     tmux.keys("attach", "Space")
     text = tmux.wait_for("attach", lambda s: "PAUSED" in s.splitlines()[0], 30, "PAUSED in the header")
     held, exact = _shown_step(text), RunDir(run).read_status()["step"]
-    time.sleep(1)
-    assert _shown_step(tmux.screen("attach")) == held and RunDir(run).read_status()["step"] == exact >= held
+    holds_for(lambda: _shown_step(tmux.screen("attach")) == held and RunDir(run).read_status()["step"] == exact, 1,
+              "the paused run: the step on screen and in status.json", 0.2)
+    assert exact >= held
     tmux.keys("attach", "Space")
     tmux.wait_for("attach", lambda s: _shown_step(s) > held + 3, 30, "the run advancing after resume")
 

@@ -33,7 +33,9 @@ def _type_sequence_length(tmux: Tmux, value: str) -> None:
     and type ``value`` over what it holds."""
     tmux.keys("lm", "t")
     tmux.wait_for("lm", lambda s: "Tune the running job" in s and "seq length 8..1048576" in s, 20, "the tune modal")
-    time.sleep(1.0)  # the first field takes focus once the modal is mounted; a tab before that is lost
+    # The first field takes focus once the modal is mounted, and a tab before that is lost; focus has no sign in
+    # the pane's text, so this is a settling time rather than a wait on something the test can see.
+    time.sleep(1.0)
     for keys in (["Tab"] * 3, ["Home", "C-k"], list(value)):  # apart: sent in one burst, the digits missed the field
         tmux.keys("lm", *keys)
         time.sleep(0.5)
