@@ -10,7 +10,7 @@ import pytest
 
 from engine.run import events as ev
 from tests.conftest import run_cli
-from tui.model.trend import POINTS, spark, trend
+from tui.model.trend import POINTS, Trend, spark, trend
 
 CAPS = {"primary": {"name": "psnr_db", "kind": "val", "higher_is_better": True}}
 
@@ -64,13 +64,12 @@ def test_runs_shows_the_sparkline_column(tmp_path: Path) -> None:
     assert record["trend"]["metric"] == "psnr_db" and record["trend"]["values"][-1] == 500
 
 
-def test_a_lone_eval_line_across_a_segment_boundary_is_found() -> None:
+def test_a_lone_eval_line_across_a_segment_boundary_is_found(tmp_path: Path) -> None:
     """Seen in CI (`runs --json` on a run with one eval): each segment's search stops at its end, so an eval line
     whose start straddles a boundary is missed by all of them, and the newest-eval step then read ``starts[-1]``
     of an empty list (IndexError)."""
-    from tui.model.trend import _EVAL, _eval_starts
-
-    line = b"\n" + _EVAL + b'"step":1}\n'
-    for pad in range(1, 40):  # the eval line's start moves across the middle boundary of a 2-segment search
-        data = b"x" * pad + line + b"y" * 20
-        assert _eval_starts(data, 2) == [pad + 1], pad
+    line = b"\n" + ev.to_json(ev.EvalDone(step=1, val_loss=0.5)).encode() + b"\n"
+    log = tmp_path / "events.jsonl"
+    for pad in range(1, len(line) + 20):  # the eval line's start moves across the middle boundary of 2 segments
+        log.write_bytes(b"x" * pad + line + b"y" * 20)
+        assert trend(tmp_path, points=2) == Trend("val_loss", (0.5,)), pad
