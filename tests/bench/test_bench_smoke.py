@@ -50,10 +50,11 @@ def test_attention_smoke_and_seed_baseline_is_exact():
     import torch
 
     from bench import attention
-    from engine.tasks.sensorlm.model import _math_attention
+    from engine.tasks.sensorlm.model import attention as model_attention
 
     q, k, v = (torch.randn(1, 2, 10, 4) for _ in range(3))
-    assert torch.allclose(attention.seed_attention(q, k, v, chunk=3), _math_attention(q, k, v), atol=1e-6)
+    assert torch.allclose(attention.seed_attention(q, k, v, chunk=3), model_attention(q, k, v, "math", chunk=3),
+                          atol=1e-6)
     section = attention.run()
     assert "seed (chunks, no recompute)" in section.body and section.skipped is None
 

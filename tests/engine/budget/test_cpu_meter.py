@@ -6,9 +6,8 @@ import psutil
 import pytest
 import torch
 
-from engine.budget import step as stepmod
 from engine.budget import truth
-from engine.budget.cpu_meter import StepPeak, held_tensors
+from engine.budget.cpu_meter import StepPeak
 from engine.core import config as cfg
 from tests.conftest import read_events, run_cli
 
@@ -29,13 +28,11 @@ def test_counts_live_storages_once_and_subtracts_frees() -> None:
 
 def test_two_steps_equal_the_held_out_memtracker_and_profiler_counts() -> None:
     config = cfg.load(preset="demo", task="toy")
-    task, model, optimizer, batch_for = truth._setup(config, torch.device("cpu"))
-    with StepPeak(held_tensors(model, optimizer)) as meter:  # the same two steps the held-out counts run
-        stepmod.run_steps(task, model, optimizer, config, "cpu", batch_for)
+    meter = truth.peak(config, method="dispatcher")  # StepPeak over the same two steps the held-out counts run
     tracker = truth.peak(config, method="memtracker")
     profiler = truth.peak(config, method="profiler")
-    assert meter.peak == pytest.approx(tracker, rel=0.01)
-    assert meter.peak == pytest.approx(profiler, rel=0.01)
+    assert meter == pytest.approx(tracker, rel=0.01)
+    assert meter == pytest.approx(profiler, rel=0.01)
 
 
 def test_a_cpu_run_reports_the_measured_peak_with_rss_against_available_ram(tmp_path) -> None:
