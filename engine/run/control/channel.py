@@ -145,6 +145,12 @@ class ControlServer:
         with self._lock:
             return len(self._clients)
 
+    def viewer_pids(self) -> list[int]:
+        """The process of each connected client, oldest connection first: what a newcomer finding every slot
+        taken reads to evict the oldest connection of the process holding the most."""
+        with self._lock:
+            return list(self._clients.values())
+
     def stop(self) -> None:
         """Stop accepting, answer waiting requests with an error, close clients, remove the socket."""
         if self._closing.is_set() or self._listener is None:

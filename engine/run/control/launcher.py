@@ -149,7 +149,10 @@ def engine_command(argv: list[str], run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "engine", *argv, "--run-dir", str(run_dir)]
 
 
-def _environment(startup: Path) -> dict:
+def engine_environment(startup: Path) -> dict:
+    """The environment a launched engine runs with: the caller's, plus where it tells its start-up phases
+    (``startup``), this checkout first on PYTHONPATH (the engine that launches is the engine launched, whatever
+    the caller's directory) and unbuffered output (engine.log current when read after a crash)."""
     env = dict(os.environ)
     env[STARTUP_ENV] = str(startup)  # where the engine tells its phases until its event log exists
     # The engine package next to this file, whatever the caller's working directory.
@@ -218,7 +221,7 @@ def spawn(argv: list[str], run_dir: Path | str) -> Starting:
     try:
         process = subprocess.Popen(
             engine_command(argv, run_dir), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            close_fds=True, start_new_session=True, env=_environment(rd.startup))
+            close_fds=True, start_new_session=True, env=engine_environment(rd.startup))
     except OSError as exc:
         raise LaunchError(f"cannot start the engine ({exc.strerror})", log=rd.log) from None
     finally:

@@ -34,7 +34,7 @@ RADII = (0.40, 0.43, 0.38, 0.41)
 EPOCH = dt.date(2026, 1, 1)
 
 
-def _regions(rng: np.random.Generator, hours: float) -> np.ndarray:
+def active_regions(rng: np.random.Generator, hours: float) -> np.ndarray:
     """Active regions over [−3 days, hours + 3 days]: rows (t_peak, lifetime, amplitude, width, lat, carrington_lon)."""
     count = rng.poisson(3.0 * (hours / 24 + 6))
     t = rng.uniform(-72.0, hours + 72.0, count)
@@ -91,7 +91,7 @@ def generate(out: str | Path, days: int = 10, val_every: int = 5, size: int = 32
     rng = np.random.default_rng([seed, 3])
     per_day = round(24 * 60 / cadence_minutes)
     total_hours = days * 24.0
-    regions = _regions(rng, total_hours)
+    regions = active_regions(rng, total_hours)
     day_names = [(EPOCH + dt.timedelta(days=d)).isoformat() for d in range(days)]
     splits = {"train": [d for i, d in enumerate(day_names) if (i + 1) % val_every],
               "val": [d for i, d in enumerate(day_names) if not (i + 1) % val_every]}

@@ -162,8 +162,7 @@ def _hog(run_dir: RunDir, n: int) -> subprocess.Popen:
 
 
 def _held_by(r: Rig, pid: int) -> int:
-    with r.server._lock:
-        return sum(1 for p in r.server._clients.values() if p == pid)
+    return r.server.viewer_pids().count(pid)
 
 
 def test_one_client_process_cannot_take_every_slot(tmp_path: Path) -> None:
@@ -210,7 +209,8 @@ def test_unanswered_requests_time_out_and_stop_answers_the_waiting(tmp_path: Pat
         replies: list = []
         first = threading.Thread(target=lambda: replies.append(raw(r.run_dir, line)))
         first.start()
-        wait_until(lambda: req.id in r.server._pending, 5, "the request waiting for its answer", 0.01)
+        wait_until(lambda: req.id in [got.id for got in r.engine.received], 5, "the request waiting for its answer",
+                   0.01)
         dup = raw(r.run_dir, line)
         assert "already waiting" in dup["error"]
         r.server.stop()

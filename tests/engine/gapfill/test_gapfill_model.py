@@ -61,7 +61,7 @@ def test_model_runs_channels_last(tiny_data):
 
 def test_alignment_inverts_the_generators_rotation():
     # A noise-free frame rendered 3 hours before the target, aligned to it, is far closer than unaligned.
-    regions = synth._regions(np.random.default_rng(0), 96)
+    regions = synth.active_regions(np.random.default_rng(0), 96)
     size, radius, t0 = 32, 12.8, 48.0
     before = physics.encode(synth.radiance(regions, size, radius, t0 - 3.0), np)
     now = physics.encode(synth.radiance(regions, size, radius, t0), np)
