@@ -173,7 +173,7 @@ def _dcp(area: Path, bases: Bases, name: str, how: str) -> Invocation:
     return Invocation(["--resume", str(run), "--max-steps", "6", "--threads", "1"])
 
 
-# -- events and the index (plot RUN) -----------------------------------------------------------------
+# -- events (plot RUN) -------------------------------------------------------------------------------
 def _events(area: Path, bases: Bases, name: str, how: str) -> Invocation:
     run = _copy(bases.plotted_run(), area, "run")
     if name == "events.jsonl" and how == "a_directory":
@@ -181,18 +181,6 @@ def _events(area: Path, bases: Bases, name: str, how: str) -> Invocation:
         (run / name).mkdir()
     else:
         _replace(run / name, how)
-    return Invocation(["plot", str(run)], entry="cli")
-
-
-def _garbage_index(area: Path, bases: Bases) -> Invocation:
-    """An index with the right magic whose header claims arrays of a billion rows (a reader that believed
-    it would allocate gigabytes)."""
-    from engine.run.history import index
-
-    run = _copy(bases.plotted_run(), area, "run")
-    header = json.dumps({"offset": 1, "skipped": 0, "head": "", "tail": "",
-                         "arrays": [["offsets", "<i8", 10**9], ["lengths", "<i8", 10**9], ["rows", "<i8", 10**9]]})
-    (run / index.NAME).write_bytes(index.MAGIC + len(header).to_bytes(8, "little") + header.encode())
     return Invocation(["plot", str(run)], entry="cli")
 
 
@@ -336,11 +324,6 @@ BUILDERS: dict[str, Callable[[Path, Bases], Invocation]] = {
     "dcp_metadata_sparse": lambda a, b: _dcp(a, b, ".metadata", "sparse"),
     "dcp_shard_fifo": lambda a, b: _dcp(a, b, "__0_0.distcp", "fifo"),
     "dcp_sidecar_dev_zero": lambda a, b: _dcp(a, b, "engine.safetensors", "dev_zero"),
-    # index
-    "index_fifo": lambda a, b: _events(a, b, "events.index", "fifo"),
-    "index_sparse": lambda a, b: _events(a, b, "events.index", "sparse"),
-    "index_dev_zero": lambda a, b: _events(a, b, "events.index", "dev_zero"),
-    "index_lying_header": _garbage_index,
     # events
     "events_fifo": lambda a, b: _events(a, b, "events.jsonl", "fifo"),
     "events_dev_zero": lambda a, b: _events(a, b, "events.jsonl", "dev_zero"),

@@ -124,12 +124,12 @@ def _load(run: Path):
 
 
 def _progress_line(run: Path):
-    """``progress(done, total)`` for a conversion: one updating line on stderr (a terminal), a line at the end
-    (a pipe)."""
+    """``progress(done, total)`` for a conversion: one updating line on stderr when it is a terminal (nothing into
+    a pipe: a script reads the chart, or the one error line)."""
 
     def progress(done: int, total: int) -> None:
         end = "\n" if done >= total else ""
-        if sys.stderr.isatty() or done >= total:
+        if sys.stderr.isatty():
             sys.stderr.write(f"\rsensorlm-tui: plot {run}: converting the old log into a step record "
                              f"{progress_bar(done, total)}{end}")
             sys.stderr.flush()

@@ -27,6 +27,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,12 +108,17 @@ def convert(run_dir: Path, progress: Callable[[int, int], None] | None = None) -
             place = _where(run_dir)
             if place is not None and place != record_dir(run_dir):
                 return convert_log(run_dir, progress, into=place)
+            made = not record_dir(run_dir).exists()
             try:
-                return convert_log(run_dir, progress)
+                place = convert_log(run_dir, progress)
             except OSError as exc:
                 if exc.errno not in NOT_WRITABLE:
                     raise
-                return convert_log(run_dir, progress, into=cache_dir(run_dir))
+                made, place = not cache_dir(run_dir).exists(), convert_log(run_dir, progress,
+                                                                          into=cache_dir(run_dir))
+            if made and not open_record(place).rows:  # a log without a step: nothing is left behind
+                shutil.rmtree(place, ignore_errors=True)
+            return place
         finally:
             fcntl.flock(log.fileno(), fcntl.LOCK_UN)
 

@@ -13,9 +13,8 @@ A case is a file (config, CSV, checkpoint: the file is the input) or, for
 what git cannot hold (a FIFO, a link to /dev/zero, a sparse 3 GB file, a
 model directory or a plugin with one thing wrong), a builder in
 tests/hostile/builders.py (the run directory's own cases: tests/hostile/run_dirs.py) that makes it in the
-work area; a case marked ``root`` (a directory another uid owns) is skipped, saying so, without root. The history index
-is a cache: its cases expect ``plot`` to draw the run (exit 0) as if it were
-absent. A few config cases also go through the real ``sensorlm-tui train``
+work area; a case marked ``root`` (a directory another uid owns) is skipped, saying so, without root. A few config
+cases also go through the real ``sensorlm-tui train``
 command, and one proves the checkpoint corpus is not stale (its valid
 control file resumes). Control-channel cases are requests sent to one live
 engine: each is refused with its reason and the run goes on. Start-up signal cases are signals sent to real
