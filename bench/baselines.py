@@ -35,8 +35,11 @@ at its 6th step, each importing torch: 1-3 s quiet, during which the engine
 builds batches itself and its steps run slower: ~3× their steady time over
 steps 5-20 of a 100-step run at load 15), which the
 loops' forked DataLoader workers do not pay: a window that begins inside it
-charges a one-off start-up to a steady rate. Each run's ``settling`` (the
-window's first third's median step time ÷ its last third's) shows on the
+charges a one-off start-up to a steady rate (at load 9-17 here the engine's
+tree used ~345 ms of CPU a step over steps 6-21 while its workers started,
+~118 ms from step 21 on). Each run's ``settling`` (CPU a step over the
+window's first third ÷ over its last third: the workers' start-up burns CPU,
+and unlike wall time it hardly moves with a neighbour's load) shows on the
 page whether its window was past start-up. Each variant's process tree is
 read from outside the same way (bench.cpu_share.CpuTrace, every ``POLL_S``)
 and its CPU between the two step ends interpolated, so cores and steps per
@@ -182,9 +185,9 @@ def engine_run(steps: int, root: Path, flags: tuple[str, ...] = (), cap_s: float
 
 def window_row(run: dict, window: tuple[int, int]) -> dict:
     """One run's figures over the window's steps: {steps_per_s, cores, steps_per_cpu_s, data_share, build_ms,
-    compute_ms, settling, loss, wall_s, plan, capped}. ``settling``: the median step time of the window's first
-    third ÷ its last third's (≈ 1 when the window is past the run's start-up). A run killed at its cap is
-    measured over the steps it reached (a third of them warm-up at most)."""
+    compute_ms, settling, loss, wall_s, plan, capped}. ``settling``: the tree's CPU a step over the window's
+    first third ÷ over its last third (≈ 1 when the window is past the run's start-up). A run killed at its cap
+    is measured over the steps it reached (a third of them warm-up at most)."""
     marks = run["marks"]
     lo, hi = window
     if run["capped"] is not None:
@@ -195,14 +198,21 @@ def window_row(run: dict, window: tuple[int, int]) -> dict:
     cores = run["trace"].cores(start, end) if math.isfinite(rate) else math.nan
     data = run["data_s"][lo:hi]  # steps lo+1 … hi: the ones that end inside the window
     steps_s = [b - a for a, b in zip(marks[lo - 1:hi - 1], marks[lo:hi])]
-    third = len(steps_s) // 3
+    third = (hi - lo) // 3
     return {"steps_per_s": rate, "cores": cores, "steps_per_cpu_s": rate / cores if cores > 0 else math.nan,
             "data_share": sum(data) / (end - start) if data and math.isfinite(rate) else math.nan,
             "build_ms": 1e3 * statistics.median(data) if data else math.nan,
             "compute_ms": 1e3 * statistics.median([s - d for s, d in zip(steps_s, data)]) if data else math.nan,
-            "settling": statistics.median(steps_s[:third]) / statistics.median(steps_s[-third:])
-            if third and math.isfinite(rate) else math.nan,
+            "settling": _cpu_a_step(run, lo, lo + third) / _cpu_a_step(run, hi - third, hi) if third else math.nan,
             "loss": run["loss"], "wall_s": run["wall_s"], "plan": run["plan"], "capped": run["capped"]}
+
+
+def _cpu_a_step(run: dict, lo: int, hi: int) -> float:
+    """The tree's CPU seconds a step between the ends of steps ``lo`` and ``hi`` (NaN where not read)."""
+    marks, trace = run["marks"], run["trace"]
+    if not 1 <= lo < hi <= len(marks):
+        return math.nan
+    return (trace.at(marks[hi - 1]) - trace.at(marks[lo - 1])) / (hi - lo)
 
 
 def loop_rate(kind: str, steps: int, window: tuple[int, int], threads: int, *flags: str) -> dict:

@@ -30,7 +30,7 @@ from bench.cpu_share import AUTOGROUP
 GOALS = {"DataLoader loop": 1.0, "Lightning": 1.05}
 #: Share of its window a loop spent waiting for batches from which its rate is said to be the data's pace.
 DATA_BOUND_SHARE = 0.2
-#: A window whose first third's steps took longer than this × its last third's was still in start-up.
+#: A window whose first third's steps cost more than this × the CPU of its last third's was still in start-up.
 SETTLED_BELOW = 1.2
 #: What the kernel's autogroup setting means for a neighbour's load (the CPU table's preamble).
 AUTOGROUP_MEANS = {
@@ -96,16 +96,16 @@ def _table(results: dict, shown: list[str], steps: int) -> list[str]:
 
 
 def _settling_line(results: dict, shown: list[str]) -> str:
-    """Whether each variant's window was past its start-up: its first third's step time ÷ its last third's."""
+    """Whether each variant's window was past its start-up: the CPU a step of its first third ÷ of its last."""
     worst = {name: max(_finite([r.get("settling", math.nan) for r in results[name]["rows"]["quiet"]]), default=None)
              for name in shown}
     cells = ", ".join(f"{name} {value:.2f}" for name, value in worst.items() if value is not None)
     unsettled = ", ".join(name for name, value in worst.items() if value is not None and value > SETTLED_BELOW)
-    line = (f"Window past start-up (median step time of its first third ÷ its last third, the worst quiet run of "
-            f"each variant): {cells or 'not read'}.")
+    line = (f"Window past start-up (the process tree's CPU a step over the window's first third ÷ over its last "
+            f"third, the worst quiet run of each variant): {cells or 'not read'}.")
     if unsettled:
-        line += (f" **Not settled** (above {SETTLED_BELOW:g}): {unsettled}: their window's first third ran slower "
-                 "than its last (start-up, or the load changing under it).")
+        line += (f" **Not settled** (above {SETTLED_BELOW:g}): {unsettled}: their window's first steps cost more "
+                 "CPU than its last (a start-up inside it).")
     return line
 
 

@@ -273,14 +273,14 @@ def test_baselines_flags_variants_that_did_not_train_alike_or_were_timed_in_thei
 
     results = _baseline_results({b.ENGINE: [11.0], b.DATALOADER: [10.0], b.DATALOADER_2: [10.0],
                                  b.LIGHTNING: [10.0], b.LIGHTNING_2: [10.0]})
-    assert "Window past start-up (median step time of its first third ÷ its last third, the worst quiet run of " \
-           "each variant): engine, defaults 1.02, DataLoader loop (1 worker) 1.02" in section(results, 100, (40, 95),
-                                                                                            quick=False).body
+    assert "Window past start-up (the process tree's CPU a step over the window's first third ÷ over its last third, " \
+           "the worst quiet run of each variant): engine, defaults 1.02, DataLoader loop (1 worker) 1.02" in \
+           section(results, 100, (40, 95), quick=False).body
     results["_loss"][b.LIGHTNING] = [8.5]
     results[b.ENGINE]["rows"]["quiet"][0]["settling"] = 1.6  # its workers still starting inside the window
     body = section(results, 100, (40, 95), quick=False).body
     assert "Loss at step 100 **differs** between variants" in body
-    assert "**Not settled** (above 1.2): engine, defaults: their window's first third ran slower than its last" in body
+    assert "**Not settled** (above 1.2): engine, defaults: their window's first steps cost more CPU" in body
 
 
 def test_baselines_cpu_table_splits_the_loaded_rate_into_the_kernels_share_and_the_plans_efficiency():
@@ -321,6 +321,24 @@ def test_baseline_loops_reach_the_same_loss_and_time_their_steps_like_the_engine
     assert abs(loader["marks"][-1] - time.time()) < 60 and loader["marks"] == sorted(loader["marks"])
     assert baseline_loops.window_rate(loader["marks"], 1, 3) > 0
     assert math.isnan(baseline_loops.window_rate(loader["marks"], 2, 4))  # a step the run never reached
+
+
+def test_a_runs_rate_cpu_data_wait_and_settling_come_from_the_same_steps():
+    from bench.baselines import window_row
+    from bench.cpu_share import CpuTrace
+
+    # step s ends at 100 + 0.1 s (10 steps/s); the tree burns 2 cores until t = 105 (step 50), then 1
+    trace = CpuTrace(0)
+    trace.samples = [(t, 2 * (t - 100) if t <= 105 else 10 + (t - 105)) for t in (100 + 0.05 * i for i in range(221))]
+    run = {"marks": [100 + 0.1 * s for s in range(1, 101)], "data_s": [0.04] * 100, "trace": trace,
+           "loss": 7.9747, "wall_s": 12.0, "plan": "", "capped": None}
+    row = window_row(run, (40, 95))
+    assert row["steps_per_s"] == pytest.approx(10.0)
+    assert row["cores"] == pytest.approx((14.5 - 8.0) / 5.5)  # the CPU between the ends of steps 40 and 95
+    assert row["data_share"] == pytest.approx(0.4) and row["build_ms"] == pytest.approx(40.0)
+    assert row["compute_ms"] == pytest.approx(60.0)
+    assert row["settling"] == pytest.approx(2.8 / 1.8)  # steps 40-58 cost 2.8 CPU-s, steps 77-95 1.8
+    assert window_row(run, (60, 95))["settling"] == pytest.approx(1.0)  # past the costly start
 
 
 def test_baselines_runs_are_long_enough_for_the_engine_to_plan_as_a_real_run_does():
