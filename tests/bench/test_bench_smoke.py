@@ -307,6 +307,7 @@ def test_baselines_cpu_table_splits_the_loaded_rate_into_the_kernels_share_and_t
         in built.body
 
 
+@pytest.mark.timeout(300)  # three loops, Lightning's import among them: ~100 s at load 20
 def test_baseline_loops_reach_the_same_loss_and_time_their_steps_like_the_engine():
     from bench import baseline_loops
 
