@@ -93,6 +93,7 @@ class Cockpit:
         self.controls = Controls()
         self.state = "starting"
         self.step = 0
+        self.total_steps = 0  # set by started(); 0 when the run does not say
         self.best: float | None = None
         self.last_checkpoint: str | None = None
         self.bus = self.status = self.server = self.lock = self.system = None
@@ -185,6 +186,7 @@ class Cockpit:
     def started(self, **fields) -> None:
         """RunStarted (``fields``: its total_steps, params, device, budget, start_step, resumed_from, config)."""
         self.step = fields.get("start_step", 0)
+        self.total_steps = int(fields.get("total_steps") or 0)
         self.emit(ev.RunStarted(name=self.run_dir.name, task=self.framework, capabilities=self.capabilities().to_dict(),
                                 pid=os.getpid(), **fields))
         budget = fields.get("budget")
@@ -195,10 +197,11 @@ class Cockpit:
 
     def due(self, step: int, every: int | None = None) -> bool:
         """Should ``step`` be logged: every ``every``-th step, else at most one step per ``STEP_EVENT_S``; and
-        always when a control is waiting, so it lands on a logged step."""
+        always when a control is waiting, so it lands on a logged step, and at the run's last step (the final
+        loss is the one a reader looks for; at a fast pace the time cadence would skip it)."""
         if not self.owner:
             return False
-        if self.controls.waiting():
+        if self.controls.waiting() or (self.total_steps and step >= self.total_steps):
             return True
         if every:
             return step % every == 0
