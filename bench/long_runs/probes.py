@@ -29,7 +29,16 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT
-from bench.long_runs.viewer import RssSampler, Viewer, braille_cells, frames, full_frame, key_frame_s, shown_step
+from bench.long_runs.viewer import (
+    RssSampler,
+    Viewer,
+    braille_cells,
+    conversion_bar,
+    frames,
+    full_frame,
+    key_frame_s,
+    shown_step,
+)
 from engine.run.steps import needs_conversion, open_record, record_dir
 
 #: Seconds between two looks at the screen's step while a live run is followed.
@@ -270,7 +279,7 @@ def open_old(run: Path, last_step: int, hold_s: float, cap_mib: float, timeout_s
         while time.perf_counter() - viewer.started < timeout_s and viewer.alive():
             text = viewer.screen()
             now = time.perf_counter() - viewer.started
-            bars += "converting" in text.lower()
+            bars += conversion_bar(text)
             if first is None and shown_step(text) is not None and braille_cells(text) >= 24:
                 first = now
             if done is None and converts and (record_dir(run) / "step.i8").exists() and not needs_conversion(run):

@@ -35,6 +35,7 @@ SIZE = (120, 40)
 POLL_S = 0.05
 _BRAILLE = re.compile("[\u2801-\u28ff]")
 _STEP = re.compile(r"step (\d+)/(\d+)")
+_BAR = re.compile(r"converting.*[█░]{8,} \d+%")
 
 
 def braille_cells(text: str) -> int:
@@ -46,6 +47,12 @@ def shown_step(text: str) -> int | None:
     """The step the progress panel shows (``step N/TOTAL``), None before it shows one."""
     found = _STEP.search(text)
     return int(found.group(1)) if found else None
+
+
+def conversion_bar(text: str) -> bool:
+    """Whether a screen shows an old run's conversion with its progress bar (a line saying "converting" with a
+    bar and a percentage: the status line's "converting the old log into a step record ████░░░░ 42%")."""
+    return any(_BAR.search(line) for line in text.lower().splitlines())
 
 
 def full_frame(text: str, step: int) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from bench.common import LoadSampler
 from bench.long_runs import Plan, generate, section
 from bench.long_runs.probes import lag_series
-from bench.long_runs.viewer import full_frame, key_frame_s, shown_step
+from bench.long_runs.viewer import conversion_bar, full_frame, key_frame_s, shown_step
 from engine.run.history import read_history
 from engine.run.steps import open_record, read_steps
 from tests.conftest import wait_until
@@ -67,6 +67,8 @@ def test_the_screen_parsers_read_the_progress_panel_and_the_charts():
     assert shown_step(screen) == 1_000_000 and full_frame(screen, 1_000_000)
     assert not full_frame(screen, 999_999) and not full_frame("│ step 5/5 │", 5)  # no chart drawn yet
     assert shown_step("waiting for data") is None
+    assert conversion_bar("│ x\n converting the old log into a step record ████████░░░░░░░░░░░░ 42%   \n")
+    assert not conversion_bar(" loss · EMA 0.97 · last 1000 (converting 42%)\n")  # the chart's title: no bar
 
 
 def test_the_load_sampler_samples_through_a_phase_and_splits_by_mark():
