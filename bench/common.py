@@ -151,11 +151,10 @@ class GpuBusy:
         return 100 - sum(self.samples) / len(self.samples) if self.samples else None
 
     def _sample(self) -> None:
-        from engine.training.system import nvml
+        from engine.budget.nvml import gauges
 
-        reader = nvml()
         while not self._stop.wait(0.1):
-            value = reader.read()[0]
+            value = gauges(0)[0]
             if value is not None:
                 self.samples.append(float(value))
 

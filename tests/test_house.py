@@ -257,8 +257,6 @@ TEST_PRIVATE_READS: dict[tuple[str, str], str] = {
     ("tests/engine/budget/test_hook.py", "_predict"):
         "counts the hook's predictions: their cost is the behaviour (CPU steps between samples make none, a new "
         "settings object with the same numbers is looked at), and the hook has no public count of them",
-    ("tests/engine/budget/test_measure.py", "_Nvml"):
-        "the NVML reader built around a fake binding (no GPU here); the process-wide nvml() reader takes none",
 }
 
 

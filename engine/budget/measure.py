@@ -8,8 +8,8 @@ the device. NVML's memory is read as ``nvidia-smi`` shows it: the v2 call
 (``nvmlDeviceGetMemoryInfo(handle, version=nvmlMemory_v2)``) lists the
 driver's reserved memory apart from ``used``; the v1 call, the only one older
 bindings and drivers have, counts that reserve in ``used`` (615 MiB on an
-H200: research/gpu-h200.md), so a v1 reading says so. ``pynvml`` is
-optional: any failure means None.
+H200: research/gpu-h200.md), so a v1 reading says so. NVML is optional
+(engine.budget.nvml starts it, once a process): any failure means None.
 
 The CUDA context, library handles and loaded kernels live outside the
 allocator and grow during the first steps (the first matmul creates cuBLAS's
@@ -42,6 +42,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+
+from engine.budget.nvml import binding as nvml_binding
+from engine.budget.nvml import handle as nvml_handle
 
 MIB = 1 << 20
 #: Process memory outside PyTorch's allocator once training runs (CUDA context, library handles, loaded
@@ -108,22 +111,6 @@ class DeviceInfo:
         return asdict(self)
 
 
-_NVML: dict[int, tuple] = {}
-
-
-def _nvml_handle(index: int = 0):
-    """(pynvml, handle) for GPU ``index``, initialised once per process; (None, None) without NVML."""
-    if index not in _NVML:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            _NVML[index] = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
-        except Exception:
-            _NVML[index] = (None, None)
-    return _NVML[index]
-
-
 @dataclass(frozen=True)
 class NvmlMemory:
     """NVML's memory view of one GPU (bytes; None where NVML did not say)."""
@@ -176,8 +163,8 @@ def read_nvml_memory(nvml, handle) -> NvmlMemory:
 
 def nvml_memory(index: int = 0) -> NvmlMemory:
     """NVML's memory view of GPU ``index`` (all None without NVML). Torch-free."""
-    nvml, handle = _nvml_handle(index)
-    return NvmlMemory() if handle is None else read_nvml_memory(nvml, handle)
+    handle = nvml_handle(index)
+    return NvmlMemory() if handle is None else read_nvml_memory(nvml_binding(), handle)
 
 
 def context_now(index: int, reserved: int, nvml: NvmlMemory | None = None,
@@ -223,25 +210,26 @@ def nvml_device_info(index: int = 0) -> DeviceInfo | None:
 
     Its ``context`` is None: this process has none, and the run's will come out of the free memory.
     """
-    nvml, handle = _nvml_handle(index)
+    handle = nvml_handle(index)
     if handle is None:
         return None
-    memory = read_nvml_memory(nvml, handle)
+    binding = nvml_binding()
+    memory = read_nvml_memory(binding, handle)
     try:
-        name = nvml.nvmlDeviceGetName(handle)
+        name = binding.nvmlDeviceGetName(handle)
         name = name.decode() if isinstance(name, bytes) else str(name)
     except Exception:
         return None
     if memory.total is None:
         return None
     try:
-        capability = tuple(int(v) for v in nvml.nvmlDeviceGetCudaComputeCapability(handle))
+        capability = tuple(int(v) for v in binding.nvmlDeviceGetCudaComputeCapability(handle))
     except Exception:
         capability = None
     cuda_major = cuda_major_of_torch()
     if cuda_major is None:
         try:
-            cuda_major = int(nvml.nvmlSystemGetCudaDriverVersion()) // 1000  # 13000 → 13: the driver's newest
+            cuda_major = int(binding.nvmlSystemGetCudaDriverVersion()) // 1000  # 13000 → 13: the driver's newest
         except Exception:
             cuda_major = None
     return DeviceInfo(type="cuda", name=name, total=memory.total, free=memory.free, capability=capability,

@@ -5,7 +5,7 @@ Read from psutil on the viewer's machine (``attach`` runs where the engine
 does: its control socket is a Unix socket), starting at the engine's pid: a
 distributed job's rank 0 sits under torchrun and the job's supervisor, so the
 tree is walked up to the supervisor first and listed down from there. GPU
-memory per process comes from NVML (``pynvml``, optional: "–" without it).
+memory per process comes from NVML (engine.budget.nvml, optional: "–" without it).
 ``ProcessTable`` keeps its psutil objects between reads, because CPU % is
 measured between two of them. Torch-free, Textual-free.
 """
@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psutil
+
+from engine.budget.nvml import memory_by_pid
 
 #: Command-line marks of a job's own processes, and the role each names.
 _ROLES = (("engine.app.supervisor", "supervisor"), ("torch.distributed.run", "torchrun"),
@@ -50,23 +52,6 @@ def role_of(cmdline: list[str], environ: dict | None = None) -> str:
     return cmdline[0].rsplit("/", 1)[-1] if cmdline else "?"
 
 
-def gpu_memory_by_pid() -> dict[int, int]:
-    """Device memory per pid over every GPU NVML sees ({} without NVML)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out: dict[int, int] = {}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.usedGpuMemory is not None:
-                    out[proc.pid] = out.get(proc.pid, 0) + int(proc.usedGpuMemory)
-        return out
-    except Exception:  # noqa: BLE001 - no driver, no package, a driver error: no GPU column
-        return {}
-
-
 class ProcessTable:
     """The process tree of one run, read again on each ``rows()`` (CPU % is measured between reads)."""
 
@@ -93,7 +78,7 @@ class ProcessTable:
         root = self.root()
         if root is None:
             return []
-        gpu = gpu_memory_by_pid()
+        gpu = memory_by_pid()
         out = []
         for proc, depth in _walk(root):
             known = self._procs.setdefault(proc.pid, proc)

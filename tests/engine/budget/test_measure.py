@@ -94,14 +94,6 @@ def test_nvml_memory_reads_like_nvidia_smi_with_the_drivers_reserve_apart() -> N
         assert "v1" in v1.note() and "reserved" in v1.note()
 
 
-def test_the_system_samplers_gpu_memory_is_the_v2_reading() -> None:
-    from engine.training.system import _Nvml
-
-    reader = object.__new__(_Nvml)
-    reader.handle, reader.nvml = 0, FakeNvml()
-    assert reader.read() == (97, 50, 300.0, 1023 * MIB)
-
-
 def test_context_is_measured_from_the_process_then_the_device_then_mem_get_info() -> None:
     reserved = 272 * MIB
     assert context_now(0, reserved, read_nvml_memory(FakeNvml(), 0)) == (751 * MIB, "nvml-process")
