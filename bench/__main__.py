@@ -41,6 +41,7 @@ MODULES = [
     "bench.open_run",
     "bench.attach_open",
     "bench.long_runs",
+    "bench.step_record_formats",
     "bench.autotune",
 ]
 

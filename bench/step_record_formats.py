@@ -8,7 +8,7 @@ record chose for it) are written in each candidate format, and for each it measu
   (a writer without a drainer, at 1,000 steps/s), each batch on disk (in the page cache) before the next;
 - **window**: a random 1,000-step window of ``loss`` read from a fresh open, median of 30;
 - **summary**: one level (~2,000 blocks) of a min / max / last summary of the 11 metrics, stored in the same
-  format (this record: its pyramid; the others: a table of n/32 rows, what a pyramid from 64-row blocks is);
+  format (this record: its pyramid; the others: a table of n/64 rows, what a pyramid from 128-row blocks is);
 - **bytes/step** on disk, data and summary together;
 - **import** of the reading library in a fresh interpreter (best of 5), and its **installed size**;
 - **crash**: a writer SIGKILLed while appending: what a reader opens afterwards;
@@ -26,7 +26,10 @@ Numbers from a shared box move with its load (printed beside them); the ratios b
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,10 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, smoke
+from bench.common import ROOT, Section, smoke
 from engine.run.steps import StepWriter, open_record
 from engine.run.steps.fields import FIELD_DTYPES
-from engine.run.steps.layout import total_blocks
+from engine.run.steps.layout import BASE, total_blocks
 
 METRICS = [name for name in FIELD_DTYPES]  # t, epoch, …: the 11 fields; the 12th value column is the component
 COLUMNS = {"step": "<i8", **FIELD_DTYPES, "components.mse": "<f4"}
@@ -63,9 +66,9 @@ def summary_rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """A summary table's rows for another format (their values do not matter, their size and layout do)."""
     blocks = total_blocks(n)
     out = {"level": np.zeros(blocks, np.int8), "block": np.arange(blocks, dtype=np.int64)}
-    levels = np.repeat(np.arange(6, 6 + 30), [max(0, (n >> k)) for k in range(6, 36)])[:blocks]
-    out["level"][: len(levels)] = levels
-    out["block"] = np.concatenate([np.arange(n >> k) for k in range(6, 36) if n >> k])[:blocks]
+    levels = range(BASE, BASE + 40)  # the levels of this record's pyramid (engine.run.steps.layout)
+    out["level"] = np.repeat(np.arange(BASE, BASE + 40), [n >> k for k in levels]).astype(np.int8)
+    out["block"] = np.concatenate([np.arange(n >> k) for k in levels if n >> k] or [np.zeros(0, np.int64)])
     for name in [*METRICS, "components.mse"]:
         for stat in ("min", "max", "last"):
             out[f"{name}.{stat}"] = rng.random(blocks).astype(np.float32)
@@ -79,6 +82,7 @@ class Steps:
     """This record (engine.run.steps)."""
 
     name = "this record (arrays + pyramid)"
+    needs: tuple[str, ...] = ()  # the libraries it writes and reads with, beyond numpy
     imports = "import numpy, engine.run.steps"
     installed = ["numpy", "numpy.libs"]
     one_liners = {"pandas": "pd.DataFrame(read_steps(path))", "polars": "pl.DataFrame(read_steps(path))",
@@ -109,6 +113,7 @@ class Steps:
 class ArrowStream:
     name = "Arrow IPC stream"
     footer = False  # the stream format: no footer, batches read in order
+    needs = ("pyarrow",)
     imports = "import pyarrow, pyarrow.ipc"
     installed = ["pyarrow", "pyarrow.libs"]
     one_liners = {"pandas": "pa.ipc.open_stream(path / 'steps.arrows').read_pandas()",
@@ -221,6 +226,7 @@ class ArrowFile(ArrowStream):
 
 class ParquetParts:
     name = "Parquet (a part file per append)"
+    needs = ("pyarrow",)
     imports = "import pyarrow, pyarrow.parquet"
     installed = ["pyarrow", "pyarrow.libs"]
     one_liners = {"pandas": "pd.read_parquet(path)", "polars": "pl.read_parquet(path / '*.parquet')",
@@ -268,6 +274,7 @@ class ParquetParts:
 
 class Sqlite:
     name = "sqlite (WAL)"
+    needs = ("sqlite3",)
     imports = "import sqlite3"
     installed = ["{dynload}/_sqlite3*", "/usr/lib/x86_64-linux-gnu/libsqlite3.so.*"]
     one_liners = {"pandas": "pd.read_sql('SELECT * FROM steps', sqlite3.connect(path / 'steps.db'))",
@@ -329,6 +336,7 @@ class Sqlite:
 
 class DuckDB:
     name = "duckdb"
+    needs = ("duckdb", "pyarrow")
     imports = "import duckdb"
     installed = ["duckdb", "_duckdb*"]
     one_liners = {"pandas": "duckdb.connect(str(path / 'steps.duckdb')).sql('FROM steps').df()",
@@ -460,7 +468,7 @@ def window_cost(kind: str, path: Path, n: int, trials: int, seed: int) -> float:
 
 
 def summary_cost(kind: str, path: Path, n: int, trials: int) -> tuple[float, int]:
-    level = max(6, int(np.log2(max(n, 2))) - 11)
+    level = max(BASE, int(np.log2(max(n, 2))) - 11)
     fmt = FORMATS[kind](path)
     times, got = [], 0
     for _ in range(trials):
@@ -507,13 +515,13 @@ def crash_child(kind: str, path: Path) -> None:
         first += BATCH
 
 
-def crash(kind: str, root: Path) -> str:
-    """What a reader finds after the writer was SIGKILLed while appending."""
+def crash(kind: str, root: Path, seconds: float = 1.0) -> str:
+    """What a reader finds after the writer was SIGKILLed ``seconds`` into appending."""
     path = root / f"crash-{kind}"
     child = subprocess.Popen([sys.executable, "-m", "bench.step_record_formats", "--crash-child", kind, str(path)],
                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
     child.stdout.readline()
-    time.sleep(1.0)
+    time.sleep(seconds)
     child.send_signal(signal.SIGKILL)
     child.wait()
     try:
@@ -525,22 +533,26 @@ def crash(kind: str, root: Path) -> str:
     return f"{found}; pandas line: {pandas}"
 
 
+#: The names the documented lines use, and the modules they are.
+LINE_MODULES = {"pd": "pandas", "pl": "polars", "pa": "pyarrow", "duckdb": "duckdb", "sqlite3": "sqlite3"}
+
+
 def one_liner(kind: str, path: Path, library: str) -> str:
-    """Run the format's documented line for ``library`` on the store at ``path``."""
+    """Run the format's documented line for ``library`` on the store at ``path`` (importing only what it names)."""
     line = FORMATS[kind].one_liners.get(library)
     if line is None:
         return "no"
-    import sqlite3
-
-    import duckdb
-    import pandas as pd
-    import polars as pl
-    import pyarrow as pa
-    import pyarrow.ipc  # noqa: F401 - pa.ipc in the lines
-
     from engine.run.steps import read_steps
-    scope = {"pd": pd, "pl": pl, "pa": pa, "duckdb": duckdb, "sqlite3": sqlite3, "read_steps": read_steps,
-             "path": path}
+
+    scope = {"read_steps": read_steps, "path": path}
+    try:
+        for alias, module in LINE_MODULES.items():
+            if re.search(rf"\b{alias}\.", line):
+                scope[alias] = importlib.import_module(module)
+        if "pa.ipc" in line:
+            importlib.import_module("pyarrow.ipc")
+    except ImportError as exc:
+        return f"not installed ({exc.name})"
     try:
         got = eval(line, scope)  # noqa: S307 - the bench's own lines
     except Exception as exc:
@@ -548,8 +560,8 @@ def one_liner(kind: str, path: Path, library: str) -> str:
     return f"yes ({len(got):,} rows)"
 
 
-def float32_losses() -> None:
-    """What storing each field in float32 would lose, on the values a run gives it."""
+def float32_losses() -> list[str]:
+    """What storing each field in float32 would lose, on the values a run gives it (a markdown table)."""
     step = np.arange(1, 100_000_001, 997, dtype=np.int64)
     cases = {
         "step (to 100M)": step.astype(np.float64),
@@ -560,11 +572,22 @@ def float32_losses() -> None:
         "samples_per_s (1–1e6)": np.geomspace(1, 1e6, step.size),
         "tokens seen (to 1e12)": np.geomspace(1, 1e12, step.size).round(),
     }
-    print("\n| field | largest error in float32 | relative |\n|---|---:|---:|")
+    lines = ["| field | largest error in float32 | relative |", "|---|---:|---:|"]
     for name, values in cases.items():
         error = np.abs(values.astype(np.float32).astype(np.float64) - values)
         relative = (error / np.maximum(np.abs(values), 1e-300)).max()
-        print(f"| {name} | {error.max():.3g} | {relative:.2g} |")
+        lines.append(f"| {name} | {error.max():.3g} | {relative:.2g} |")
+    return lines
+
+
+def available(kinds: list[str]) -> tuple[list[str], list[str]]:
+    """(the formats whose libraries this environment has, the others): pyarrow is no dependency of the project."""
+    have = [k for k in kinds if all(importlib.util.find_spec(lib) is not None for lib in FORMATS[k].needs)]
+    return have, [k for k in kinds if k not in have]
+
+
+def _load_now() -> str:
+    return "{:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -579,66 +602,107 @@ def main(argv: list[str] | None = None) -> int:
     if args.crash_child:
         crash_child(args.crash_child[0], Path(args.crash_child[1]))
         return 0
-    kinds = args.formats.split(",")
+    unknown = [k for k in args.formats.split(",") if k not in FORMATS]
+    if unknown:
+        parser.error(f"--formats: {','.join(unknown)} unknown; allowed: {','.join(FORMATS)}")
     sizes = [20_000] if smoke() else [int(float(s.rstrip("M")) * 1e6) for s in args.steps.split(",")]
-    print(f"load average {os.getloadavg()[0]:.1f} / {os.getloadavg()[1]:.1f} / {os.getloadavg()[2]:.1f} at the start")
-    float32_losses()
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        root = Path(tmp)
-        if args.part in ("all", "costs"):
-            report_static(kinds, root)
-        for n in sizes if args.part in ("all", "sizes") else ():
-            report_size(kinds, root, n)
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    plan = Plan(args.formats.split(","), sizes if args.part in ("all", "sizes") else [],
+                costs=args.part in ("all", "costs"))
+    print("\n".join(measure(plan, args.dir)))
     return 0
 
 
-def report_static(kinds: list[str], root: Path) -> None:
+class Plan:
+    """What one run measures: the formats, the record sizes, whether the size-free costs, and how many of each."""
+
+    def __init__(self, kinds: list[str], sizes: list[int], costs: bool = True, tiny: bool | None = None) -> None:
+        self.kinds, self.sizes, self.costs = kinds, sizes, costs
+        tiny = smoke() if tiny is None else tiny
+        self.rounds = 1 if tiny else 3  # interleaved rounds of the append costs
+        self.appends = (1_000, 100) if tiny else (100_000, 2_000)  # rows appended in batches, and one at a time
+        self.imports = 1 if tiny else 5  # fresh interpreters a format's import is timed in (the best)
+        self.trials = 5 if tiny else 30  # windows read (the summary: a sixth of that, at least 3)
+        self.crash_s = 0.2 if tiny else 1.0  # seconds a writer appends before its SIGKILL
+        self.crashed = ("steps",) if tiny else tuple(FORMATS)  # the formats whose writer is killed (a process each)
+        self.line_rows = 2_000 if tiny else 20_000  # rows of the store the one-liners read
+
+
+def measure(plan: Plan, directory: Path | None = None) -> list[str]:
+    """The markdown of a run of ``plan`` (its tables, the load beside each), written under a temp directory."""
+    kinds, missing = available(plan.kinds)
+    lines = [f"Load average {_load_now()} (1 / 5 / 15 min) at the start."]
+    if missing:
+        lines.append(f"Left out (their library is not installed here): {', '.join(FORMATS[k].name for k in missing)}.")
+    lines += ["", "What storing each field in float32 would lose:", "", *float32_losses()]
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        root = Path(tmp)
+        if plan.costs:
+            lines += ["", *report_static(kinds, root, plan)]
+        for n in plan.sizes:
+            lines += ["", *report_size(kinds, root, n, plan)]
+    return [*lines, "", f"Load average {_load_now()} at the end."]
+
+
+def run(quick: bool = False) -> Section:
+    """Suite entry: every installed format at 10M steps (``--quick``: 1M; smoke: 20,000 steps of this record and
+    sqlite, the two that need no library beyond numpy and the standard one)."""
+    if smoke():
+        plan = Plan(["steps", "sqlite"], [20_000])
+    else:
+        plan = Plan(list(FORMATS), [1_000_000 if quick else 10_000_000])
+    body = "\n".join(measure(plan)).strip()
+    return Section("Step record formats: the candidates docs/STEP_RECORD.md chose between",
+                   "python -m bench --only step_record_formats" + (" --quick" if quick else ""), body)
+
+
+def report_static(kinds: list[str], root: Path, plan: Plan) -> list[str]:
     """Append costs, imports, install size, crash, one-liners: independent of the record's size."""
-    batched, single = (4_000, 400) if smoke() else (100_000, 2_000)
+    batched, single = plan.appends
     for kind in kinds:  # first calls into each library (lazy set-up) are not what an append costs
         append_cost(kind, root, BATCH, 2 * BATCH, 0)
     costs: dict[str, list[float]] = {k: [] for k in kinds}
     ones: dict[str, list[float]] = {k: [] for k in kinds}
-    for round_index in range(1 if smoke() else 3):  # interleaved rounds: drift on a shared box cancels
+    for round_index in range(plan.rounds):  # interleaved rounds: drift on a shared box cancels
         for kind in kinds if round_index % 2 == 0 else kinds[::-1]:
             costs[kind].append(append_cost(kind, root, BATCH, batched, round_index))
             ones[kind].append(append_cost(kind, root, 1, single, round_index))
-    small = 20_000
-    print(f"\nimport numpy alone: {import_seconds('import numpy', 2 if smoke() else 5):.3f} s")
-    print("\n| format | append µs/step, 200-row batches | append µs/step, one row at a time | import s | "
-          "installed MiB | after a SIGKILL mid-append | pandas | polars | duckdb |")
-    print("|---|---:|---:|---:|---:|---|---|---|---|")
+    lines = [f"Costs that do not depend on the run's length (median of {plan.rounds} interleaved rounds; "
+             f"`import numpy` alone {import_seconds('import numpy', plan.imports):.3f} s):", "",
+             "| format | append µs/step, 200-row batches | append µs/step, one row at a time | import s | "
+             "installed MiB | after a SIGKILL mid-append | pandas | polars | duckdb |",
+             "|---|---:|---:|---:|---:|---|---|---|---|"]
     for kind in kinds:
         fmt = FORMATS[kind]
         path = root / f"lines-{kind}"
-        bulk(kind, path, small)
-        lines = [one_liner(kind, path, lib) for lib in ("pandas", "polars", "duckdb")]
+        bulk(kind, path, plan.line_rows)
+        one = [one_liner(kind, path, lib) for lib in ("pandas", "polars", "duckdb")]
         shutil.rmtree(path, ignore_errors=True)
-        imported = import_seconds(fmt.imports, 2 if smoke() else 5)
-        print(f"| {fmt.name} | {_median(costs[kind]) * 1e6:.2f} | {_median(ones[kind]) * 1e6:.1f} | "
-              f"{imported:.3f} | {installed_bytes(fmt.installed) / 2**20:.0f} | "
-              f"{crash(kind, root)} | {' | '.join(lines)} |", flush=True)
+        lines.append(f"| {fmt.name} | {_median(costs[kind]) * 1e6:.2f} | {_median(ones[kind]) * 1e6:.1f} | "
+                     f"{import_seconds(fmt.imports, plan.imports):.3f} | "
+                     f"{installed_bytes(fmt.installed) / 2**20:.0f} | "
+                     f"{crash(kind, root, plan.crash_s) if kind in plan.crashed else 'not tried in this run'} | "
+                     f"{' | '.join(one)} |")
+    return lines
 
 
-def report_size(kinds: list[str], root: Path, n: int) -> None:
+def report_size(kinds: list[str], root: Path, n: int, plan: Plan) -> list[str]:
     """Write ``n`` steps in each format; bytes a step, window and summary reads."""
-    trials = 5 if smoke() else 30
-    print(f"\n{n:,} steps (load average {os.getloadavg()[0]:.1f}):\n")
-    print("| format | write s | bytes/step (data + summary) | window of 1k steps, ms | summary level, ms (values) |")
-    print("|---|---:|---:|---:|---:|")
+    lines = [f"{n:,} steps (load average {_load_now()} before them):", "",
+             "| format | write s | bytes/step (data + summary) | window of 1k steps, ms | summary level, ms (values) |",
+             "|---|---:|---:|---:|---:|"]
     for kind in kinds:
         path = root / f"{kind}-{n}"
         seconds = bulk(kind, path, n)
         size = disk_bytes(path)
         warm(path)
-        window = window_cost(kind, path, n, trials, 3)
-        summary, values = summary_cost(kind, path, n, max(3, trials // 6))
-        print(f"| {FORMATS[kind].name} | {seconds:.1f} | {size / n:.1f} | {window * 1e3:.2f} | "
-              f"{summary * 1e3:.2f} ({values:,}) |", flush=True)
+        window = window_cost(kind, path, n, plan.trials, 3)
+        summary, values = summary_cost(kind, path, n, max(3, plan.trials // 6))
+        lines.append(f"| {FORMATS[kind].name} | {seconds:.1f} | {size / n:.1f} | {window * 1e3:.2f} | "
+                     f"{summary * 1e3:.2f} ({values:,}) |")
         shutil.rmtree(path, ignore_errors=True)
         for sibling in root.glob(f"{path.name}-summary*"):
             sibling.unlink()
+    return lines
 
 
 if __name__ == "__main__":

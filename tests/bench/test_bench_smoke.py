@@ -12,6 +12,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -38,12 +39,22 @@ def test_every_module_has_run():
 
 def test_cheap_modules_run_and_the_page_is_written(tmp_path, monkeypatch):
     monkeypatch.setattr(results_page, "ROOT", tmp_path)
-    code = suite.main(["--only", "plot_render", "open_run", "startup"])
+    code = suite.main(["--only", "plot_render", "open_run", "startup", "step_record_formats"])
     page = (tmp_path / "docs" / "BENCHMARKS.md").read_text()
     assert code == 0, page
-    for title in ("Loss-plot frame time", "Channel: opening a long run", "Start-up"):
+    for title in ("Loss-plot frame time", "Channel: opening a long run", "Start-up", "Step record formats"):
         assert f"## {title}" in page
     assert "crashed" not in page
+    # the formats' tables (smoke: the record and sqlite at 20,000 steps): every cell measured, the lines run
+    record = re.search(r"\| this record \(arrays \+ pyramid\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ \| ([\d,]+) rows; "
+                       r"pandas line: yes \(\1 rows\) \| yes \(2,000 rows\) \| yes \(2,000 rows\) \| no \|", page)
+    assert record and int(record.group(1).replace(",", "")) > 0, page
+    assert re.search(r"\| sqlite \(WAL\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ \| not tried in this run \| "
+                     r"yes \(2,000 rows\) \| yes \(2,000 rows\) \| no \|", page), page
+    sized = re.search(r"\| this record \(arrays \+ pyramid\) \| [\d.]+ \| ([\d.]+) \| [\d.]+ \| [\d.]+ \(1,872\) \|",
+                      page)  # 156 blocks of level 7 in each of 12 series
+    assert sized and 57 <= float(sized.group(1)) < 70, page  # the default metrics' 57 B a step, and the pyramid
+    assert re.search(r"\| sqlite \(WAL\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \(1,872\) \|", page), page
 
 
 def test_attention_smoke_and_seed_baseline_is_exact():
