@@ -37,8 +37,11 @@ def measure_all(plan, scratch: Path, load: LoadSampler) -> dict:
 
     def phase(mark: str, what: str, measure, *args):
         load.mark(mark)
-        print(f"long_runs: {what}", flush=True)
-        return measure(*args)
+        print(f"long_runs: {what} ...", flush=True)
+        start = time.perf_counter()
+        result = measure(*args)
+        print(f"long_runs: {what} took {time.perf_counter() - start:.0f} s ({load.summary(mark)})", flush=True)
+        return result
 
     for steps in plan.sizes:
         out["sizes"][steps] = phase(f"size {steps}", f"{steps:,} steps", size_phase, plan, scratch / f"run-{steps}",
