@@ -28,7 +28,9 @@ from tui.widgets.system import SystemPanel
 #: Keys, shared by the footer, the help screen and the README. The footer shows the keys that do something
 #: now (``DashboardApp.check_action``): control keys twice, shown while a control may be sent and hidden behind
 #: them to say why not when it may not; the chart toggles shown from 100 columns (``v`` below), each with a
-#: hidden twin so the key works at every width; ``q`` reads "detach" or "quit" by what it will do.
+#: hidden twin so the key works at every width; ``q`` reads "detach" or "quit" by what it will do. The chart keys
+#: a scrolling panel also answers (← → home end: the log panel, focused by default, scrolls with them) take
+#: priority: the help gives them to the charts; the log scrolls with ↑ ↓ PgUp PgDn and the wheel.
 KEYS = [
     Binding("space", "app.pause", "pause"),
     Binding("space", "app.resume", "resume"),
@@ -50,10 +52,9 @@ KEYS = [
     Binding("h", "app.toggle_window", "hist"),
     Binding("plus,equals_sign", "app.chart('zoom', 0.5)", "zoom in", key_display="+", show=False),
     Binding("minus", "app.chart('zoom', 2.0)", "zoom out", key_display="-", show=False),
-    Binding("left", "app.chart('pan', -0.25)", "earlier", key_display="←", show=False),
-    Binding("right", "app.chart('pan', 0.25)", "later", key_display="→", show=False),
-    Binding("home", "app.chart('to_edge', True)", "first steps", show=False),
-    Binding("end", "app.chart('to_edge', False)", "newest steps", show=False),
+    *(Binding(key, f"app.chart{args}", label, key_display=shown, show=False, priority=True) for key, args, label, shown
+      in (("left", "('pan', -0.25)", "earlier", "←"), ("right", "('pan', 0.25)", "later", "→"),
+          ("home", "('to_edge', True)", "first steps", None), ("end", "('to_edge', False)", "newest steps", None))),
     Binding("0", "app.chart('reset_view')", "reset zoom", show=False),
     Binding("p", "app.processes", "procs"),
     *(Binding(key, f"app.view('{action}')", label, show=False) for key, action, label in (
