@@ -44,7 +44,7 @@ from dataclasses import replace
 from engine.budget import analytic
 from engine.budget import plan as planner
 from engine.budget.measure import Calibration, DeviceInfo, Meter, context_now, device_info
-from engine.budget.settings import ENGINE, declared, describe, with_settings
+from engine.budget.settings import describe, table_of, with_settings, written
 from engine.core.config import RunConfig
 from engine.core.estimate import BudgetSummary
 from engine.core.fmt import human
@@ -198,10 +198,10 @@ class BudgetHook:
 
     def _proposed(self, changes: dict) -> RunConfig:
         current = self._live()
-        known = set(ENGINE) | {s.name for s in declared(current)}
-        proposed = with_settings(current, **{k: v for k, v in changes.items() if k in known and k != "lr"})
+        table = table_of(current)  # the values were admitted at the engine's door: written, not judged again
+        proposed = written(current, {k: v for k, v in changes.items() if table.affects_memory(k)}, table)
         if "batch_size" in changes and "grad_accum" not in changes:
-            proposed = with_settings(proposed, grad_accum=min(current.train.grad_accum, changes["batch_size"]))
+            proposed = written(proposed, {"grad_accum": min(current.train.grad_accum, changes["batch_size"])}, table)
         return proposed
 
     def open_window(self) -> None:

@@ -1,10 +1,13 @@
-"""The knobs the budget varies, applied to a RunConfig: the engine's own and the task's declared settings.
+"""The knobs the budget varies, applied to a RunConfig: the run's live settings, and the precision it plans.
 
-Torch-free. The engine owns ``batch_size``, ``grad_accum`` (in ``[train]``), ``precision``, ``threads``,
-``data_workers`` (in ``[runtime]``) and ``lr`` (in ``[optimizer]``); every other name is one of the task's declared
-``Setting``s (engine.core.taskspec), found at its ``path``. ``with_settings``
-returns a validated copy, so a bad value is the config's own one-line error
-naming the field.
+Torch-free. Which settings there are, where each lives and whether it moves
+memory is the run's live table (engine.core.live_table: the engine's own
+``batch_size``, ``grad_accum``, ``lr``, ``threads``, ``data_workers``, then the
+task's declared ``Setting``s); the budget adds only ``precision``, which
+``plan`` and the trace vary but no live change reaches. ``with_settings``
+returns a validated copy, so a bad value from a plan is the config's own
+one-line error naming the field; ``written`` writes values the engine's door
+already admitted (a live change), which nothing judges again.
 """
 
 from __future__ import annotations
@@ -12,20 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from engine.core.config import RunConfig, validate
+from engine.core.live_table import ENGINE, LiveTable
 
-#: The engine's own settings → their dotted config path.
-ENGINE = {
-    "batch_size": "train.batch_size",
-    "grad_accum": "train.grad_accum",
-    "precision": "runtime.precision",
-    "lr": "optimizer.lr",
-    "threads": "runtime.threads",
-    "data_workers": "runtime.data_workers",
-}
-#: Engine settings that move no memory the budget predicts (the LR; torch threads cost host memory outside the
-#: training step's tensors). ``data_workers`` does move it: the batches they build ahead share a CPU run's memory
-#: (engine.budget.ahead).
-NO_MEMORY = ("lr", "threads")
+#: Settings the budget plans that are not live, → their dotted config path.
+PLANNED = {"precision": "runtime.precision"}
+
+
+def table_of(config: RunConfig) -> LiveTable:
+    """The run's live settings: the engine's, then its task's declared ones."""
+    from engine.core.registry import get_spec
+
+    return ENGINE.for_task(get_spec(config.task.name).capabilities)
 
 
 def declared(config: RunConfig) -> tuple:
@@ -35,14 +35,13 @@ def declared(config: RunConfig) -> tuple:
     return get_spec(config.task.name).capabilities.settings
 
 
-def path_of(config: RunConfig, name: str) -> str:
-    """Dotted config path of setting ``name``; KeyError when neither the engine nor the task has it."""
-    if name in ENGINE:
-        return ENGINE[name]
-    for setting in declared(config):
-        if setting.name == name:
-            return setting.path
-    raise KeyError(name)
+def path_of(config: RunConfig, name: str, table: LiveTable | None = None) -> str:
+    """Dotted config path of setting ``name`` in ``table`` (the run's: ``table_of``) or PLANNED; KeyError when
+    neither has it."""
+    setting = (table or table_of(config)).get(name)
+    if setting is not None:
+        return setting.path
+    return PLANNED[name]
 
 
 def _get(data: Any, path: str) -> Any:
@@ -51,12 +50,12 @@ def _get(data: Any, path: str) -> Any:
     return data
 
 
-def value_of(config: RunConfig, name: str) -> Any:
+def value_of(config: RunConfig, name: str, table: LiveTable | None = None) -> Any:
     """The current value of setting ``name`` in ``config``."""
-    return _get(config, path_of(config, name))
+    return _get(config, path_of(config, name, table))
 
 
-def with_settings(config: RunConfig, **settings) -> RunConfig:
+def with_settings(config: RunConfig, table: LiveTable | None = None, **settings) -> RunConfig:
     """A validated copy of ``config`` with the given settings (None values leave a field alone)."""
     changes = {k: v for k, v in settings.items() if v is not None}
     if not changes:
@@ -64,11 +63,25 @@ def with_settings(config: RunConfig, **settings) -> RunConfig:
     data = config.model_dump()
     for name, value in changes.items():
         node = data
-        *parents, leaf = path_of(config, name).split(".")
+        *parents, leaf = path_of(config, name, table).split(".")
         for part in parents:
             node = node[part]
         node[leaf] = value
     return validate(data, "settings")
+
+
+def written(config: RunConfig, changes: dict[str, Any], table: LiveTable | None = None) -> RunConfig:
+    """``config`` with ``changes`` written at their paths, as they are: values the engine's door admitted
+    (engine.core.live_table: the entries of the engine's own settings carry their fields' bounds, a task's
+    declared bounds lie within its fields'), which nothing judges a second time."""
+    for name, value in changes.items():
+        config = _write(config, path_of(config, name, table).split("."), value)
+    return config
+
+
+def _write(node: Any, path: list[str], value: Any) -> Any:
+    head, *rest = path
+    return node.model_copy(update={head: _write(getattr(node, head), rest, value) if rest else value})
 
 
 def task_values(config: RunConfig) -> dict[str, Any]:

@@ -60,6 +60,12 @@ class Setting:
     For "int" and "float", ``choices`` (optional) are the values ``plan`` tries,
     not a limit. ``choices`` are listed fastest first: ``plan`` recommends the
     first that fits.
+
+    The same shape lists the engine's own live settings (engine.core.live_table),
+    so every view treats both alike. A live value is checked once, by ``admit``
+    at the engine's door, and then written to the config as it is: the bounds
+    and choices declared here must be values the config field at ``path``
+    accepts (tests/test_live_table.py checks the built-in tasks').
     """
 
     name: str
@@ -83,20 +89,46 @@ class Setting:
     #: False when the batches do not depend on it (a kernel or a memory trade inside the model): data worker
     #: processes keep running through a change. True (the safe default): they restart from the changed task.
     affects_data: bool = True
+    #: Who takes a change: ``task`` (its ``apply_setting``; every setting a task declares), or for the engine's own
+    #: ``step`` (the batch and its accumulation the loop reads), ``optimizer`` (the peak LR), ``batch_source``
+    #: (threads and data workers, which the batch source follows) or ``config`` (read from the config only).
+    applies: Literal["task", "step", "optimizer", "batch_source", "config"] = "task"
+    #: The values autotune tries: ``choices`` (the declared ones, within the bounds), ``micro_batches`` (grad_accum:
+    #: powers of two of micro-batches per rank, where the task's accumulation is exact), ``cores`` (powers of two
+    #: up to the usable cores), ``workers`` (planned, one thread, 1 … min(cores, 4) processes), or "" (never tried).
+    autotune: Literal["choices", "micro_batches", "cores", "workers", ""] = "choices"
+    #: False for a setting the tune modal does not list (the engine's threads and workers: the plan chooses them,
+    #: autotune measures them; a ``set`` still reaches them).
+    tune_modal: bool = True
+    #: True when this machine bounds it too: at most one per core the engine may use (more only oversubscribe
+    #: them). A return to the value the run started with is never refused.
+    per_core: bool = False
+    #: Another setting whose value in force bounds this one from above (grad_accum: at most the batch size).
+    at_most: str = ""
 
     def check(self, value: Any) -> str | None:
         """None when ``value`` is allowed, else the one-line reason (which names the allowed range)."""
+        return self.admit(value)[1]
+
+    def admit(self, value: Any) -> tuple[Any, str | None]:
+        """(``value`` as this setting holds it, None) when it is allowed: an integer's as int, a float's as float,
+        a choice as the declared choice; else (``value``, the one-line reason, which names the allowed range).
+        The one check of a live value (engine.core.live_table): the engine's door, and the tune modal's field."""
         if self.kind == "choice":
-            return None if value in self.choices else \
-                f"{self.name} {value!r}; allowed: {', '.join(map(str, self.choices))}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-                (self.kind == "int" and not float(value).is_integer()):
-            return (f"{self.name} must be {'an integer' if self.kind == 'int' else 'a finite number'} in "
-                    f"{self.range_text()}, got {value!r}")
+            # a flag takes only true or false: 1 == True, but 1 is not the flag's value
+            same = [c for c in self.choices if c == value and isinstance(c, bool) == isinstance(value, bool)]
+            return (same[0], None) if same else \
+                (value, f"{self.name} {value!r}; allowed: {', '.join(map(str, self.choices))}")
+        # an int is compared as it is: a 400-digit one overflows float() (OverflowError, not a refusal)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (isinstance(value, float) and not (math.isfinite(value) and (self.kind == "float"
+                                                                              or value.is_integer()))):
+            return value, (f"{self.name} must be {'an integer' if self.kind == 'int' else 'a finite number'} in "
+                           f"{self.range_text()}, got {value!r}")
         low = self.minimum is not None and (value <= self.minimum if self.minimum_exclusive else value < self.minimum)
         if low or (self.maximum is not None and value > self.maximum):
-            return f"{self.name} {_show(value)} is out of range; allowed: {self.range_text()}"
-        return None
+            return value, f"{self.name} {_show(value)} is out of range; allowed: {self.range_text()}"
+        return (int(value) if self.kind == "int" else float(value)), None
 
     def range_text(self) -> str:
         """The allowed values in a few characters, as the tune modal shows them: "1..4096", ">0..10", "fast|exact"."""
@@ -124,6 +156,9 @@ class Setting:
 
 def _show(number: float) -> str:
     """A bound or a value as a person writes it: 1000000 (not 1e+06), 0.001, 1e+308."""
+    if isinstance(number, int) and abs(number) >= 10 ** 15:  # past float's range too: its digits, shortened
+        digits = str(abs(number))
+        return f"{'-' if number < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
     return str(int(number)) if float(number).is_integer() and abs(number) < 1e15 else f"{number:g}"
 
 
@@ -134,7 +169,7 @@ class Capabilities:
     primary: Metric
     #: Other curves worth plotting: loss components (kind "train") and validation metrics (kind "val").
     curves: tuple[Metric, ...] = ()
-    #: Settings that may change live (the engine adds train.batch_size and optimizer.lr itself).
+    #: Settings that may change live, beside the engine's own (engine.core.live_table, which lists both as one).
     settings: tuple[Setting, ...] = ()
     #: "analytic" when the spec names an analytic memory model, else "traced".
     memory: Literal["analytic", "traced"] = "traced"

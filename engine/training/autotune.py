@@ -62,11 +62,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from engine.core.core_sections import AutotuneConfig
-from engine.core.registry import get_spec
 from engine.run import events as ev
 from engine.run.control.requests import Request
 from engine.training.autotune_search import CoordinateSearch, Dimension, Measure, differs, key
-from engine.training.autotune_space import RUNTIME, count_refused, dimensions
+from engine.training.autotune_space import count_refused, dimensions
 
 if TYPE_CHECKING:
     from engine.budget.hook import BudgetHook
@@ -243,17 +242,17 @@ class Autotuner:
         if left < 2 * per_candidate:
             return f"too few steps left ({left}) to measure two candidates of {per_candidate} steps"
         current = self._current()
-        caps = get_spec(self.settings.config.task.name).capabilities
-        dims, note = dimensions(caps, cfg.settings, self.order.per_rank(self.settings.batch_size),
-                                self.settings.grad_accum, self.prefetch.cores.usable, current)
+        dims, note = dimensions(self.settings.table, cfg.settings, self.order.per_rank(self.settings.batch_size),
+                                self.prefetch.cores.usable, current)
         self.dims, note = self.parallel.broadcast((dims, note))  # rank 0's cores: one space on every rank
         if not self.dims:
             return "nothing to search: " + (note or "the task declares no settings with values to try")
         start = {d.name: current[d.name] for d in self.dims}
         self._fits = {}
-        count_refused(self.dims, start, self._predicted_to_fit)  # every rank judges the whole grid once
+        moves = self.settings.affects_memory
+        count_refused(self.dims, start, self._predicted_to_fit, moves)  # every rank judges the whole grid once
         self._agree_on_fits()
-        fit, refused = count_refused(self.dims, start, self._predicted_to_fit)
+        fit, refused = count_refused(self.dims, start, self._predicted_to_fit, moves)
         limit = min(cfg.max_candidates, left // per_candidate)
         self.search = CoordinateSearch(self.dims, start, self._predicted_to_fit, limit,
                                         peak=self._predicted_to_fit_peak)
@@ -374,7 +373,7 @@ class Autotuner:
 
     def _judge(self, settings: dict) -> tuple[bool, int | None]:
         """(fits, predicted peak) of ``settings``, by the budget's own prediction; cached by the memory settings."""
-        memory = {k: v for k, v in settings.items() if k not in RUNTIME}
+        memory = {k: v for k, v in settings.items() if self.settings.affects_memory(k)}
         cache_key = key(memory)
         if cache_key not in self._fits:
             try:
@@ -389,18 +388,14 @@ class Autotuner:
     def _current(self) -> dict[str, Any]:
         """Every searchable setting's value in force."""
         settings = self.settings
-        out = {"grad_accum": settings.grad_accum, "threads": settings.value("threads"),
-               "data_workers": settings.value("data_workers")}
-        for setting in get_spec(self.settings.config.task.name).capabilities.settings:
-            out[setting.name] = settings.value(setting.name)
-        return out
+        return {s.name: settings.value(s.name) for s in settings.table.entries if s.autotune}
 
     def _apply(self, target: dict, reason: str) -> None:
         """Change what differs from ``target`` in the dimensions' order (a backend before its chunk size)."""
         changes = differs(self._current(), target)
         order = [d.name for d in self.dims]
         for name in sorted(changes, key=lambda n: order.index(n) if n in order else len(order)):
-            error = self.settings.error(name, changes[name])
+            _, error = self.settings.admit({name: changes[name]})
             if error:
                 raise ValueError(error)
             old, _ = self.steering.change(name, changes[name])

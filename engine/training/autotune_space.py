@@ -1,39 +1,43 @@
-"""What autotune may vary in a run: the dimensions, from the task's declared settings and the engine's own.
+"""What autotune may vary in a run: the dimensions, drawn from the run's live table (engine.core.live_table).
 
-The space is the run's live settings, not a list kept here:
+Every entry whose ``autotune`` names how its values are drawn is a dimension,
+engine and task settings alike:
 
-- **micro-batch** (``grad_accum``, the effective batch ``train.batch_size``
+- ``micro_batches`` (``grad_accum``, the effective batch ``train.batch_size``
   kept): powers of two of micro-batches per rank, so every size from the
   whole per-rank batch down to one sample, largest (highest predicted peak)
   first. Only where the task declares that accumulation keeps its loss
   (``Capabilities.exact_accumulation``); a task whose loss couples a batch's
   samples (a contrastive loss) keeps its micro-batch unless ``grad_accum`` is
   named in ``autotune.settings``.
-- **the task's declared settings** (``Capabilities.settings``) that have values
-  to try: a choice's choices in their declared fastest-first order, an
+- ``choices`` (the task's declared settings, and any entry with values to
+  try): a choice's choices in their declared fastest-first order, an
   integer's listed ``choices`` within its bounds, each under its ``requires``.
   A setting that changes what is trained on (``Setting.keeps_math`` False: a
   sequence length) is searched only when named.
-- **torch threads** and **data workers** (``runtime.threads``,
-  ``runtime.data_workers``): powers of two up to the usable cores, and the engine's own plan
-  (-1), one builder thread (0), or 1 … min(cores, 4) worker processes.
+- ``cores`` and ``workers`` (``runtime.threads``, ``runtime.data_workers``):
+  powers of two up to the usable cores, and the engine's own plan (-1), one
+  builder thread (0), or 1 … min(cores, 4) worker processes.
 
-``autotune.settings`` narrows the space to the names it lists, and a
-``name=a|b`` entry that dimension to those values. Every value is
-checked against the setting's declared bounds (``Setting.check``) before it
-enters the space. Torch-free.
+They are searched in that order: the step's shape (the micro-batch), the
+task's settings, then how the step is fed. ``autotune.settings`` narrows the
+space to the names it lists, and a ``name=a|b`` entry that dimension to those
+values. Every value is checked against the setting's declared bounds
+(``Setting.check``) before it enters the space. Torch-free.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from engine.core.live_table import LiveTable
+from engine.core.taskspec import Setting
 from engine.training.autotune_search import Dimension
 
-#: The engine's own dimensions besides the micro-batch.
-RUNTIME = ("threads", "data_workers")
 #: Most data worker processes tried (each one is a process with the task built: ~250 MiB and 1-3 s to start).
 MAX_WORKERS = 4
+#: Search order by who takes a change: the step's shape, then the task's settings, then the rest.
+_ORDER = {"step": 0, "task": 1}
 
 
 def micro_batches(per_rank: int, current: int) -> tuple[int, ...]:
@@ -49,8 +53,8 @@ def micro_batches(per_rank: int, current: int) -> tuple[int, ...]:
     return tuple(by_size[size] for size in sorted(by_size, reverse=True))
 
 
-def task_dimension(setting) -> Dimension | None:
-    """The values to try of a declared setting (None when it has none: a free integer)."""
+def task_dimension(setting: Setting) -> Dimension | None:
+    """The values to try of a setting with declared choices (None when it has none: a free integer)."""
     values = tuple(v for v in setting.choices if setting.check(v) is None)
     if not values:
         return None
@@ -58,41 +62,49 @@ def task_dimension(setting) -> Dimension | None:
                      ordered=setting.kind != "choice")
 
 
-def dimensions(caps, named: list[str], per_rank: int, grad_accum: int, cores: int,
+def dimension(setting: Setting, per_rank: int, cores: int, current: dict[str, Any]) -> Dimension | None:
+    """The values autotune tries of ``setting``, drawn as its entry's ``autotune`` says (None: nothing to try)."""
+    now = current.get(setting.name)
+    if setting.autotune == "micro_batches":
+        return Dimension(setting.name, micro_batches(per_rank, now), ordered=True) if per_rank > 1 else None
+    if setting.autotune == "cores":
+        if cores <= 1:
+            return None
+        counts = {c for c in (2 ** i for i in range(cores.bit_length())) if c <= cores} | {cores - 1, cores}
+        if isinstance(now, int) and now > 0:
+            counts.add(now)
+        return Dimension(setting.name, tuple(sorted(counts)), ordered=True)
+    if setting.autotune == "workers":
+        return Dimension(setting.name, (-1, 0, *range(1, min(cores, MAX_WORKERS) + 1)))
+    dim = task_dimension(setting) if setting.autotune == "choices" else None
+    if dim is not None and now not in dim.values:  # the value in force is always among them
+        dim = Dimension(dim.name, (now, *dim.values), dim.requires, dim.ordered)
+    return dim
+
+
+def dimensions(table: LiveTable, named: list[str], per_rank: int, cores: int,
                current: dict[str, Any]) -> tuple[list[Dimension], str]:
     """The space's dimensions in search order, and a note naming what was left out and why (module docstring).
 
-    ``caps`` is the task's Capabilities; ``named`` the names ``autotune.settings`` lists (empty: the default
+    ``table`` is the run's live table; ``named`` the names ``autotune.settings`` lists (empty: the default
     space); ``current`` the settings in force (a value in force is always among a dimension's values).
     """
     only = {entry.partition("=")[0]: entry.partition("=")[2].split("|") for entry in named if "=" in entry}
     wanted = {entry.partition("=")[0] for entry in named}
     dims: list[Dimension] = []
     left_out: list[str] = []
-
-    def take(name: str, keeps_math: bool) -> bool:
-        if wanted:
-            return name in wanted
-        if not keeps_math:
-            left_out.append(name)
-        return keeps_math
-
-    if per_rank > 1 and take("grad_accum", caps.exact_accumulation):
-        dims.append(Dimension("grad_accum", micro_batches(per_rank, grad_accum), ordered=True))
-    for setting in caps.settings:
-        dim = task_dimension(setting) if take(setting.name, setting.keeps_math) else None
-        if dim is not None:
-            if current.get(setting.name) not in dim.values:
-                dim = Dimension(dim.name, (current.get(setting.name), *dim.values), dim.requires, dim.ordered)
-            dims.append(dim)
-    if cores > 1 and take("threads", True):
-        counts = {c for c in (2 ** i for i in range(cores.bit_length())) if c <= cores} | {cores - 1, cores}
-        if isinstance(current.get("threads"), int) and current["threads"] > 0:
-            counts.add(current["threads"])
-        dims.append(Dimension("threads", tuple(sorted(counts)), ordered=True))
-    if take("data_workers", True):
-        dims.append(Dimension("data_workers", (-1, 0, *range(1, min(cores, MAX_WORKERS) + 1))))
-    dims = [narrowed(d, only[d.name], current.get(d.name)) if d.name in only else d for d in dims]
+    tried = [s for s in table.entries if s.autotune]
+    for setting in sorted(tried, key=lambda s: _ORDER.get(s.applies, len(_ORDER))):
+        if wanted and setting.name not in wanted:
+            continue
+        if not wanted and not table.keeps_math(setting):
+            if setting.autotune != "micro_batches" or per_rank > 1:  # one sample a rank: no other micro-batch
+                left_out.append(setting.name)
+            continue
+        dim = dimension(setting, per_rank, cores, current)
+        if dim is None:
+            continue
+        dims.append(narrowed(dim, only[dim.name], current.get(dim.name)) if dim.name in only else dim)
     dims = [d for d in dims if d.values]
     note = ""
     if left_out:
@@ -129,13 +141,15 @@ def grid(dims: list[Dimension], start: dict) -> list[dict]:
     return list(unique.values())
 
 
-def count_refused(dims: list[Dimension], start: dict, fits: Callable[[dict], bool]) -> tuple[int, int]:
-    """(combinations predicted to fit, combinations predicted not to), over the memory-relevant dimensions only
-    (threads and workers move no predicted byte, so each memory combination is predicted once)."""
-    memory = [d for d in dims if d.name not in RUNTIME]
+def count_refused(dims: list[Dimension], start: dict, fits: Callable[[dict], bool],
+                  moves_memory: Callable[[str], bool] = lambda name: True) -> tuple[int, int]:
+    """(combinations predicted to fit, combinations predicted not to), over the dimensions that move memory only
+    (``moves_memory``: the run's table says; threads move no predicted byte, so each memory combination is
+    predicted once)."""
+    memory = [d for d in dims if moves_memory(d.name)]
     runtime = 1
     for dim in dims:
-        if dim.name in RUNTIME:
+        if not moves_memory(dim.name):
             runtime *= len(dim.values)
     fit = refused = 0
     for combo in grid(memory, start):
@@ -144,4 +158,3 @@ def count_refused(dims: list[Dimension], start: dict, fits: Callable[[dict], boo
         else:
             refused += 1
     return fit * runtime, refused * runtime
-

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from engine.core.exit_codes import ExitCode
 from engine.optim.device import release_cache
 from engine.run import events as ev
-from engine.run.control.requests import ENGINE_SETTINGS, Controls, Request
+from engine.run.control.requests import Controls, Request
 
 if TYPE_CHECKING:
     import torch
@@ -167,15 +167,15 @@ class ControlHandler:
         self.refuse(request, f"unknown action {action!r}")
 
     def _set(self, request: Request) -> None:
-        """A set (and the settings asked for ``together`` with it): each checked, all judged as one change,
-        predicted (a dry run) or applied in order — the others each with its own SettingChanged, the request's
-        own last, as its ack."""
-        name, value = request.name, request.value
-        settings, changes = self.settings, request.changes
-        for key, new in changes.items():
-            error = settings.error(key, new)
-            if error:
-                return self.refuse(request, error)
+        """A set (and the settings asked for ``together`` with it): admitted as one change at the door
+        (``LiveSettings.admit``), judged as one change, predicted (a dry run) or applied in order — the others
+        each with its own SettingChanged, the request's own last, as its ack."""
+        name = request.name
+        settings = self.settings
+        changes, error = settings.admit(request.changes)
+        if error:
+            return self.refuse(request, error)
+        value = changes[name]
         judged = (self.budget.predict_change(changes) if any(map(settings.affects_memory, changes))
                   else {"predicted": None, "budget": None, "fits": True, "why": ""})
         if request.dry_run:
@@ -184,9 +184,9 @@ class ControlHandler:
                                            step=self.run.step, request_id=request.id))
         if judged["why"] and (not request.force or judged["predicted"] is None or judged.get("forceable") is False):
             return self.refuse(request, judged["why"], judged["predicted"], judged["budget"])
-        for key, new in request.together:
-            before, why = self.change(key, new)
-            self.emit(ev.SettingChanged(name=key, old=before, new=new, step=self.run.step,
+        for key, _ in request.together:
+            before, why = self.change(key, changes[key])
+            self.emit(ev.SettingChanged(name=key, old=before, new=changes[key], step=self.run.step,
                                         reason="; ".join(x for x in (f"with {name}={value}", why) if x)))
         old, note = self.change(name, value)
         if request.force:
@@ -195,10 +195,12 @@ class ControlHandler:
         self.ack(request, name, old, value, note)
 
     def change(self, name: str, value: Any) -> tuple[Any, str]:
-        """Apply a checked and judged change to the run: (old value, a note); the batch source follows it."""
+        """Apply an admitted and judged change to the run: (old value, a note); the batch source follows a change
+        of what it runs on (threads, data workers) or of the task's batches."""
         old, note = self.settings.change(name, value)
-        if name in ("threads", "data_workers"):
+        applies = self.settings.table.get(name).applies
+        if applies == "batch_source":
             self.prefetch.override(**{name: value})
-        elif name not in ENGINE_SETTINGS and self.settings.affects_data(name):
+        elif applies == "task" and self.settings.affects_data(name):
             self.prefetch.task_changed()  # data workers hold a copy of the task: they restart from the new one
         return old, note

@@ -139,18 +139,20 @@ def test_the_space_keeps_the_math_unless_asked() -> None:
 
     assert micro_batches(16, 4) == (1, 2, 4, 8, 16)
     assert micro_batches(6, 3) == (1, 2, 3, 6)  # 6, 3, 2, 1 samples per micro-batch
-    sensor = get_spec("sensorlm").capabilities
+    from engine.core.live_table import ENGINE
+
+    sensor = ENGINE.for_task(get_spec("sensorlm").capabilities)
     current = {"grad_accum": 1, "attn_backend": "sdpa", "attn_chunk": 256, "activation_checkpointing": False,
                "threads": 0, "data_workers": -1}
-    dims, note = dimensions(sensor, [], 16, 1, 2, current)
+    dims, note = dimensions(sensor, [], 16, 2, current)
     names = [d.name for d in dims]
     assert "grad_accum" not in names and "attn_backend" in names and "threads" in names  # contrastive loss
     assert "grad_accum" in note
     chunk = next(d for d in dims if d.name == "attn_chunk")
     assert chunk.requires == (("attn_backend", "chunked"),) and chunk.ordered
-    dims, _ = dimensions(sensor, ["grad_accum", "attn_backend"], 16, 1, 2, current)
+    dims, _ = dimensions(sensor, ["grad_accum", "attn_backend"], 16, 2, current)
     assert [d.name for d in dims] == ["grad_accum", "attn_backend"]
-    dims, _ = dimensions(sensor, ["grad_accum=4|16", "activation_checkpointing=true"], 16, 1, 2, current)
+    dims, _ = dimensions(sensor, ["grad_accum=4|16", "activation_checkpointing=true"], 16, 2, current)
     assert [(d.name, d.values) for d in dims] == [("grad_accum", (1, 4, 16)),  # the value in force stays
                                                   ("activation_checkpointing", (False, True))]
     from engine.core import config as cfg
@@ -164,8 +166,8 @@ def test_the_space_keeps_the_math_unless_asked() -> None:
     lm_run = LiveSettings(cfg.load(overrides={"task": {"name": "lm"}}), None, None, None)
     assert not sensor_run.affects_data("attn_backend") and not lm_run.affects_data("activation_checkpointing")
     assert lm_run.affects_data("seq_len")
-    lm = get_spec("lm").capabilities
-    dims, note = dimensions(lm, [], 8, 1, 2, {**current, "seq_len": 128})
+    lm = ENGINE.for_task(get_spec("lm").capabilities)
+    dims, note = dimensions(lm, [], 8, 2, {**current, "seq_len": 128})
     assert "seq_len" in note and "seq_len" not in [d.name for d in dims]
     assert [d.name for d in dims][:2] == ["grad_accum", "activation_checkpointing"]
 

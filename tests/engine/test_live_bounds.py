@@ -13,7 +13,7 @@ import json
 import pytest
 
 from engine.core.config import validate
-from engine.core.live_bounds import ENGINE_LIVE
+from engine.core.live_table import ENGINE_SETTINGS
 from engine.core.registry import BUILTIN_SPECS, get_spec
 from engine.core.taskspec import Setting
 from engine.run.control.requests import Request, RequestError
@@ -89,9 +89,9 @@ def test_nan_on_the_wire_is_refused_before_it_reaches_the_engine() -> None:
 
 
 def test_every_engine_and_built_in_task_setting_declares_finite_bounds() -> None:
-    declared = [*ENGINE_LIVE, *(s for name in BUILTIN_SPECS for s in get_spec(name).capabilities.settings)]
+    declared = [*ENGINE_SETTINGS, *(s for name in BUILTIN_SPECS for s in get_spec(name).capabilities.settings)]
     assert [s.declaration_error() for s in declared] == [None] * len(declared)
-    by_name = {s.name: s for s in ENGINE_LIVE}
+    by_name = {s.name: s for s in ENGINE_SETTINGS}
     assert (by_name["lr"].range_text(), by_name["batch_size"].range_text()) == (">0..10", "1..1000000")
     assert Setting("window", "x.window", "int", minimum=1).declaration_error() == \
         "setting 'window': kind 'int' needs a finite minimum and maximum, got (1, None)"

@@ -155,7 +155,7 @@ class Controls:
         if watch.session is None:
             self.say("tune: not connected to the engine yet", "warning")
             return
-        settings = tune_settings(model.capabilities.settings)
+        settings = tune_settings(model.capabilities)
         current = {s.name: model.setting(s.name) for s in settings}
         unavailable = "the run has ended: the engine cannot predict a change" if model.ended else \
             model.capabilities.settings_locked  # another framework's loop: it says why nothing may change

@@ -9,13 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.core.live_table import ENGINE, LiveTable
 from engine.core.taskspec import Capabilities
 from engine.run import events as ev
-from engine.run.control.requests import SETTABLE
-
-#: SettingChanged names drawn as loss-plot markers: the settables plus OOM recovery's grad_accum.
-#: ("state", "checkpoint", "reserved_bytes" acks are control replies, not training settings.)
-MARKED_SETTINGS = tuple(SETTABLE) + ("grad_accum",)
 
 
 @dataclass(frozen=True)
@@ -28,9 +24,11 @@ class Marker:
     new: Any
 
 
-def is_marked(name: str, capabilities: Capabilities) -> bool:
-    """True for a setting whose changes are drawn on the loss plot: a settable, or one the task declares."""
-    return name in MARKED_SETTINGS or capabilities.setting(name) is not None
+def is_marked(name: str, capabilities: Capabilities, engine: LiveTable = ENGINE) -> bool:
+    """True for a setting whose changes are drawn on the loss plot: one of the run's live table (the engine's, OOM
+    recovery's grad_accum among them, or the task's declared ones). The "state", "checkpoint" and
+    "reserved_bytes" acks are control replies, not training settings."""
+    return engine.get(name) is not None or capabilities.setting(name) is not None
 
 
 def setting_value(name: str, markers: list[Marker], last_step: ev.StepLogged | None, config: dict,

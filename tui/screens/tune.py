@@ -1,17 +1,20 @@
 """The tune modal: change the running job's live settings, judged by the engine's own memory prediction.
 
-The fields are the engine's ``batch_size``, ``grad_accum`` and ``lr`` plus
-whatever the task declares (``RunStarted.capabilities['settings']``: numbers
-as inputs bounded by min/max, choices as selects), so this screen names no
-task's settings. As values change it asks the engine a dry-run ``set`` per
-changed value and, when two or more changed, one for all of them together
-(the pair being applied: a batch that fits only with the leaner kernel), and
-shows the answers: fits / won't fit, predicted bytes against the budget, and
-the refusal the real request would get. Apply sends the changes as one
-request (``together``), judged by the same budget call as the combined dry
-run, so the advice cannot disagree with the refusal. Asking waits
-``DEBOUNCE_S`` after the last keystroke (typing "256" asks once, not three
-times) and answers are cached per (setting, value) and per combination.
+The fields are the run's live table's (engine.core.live_table: the engine's
+``batch_size``, ``grad_accum`` and ``lr``, then whatever the task declares in
+``RunStarted.capabilities['settings']``: numbers as inputs bounded by
+min/max, choices as selects), so this screen names no setting itself. A
+field's value is pre-checked with its entry's own check (``Setting.check``,
+the one the engine's door runs), for a message before anything is sent. As
+values change it asks the engine a dry-run ``set`` per changed value and,
+when two or more changed, one for all of them together (the pair being
+applied: a batch that fits only with the leaner kernel), and shows the
+answers: fits / won't fit, predicted bytes against the budget, and the
+refusal the real request would get. Apply sends the changes as one request
+(``together``), judged by the same budget call as the combined dry run, so
+the advice cannot disagree with the refusal. Asking waits ``DEBOUNCE_S``
+after the last keystroke (typing "256" asks once, not three times) and
+answers are cached per (setting, value) and per combination.
 
 When the engine cannot answer (the run ended, an engine that predates dry
 runs, a broken channel) the modal says so; it never guesses. A read-only
@@ -29,8 +32,8 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from engine.core.live_bounds import ENGINE_LIVE
-from engine.core.taskspec import Setting
+from engine.core.live_table import ENGINE, LiveTable
+from engine.core.taskspec import Capabilities, Setting
 from engine.run.control.requests import Request, RequestError, set_value
 from engine.run.events import Prediction, Refused, SettingChanged
 from tui.model.format import change_text, human_bytes, short_float, value_text
@@ -64,10 +67,10 @@ class ForceBox(KeysInOrder, Checkbox, inherit_bindings=False):
     BINDINGS = [Binding("space", "toggle_button", "toggle", show=False)]
 
 
-def tune_settings(declared: tuple[Setting, ...]) -> tuple[Setting, ...]:
-    """The engine's settings, then the task's declared ones (a task re-declaring an engine name is ignored)."""
-    names = {s.name for s in ENGINE_LIVE}
-    return ENGINE_LIVE + tuple(s for s in declared if s.name not in names)
+def tune_settings(capabilities: Capabilities, engine: LiveTable = ENGINE) -> tuple[Setting, ...]:
+    """The modal's fields: the run's live table's (engine.core.live_table: the engine's own the modal lists, then
+    the task's declared ones; a task re-declaring an engine name is ignored)."""
+    return engine.for_task(capabilities).tune_modal()
 
 
 class TuneScreen(ModalScreen[None]):

@@ -12,6 +12,7 @@ Torch-free: the dashboard and the socket server import this.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import queue
 import re
@@ -25,21 +26,10 @@ REQUEST_VERSION = 1
 #: Every action a viewer may ask for.
 ACTIONS = ("pause", "resume", "checkpoint_now", "abort", "set", "free_memory", "autotune")
 
-#: The engine's own live settings, with the type of their value. A task's declared settings
-#: (``Capabilities.settings``) are settable too: the engine checks those against the task's declaration.
-SETTABLE: dict[str, type] = {
-    "batch_size": int,
-    "lr": float,
-    "grad_accum": int,
-    "threads": int,
-    "data_workers": int,
-}
-
-#: The settings the engine itself owns (every other one is a task's, applied by the task).
-ENGINE_SETTINGS = ("batch_size", "grad_accum", "lr", "threads", "data_workers")
-
-#: A task setting's name: lower-case words (the declared name, e.g. a model option), at most 64 characters.
+#: A setting's name: lower-case words (an engine setting's or a task's declared one), at most 64 characters.
 _SETTING_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: Longest string a setting's value may be on the wire (a choice's name).
+MAX_VALUE_CHARS = 64
 
 #: Abort modes: graceful checkpoints first, now stops without one.
 ABORT_MODES = ("graceful", "now")
@@ -125,7 +115,7 @@ class Request:
             raise RequestError(f"action {action!r} has no dry run (only set)")
         name, value, mode = data.get("name"), data.get("value"), data.get("mode")
         if action == "set":
-            value = coerce_setting(name, value)
+            value = wire_value(name, value)
         elif name is not None or value is not None:
             raise RequestError(f"action {action!r} takes no name or value")
         modes = {"abort": ABORT_MODES, "autotune": AUTOTUNE_MODES}.get(action)
@@ -144,8 +134,8 @@ MAX_TOGETHER = 8
 
 
 def _together(action: str, name: Any, together: Any) -> tuple[tuple[str, Any], ...]:
-    """A request's ``together`` map checked: only with ``set``, at most MAX_TOGETHER names, each a setting with
-    a value of its type, none the request's own."""
+    """A request's ``together`` map checked: only with ``set``, at most MAX_TOGETHER names, each a setting's name
+    with a value the wire carries (``wire_value``), none the request's own."""
     if together is None:
         return ()
     if action != "set":
@@ -154,30 +144,25 @@ def _together(action: str, name: Any, together: Any) -> tuple[tuple[str, Any], .
         raise RequestError(f"together must be a JSON object of at most {MAX_TOGETHER} settings")
     if name in together:
         raise RequestError(f"together repeats {name!r}, the request's own setting")
-    return tuple((key, coerce_setting(key, value)) for key, value in together.items())
+    return tuple((key, wire_value(key, value)) for key, value in together.items())
 
 
-def coerce_setting(name: Any, value: Any) -> Any:
-    """Check a setting's name and value type (bools are not numbers here); raise RequestError otherwise.
+def wire_value(name: Any, value: Any) -> Any:
+    """A ``set``'s name and value as the wire carries them, or RequestError: a setting's name (lower-case words),
+    and a JSON scalar: true/false, a finite number, a string of at most MAX_VALUE_CHARS characters.
 
-    The engine's own settings have a fixed type; a task setting's value must be
-    a number or a short string, and the engine checks it against the task's declaration.
+    Only the request's form: whether the run has the setting and the value is
+    allowed is the engine's to say, once, with the run's own table
+    (engine.core.live_table, at the control handler's door), so a Request made
+    in this process is judged exactly as one read from the socket.
     """
     if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
-        raise RequestError(f"cannot set {str(name)[:64]!r}; settable: {', '.join(SETTABLE)} and the task's "
-                           "declared settings")
-    want = SETTABLE.get(name)
-    if want is None:
-        if not isinstance(value, (bool, int, float, str)) or (isinstance(value, str) and len(value) > 64):
-            raise RequestError(f"{name} must be a boolean, a number or a short string, got {str(value)[:64]!r}")
-        if isinstance(value, bool):  # a task's on/off setting; checked against its declaration by the engine
-            return value
-        want = type(value)
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, want) or isinstance(value, bool):
-        raise RequestError(f"{name} must be {want.__name__}, got {value!r}")
-    if want is float and not (value == value and abs(value) != float("inf")):
+        raise RequestError(f"cannot set {str(name)[:64]!r}: a setting's name is lower-case letters, digits and _ "
+                           "(the engine's own or one the task declares)")
+    if not isinstance(value, (bool, int, float, str)) or (isinstance(value, str) and len(value) > MAX_VALUE_CHARS):
+        raise RequestError(f"{name} must be a boolean, a number or a string of at most {MAX_VALUE_CHARS} "
+                           f"characters, got {str(value)[:64]!r}")
+    if isinstance(value, float) and not math.isfinite(value):
         raise RequestError(f"{name} must be finite, got {value!r}")
     return value
 
@@ -210,10 +195,10 @@ def autotune(mode: str = "start") -> Request:
 
 def set_value(name: str, value: Any, force: bool = False, dry_run: bool = False,
               together: dict[str, Any] | None = None) -> Request:
-    """Ask the engine to change a setting (SETTABLE or one the task declares); ``dry_run``: only predict it;
-    ``together``: other settings to judge and apply with it, as one change."""
+    """Ask the engine to change a setting (the engine's or one the task declares: engine.core.live_table);
+    ``dry_run``: only predict it; ``together``: other settings to judge and apply with it, as one change."""
     together = _together("set", name, together) if together else ()
-    value = coerce_setting(name, value)
+    value = wire_value(name, value)
     return Request("set", name=name, value=value, force=force, dry_run=dry_run, together=together)
 
 

@@ -86,7 +86,7 @@ def test_a_together_map_is_checked_like_the_request() -> None:
     from engine.run.control.requests import RequestError
 
     base = {"v": 1, "id": "a-1", "action": "set", "name": "batch_size", "value": 8}
-    for bad, says in (({"together": {"batch_size": 4}}, "repeats"), ({"together": {"lr": "x"}}, "lr must be"),
+    for bad, says in (({"together": {"batch_size": 4}}, "repeats"), ({"together": {"lr": [1]}}, "lr must be a bool"),
                       ({"together": [1]}, "JSON object"), ({"action": "pause", "name": None, "value": None,
                                                            "together": {"lr": 0.1}}, "takes no together")):
         with pytest.raises(RequestError, match=says):

@@ -88,7 +88,7 @@ def test_hostile_input_is_rejected_and_the_run_goes_on(rig: Rig) -> None:
         b'{"v": 1, "id": "a", "action": "explode"}\n': "unknown action",
         b'{"v": 99, "id": "a", "action": "pause"}\n': "version",
         b'{"v": 1, "id": "a", "action": "pause", "sudo": true}\n': "unknown request field",
-        b'{"v": 1, "id": "a", "action": "set", "name": "lr", "value": "fast"}\n': "lr must be float",
+        b'{"v": 1, "id": "a", "action": "set", "name": "lr", "value": {"x": 1}}\n': "lr must be a boolean",
         b'{"v": 1, "op": "shell"}\n': "unknown op",
         b"\xff\xfe\n": "malformed JSON",
         b"[" * 60000 + b"\n": "malformed JSON",

@@ -182,7 +182,7 @@ def test_hostile_control_requests_are_refused_with_a_reason_and_the_run_goes_on(
             why = reply.get("why") or reply.get("error") or ""
             assert reply["type"] in ("refused", "error") and spec["expect"] in why and "\n" not in why, (name, reply)
         assert engine.server.wait(engine.pid, 0) is None, "the run stopped"
-        deadline, wanted = time.monotonic() + 10, {"c1", "c3", "c4", "c5", "c6"}  # the log is flushed each second
+        deadline, wanted = time.monotonic() + 10, {"c1", "c3", "c4", "c5", "c6", "c7"}  # the log is flushed each second
         while time.monotonic() < deadline:
             refused = {json.loads(x)["request_id"] for x in (run / "events.jsonl").read_text().splitlines()
                        if x.startswith('{"type":"refused"')}
