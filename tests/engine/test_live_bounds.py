@@ -88,6 +88,18 @@ def test_nan_on_the_wire_is_refused_before_it_reaches_the_engine() -> None:
             Request.from_dict(json.loads(f'{{"v": 1, "id": "x", "action": "set", "name": "{name}", "value": NaN}}'))
 
 
+def test_an_integer_past_floats_range_from_the_wire_is_refused_in_one_line() -> None:
+    """JSON reads 400 digits as a Python int, which float() cannot hold: the bound check raised OverflowError
+    in the training thread, which is not a refusal."""
+    digits = "1" + "0" * 400
+    requests = [Request.from_dict(json.loads(f'{{"v": 1, "id": "{name}", "action": "set", "name": "{name}", '
+                                             f'"value": {digits}}}')) for name in ("batch_size", "lr")]
+    events = _answers("toy", *requests)
+    assert [(e.type, e.why) for e in events] == [
+        ("refused", "batch_size 1.000e+400 is out of range; allowed: 1..1000000"),
+        ("refused", "lr 1.000e+400 is out of range; allowed: >0..10")]
+
+
 def test_every_engine_and_built_in_task_setting_declares_finite_bounds() -> None:
     declared = [*ENGINE_SETTINGS, *(s for name in BUILTIN_SPECS for s in get_spec(name).capabilities.settings)]
     assert [s.declaration_error() for s in declared] == [None] * len(declared)
