@@ -156,3 +156,51 @@ def test_a_live_run_is_followed_by_reading_what_was_appended(tmp_path):
         assert _rchar() - before < 1 << 20, "a frame reads what it draws (the record holds 1.6 MiB of steps alone)"
     writer.close()
     client.close()
+
+
+
+def _drawn_by_the_other_viewers(run: Path, steps: int, short: RunModel) -> dict[str, int]:
+    """Bytes `plot`, `runs`' trend and the compare overlay read of a finished run of ``steps`` steps (its log the
+    same 300 lines whatever its length: what grows is its record)."""
+    from tui.commands.plot import draw
+    from tui.model.compare import read_run
+    from tui.model.trend import trend
+
+    log = JsonlSink(run / "events.jsonl")
+    log(ev.RunStarted(t=1.7e9, name=run.name, total_steps=steps))
+    for k in range(1, 301):  # step lines at a cadence, an eval now and then
+        log(ev.StepLogged(step=k * steps // 300, loss=99.0, t=1.7e9 + k))
+        if k % 30 == 0:
+            log(ev.EvalDone(step=k * steps // 300, val_loss=1.0 / k, t=1.7e9 + k))
+    log(ev.RunFinished(steps=steps, t=1.7e9 + 400))
+    log.close()
+    read = {}
+    before = _rchar()
+    chart = draw([run], "loss", 100, 25)
+    read["plot"] = _rchar() - before
+    assert not chart.left_out and "99" not in chart.text.split("\n")[0], "the loss from the record"
+    before = _rchar()
+    found = trend(run)
+    read["runs"] = _rchar() - before
+    assert found.metric == "val_loss" and len(found.values) == 10
+    before = _rchar()
+    short.set_compare(read_run(run))
+    overlay = MetricChart.detached(short, "loss")
+    overlay.toggle_window()
+    overlay.build(78, 16)
+    read["compare"] = _rchar() - before
+    assert short.compare.step_count == steps and short.compare.steps.last_step == steps
+    return read
+
+
+def test_plot_runs_and_the_compare_overlay_read_the_same_of_a_100k_and_a_1m_step_run(tmp_path):
+    """What they draw is set by the chart's columns, so 10× the steps read the same: the pyramid's blocks and a
+    few slabs of the step file per column (1M steps: 4 MiB of loss alone; a column read whole would show)."""
+    short = RunModel()
+    short.open_steps(RecordSteps(open_record(_record(tmp_path / "short", 2_000))))
+    _drawn_by_the_other_viewers(_record(tmp_path / "warm", 2_000), 2_000, short)  # a process's first reads
+    small = _drawn_by_the_other_viewers(_record(tmp_path / "small", 100_000), 100_000, short)
+    big = _drawn_by_the_other_viewers(_record(tmp_path / "big", 1_000_000), 1_000_000, short)
+    for viewer in small:  # (the step file's coarse index, read once: 8 bytes per 512 steps, 14 KiB more at 1M)
+        assert big[viewer] - small[viewer] < 64 << 10, (viewer, small, big)
+        assert big[viewer] < 2 << 20, (viewer, big)

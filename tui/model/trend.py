@@ -10,10 +10,11 @@ trend is sampled, never read whole:
   evals) and decoded, plus the newest;
 - a training metric (loss, a loss component; the fallback of a run without
   evals): from the run's step record, the mean of each of ``POINTS`` equal
-  spans of steps (a few pyramid blocks each, engine.run.steps); a run without
-  a record (older than it) has the first step line after each of ``POINTS``
-  evenly spaced byte offsets decoded (steps are near-uniform in bytes). Either
-  way the cost is constant whatever the run's length.
+  spans of steps (a few pyramid blocks each, engine.run.steps); only a run
+  without a record (older than it: every step a line) has the first step line
+  after each of ``POINTS`` evenly spaced byte offsets decoded (steps are
+  near-uniform in bytes), as a run with one logs step lines only at a cadence.
+  Either way the cost is constant whatever the run's length.
 
 The metric is the task's declared primary (``RunStarted.capabilities``),
 else val_loss, else loss. Torch-free, textual-free.
@@ -128,13 +129,13 @@ def trend(run: Path, points: int = POINTS) -> Trend | None:
             for name in (declared, "val_loss"):
                 if name and val and any(name in v for v in val):
                     return Trend(name, tuple(v.get(name, math.nan) for v in val))
+            recorded = _record_trend(Path(run), declared, points)
+            if recorded is not None:  # the log's step lines (a cadence of them now) are not looked at
+                return recorded
             steps = [e for e in _lines_at(mapped, _step_starts(mapped, points))
                      if isinstance(e, ev.StepLogged)]
     except (OSError, ValueError):  # no log, or an empty one (mmap refuses size 0)
         return None
-    recorded = _record_trend(Path(run), declared, points)
-    if recorded is not None:
-        return recorded
     for name in (declared, "loss"):
         values = [_step_value(e, name) for e in steps] if name else []
         if any(math.isfinite(v) for v in values):
