@@ -197,6 +197,19 @@ class LoadSampler:
         """Begin phase ``name`` (its samples run until the next mark or the end)."""
         self._marks.append((name, time.monotonic()))
 
+    def state(self) -> dict:
+        """What was sampled, as JSON keeps it (``joined`` reads it back)."""
+        return {"interval": self.interval, "samples": self.samples, "marks": self._marks}
+
+    @classmethod
+    def joined(cls, states: list[dict]) -> "LoadSampler":
+        """A stopped sampler holding the samples and marks of several runs' ``state()`` (a section measured in
+        parts, one process each: time.monotonic() is the machine's clock since boot, shared by the processes)."""
+        out = cls(states[0]["interval"] if states else 1.0)
+        out.samples = sorted((at, load) for state in states for at, load in state["samples"])
+        out._marks = sorted(((name, at) for state in states for name, at in state["marks"]), key=lambda m: m[1])
+        return out
+
     def values(self, phase: str | None = None) -> list[float]:
         """The load averages sampled (in ``phase`` only, when given)."""
         if phase is None:

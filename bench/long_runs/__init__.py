@@ -25,6 +25,11 @@ step record on its drainer thread). The load average is sampled every second thr
 
 A viewer that outgrows ``rss_cap_mib`` (5 GiB) is killed and its row says so: the viewer before issue 38
 reached 14.6 GB on 10,000 names. ``BENCH_SMOKE=1``: a few thousand steps, seconds (numbers meaningless).
+
+In parts, a process each (the soak alone is a quarter of an hour at 1,100 steps/s):
+``python -m bench.long_runs --parts sizes,old,names,fast --results FILE --write``, then ``--parts soak`` with the
+same FILE: each run keeps its results in FILE (bench.long_runs.saved), and the section put on the page is built
+from every part in it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import time
 from pathlib import Path
 
 from bench.common import LoadSampler, Section, smoke
+from bench.long_runs.saved import PARTS
 
 M = 1_000_000
 
@@ -61,6 +67,7 @@ class Plan:
     timeout_s: float = 300.0
     directory: Path | None = None
     keep: bool = False
+    parts: tuple[str, ...] = PARTS  # which of the section's parts are measured (bench.long_runs.saved)
 
 
 def plan(quick: bool = False) -> Plan:
@@ -107,10 +114,23 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: a count such as 5000, 10k or 100M") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: the sizes and counts, --dir, --keep; prints the section."""
+def _parts(text: str) -> tuple[str, ...]:
+    parts = tuple(text.split(","))
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{','.join(unknown)}: not a part; the parts are {','.join(PARTS)}")
+    return parts
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.long_runs", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1M and 10M steps, a 100k-step soak")
+    parser.add_argument("--parts", type=_parts, default=None,
+                        help=f"some of {','.join(PARTS)} (default all): the section in parts, with --results")
+    parser.add_argument("--results", type=Path, default=None, metavar="FILE",
+                        help="JSON the parts' results are kept in: each run adds its parts (a part measured again "
+                             "replaces its earlier results) and the section is built from them all")
+    parser.add_argument("--write", action="store_true", help="put the section into docs/BENCHMARKS.md")
     parser.add_argument("--sizes", type=lambda text: tuple(map(_count, text.split(","))), default=None,
                         help="steps of each finished run, e.g. 1M,10M,100M")
     parser.add_argument("--old", type=_count, default=None, help="steps of the old-form run converted")
@@ -122,17 +142,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fast", action="store_true", help="leave out the fast-steps row")
     parser.add_argument("--dir", type=Path, default=None, help="where the runs are written (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="leave the runs on disk")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: the parts, sizes and counts, --results, --write, --dir, --keep; prints the section."""
+    from bench import page
+    from bench.common import machine
+    from bench.long_runs import saved, section
+
+    args = _arguments(argv)
     chosen = plan(args.quick)
     changes = {"sizes": args.sizes, "old": args.old, "names": args.names, "soak": args.soak, "directory": args.dir,
-               "repeat": args.repeat, "rss_cap_mib": args.rss_cap_mib}
+               "repeat": args.repeat, "rss_cap_mib": args.rss_cap_mib, "parts": args.parts}
     chosen = dataclasses.replace(chosen, **{k: v for k, v in changes.items() if v is not None}, keep=args.keep)
     if args.no_fast:
         chosen.fast = None
+    facts = machine()  # before the run: its load average is the neighbours'
     start = time.perf_counter()
-    result = run(args.quick, chosen)
-    result.show()
+    results, load = measure(chosen)
+    command = " ".join(["python -m bench.long_runs", *(sys.argv[1:] if argv is None else argv)])
+    commands = [command]
+    if args.results is not None:
+        results, load, commands = saved.record(args.results, chosen.parts, results, load, command)
+    built = section.build(results, chosen, load, " && ".join(commands))
+    built.show()
     print(f"({time.perf_counter() - start:.0f} s)")
+    if args.write:
+        target = page.ROOT / "docs" / "BENCHMARKS.md"
+        target.write_text(page.merge_page(target.read_text(), [built], command, facts))
+        print(f"updated {target}")
     return 0
 
 

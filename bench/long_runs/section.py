@@ -136,7 +136,10 @@ def disk_rows(results: dict) -> tuple[list[str], list[str]]:
 
 def old_lines(results: dict, load: LoadSampler, plan) -> tuple[list[str], list[str]]:
     """The old run's conversion, in a fresh process and in the viewer."""
-    old, steps = results["old"], plan.old
+    if "old" not in results:
+        return ["- **An old run**: not measured in this run."], []
+    old = results["old"]
+    steps = old.get("steps", plan.old)
     direct, viewer = old["direct"], old["viewer"]
     lines = [f"- **An old run** ({steps:,} steps in the JSON-lines form of schema 2, events.jsonl "
              f"{_bytes(old['log_b'])}; load {_load(load, 'old')}):"]
@@ -202,7 +205,10 @@ def soak_growth(soak: dict) -> tuple[float, float, float] | None:
 
 def soak_lines(results: dict, load: LoadSampler, plan) -> tuple[list[str], list[str]]:
     """The live soak: growth, lag, the writer's rate."""
+    if "soak" not in results:
+        return ["- **Live soak**: not measured in this run."], []
     soak = results["soak"]
+    asked, rate = soak.get("asked", plan.soak), soak.get("asked_rate", plan.rate)
     growth = soak_growth(soak)
     lags = soak["lags"]
     rss = "no frame" if growth is None else \
@@ -211,15 +217,15 @@ def soak_lines(results: dict, load: LoadSampler, plan) -> tuple[list[str], list[
         (f"lag median {statistics.median(lags):.2f} s, 99th percentile {sorted(lags)[int(0.99 * (len(lags) - 1))]:.2f}"
          f" s, max {max(lags):.2f} s over {len(lags)} samples")
     lines = [f"- **Live soak**: {soak['followed']:,} steps followed from the viewer's first frame on a new run "
-             f"(asked {plan.soak:,}), the writer at {soak['rate'] or 0:,.0f} "
-             f"steps/s (asked {plan.rate:,.0f}); {rss}, peak {soak['peak_mib']:.0f} MiB; {lag}; load "
+             f"(asked {asked:,}), the writer at {soak['rate'] or 0:,.0f} "
+             f"steps/s (asked {rate:,.0f}); {rss}, peak {soak['peak_mib']:.0f} MiB; {lag}; load "
              f"{_load(load, 'soak')}."]
     verdicts = [verdict("long runs: live soak, writer steps/s", soak["rate"] or 0.0, RATE),
-                verdict("long runs: live soak, steps the dashboard followed", soak["followed"], plan.soak)]
+                verdict("long runs: live soak, steps the dashboard followed", soak["followed"], asked)]
     if growth is None:
         verdicts.append(_missed("long runs: live soak, viewer RSS growth", "no frame", f"≤ {GROWTH_MIB:g} MiB"))
     else:
-        verdicts.append(verdict(f"long runs: live soak of {plan.soak:,} steps, viewer RSS growth", growth[2],
+        verdicts.append(verdict(f"long runs: live soak of {asked:,} steps, viewer RSS growth", growth[2],
                                 GROWTH_MIB, False, " MiB"))
     if lags:
         verdicts.append(verdict("long runs: live soak, the dashboard's lag behind the writer (max)", max(lags),
@@ -249,10 +255,26 @@ def viewer_note(results: dict) -> str:
             "many names are.")
 
 
+def _spaced(blocks: list[str]) -> list[str]:
+    """Table rows and list items as they are; a blank line around any other line and between a table and a list
+    (markdown would read a list item right under a table as its row)."""
+    out: list[str] = []
+    for line in blocks:
+        if not line.startswith(("|", "- ", "  -")):
+            line = f"\n{line}\n"
+        elif line.startswith("- ") and out and out[-1].startswith("|"):
+            line = f"\n{line}"
+        out.append(line)
+    return out
+
+
 def build(results: dict, plan, load: LoadSampler, command: str) -> Section:
-    """The section: tables and lines, and every goal line."""
-    parts = [finished_rows(results, load, plan), zoom_rows(results), live_rows(results, load), disk_rows(results),
-             old_lines(results, load, plan), names_rows(results, load, plan), soak_lines(results, load, plan),
+    """The section: tables and lines, and every goal line (a part not measured says so; a table with no rows is
+    left out)."""
+    sized = bool(results["sizes"])
+    finished, zoom, live, disk = (finished_rows(results, load, plan), zoom_rows(results), live_rows(results, load),
+                                  disk_rows(results))
+    parts = [old_lines(results, load, plan), names_rows(results, load, plan), soak_lines(results, load, plan),
              fast_lines(results, load)]
     intro = (f"Runs written as this version writes them (the step record, events.jsonl with an engine's other "
              f"events and a step line a second), opened by `sensorlm-tui attach` in a 120×40 tmux pane; "
@@ -261,10 +283,17 @@ def build(results: dict, plan, load: LoadSampler, command: str) -> Section:
              "opens (util-linux fincore; a viewer reading the record reads a small part of them, and a run larger "
              f"than the cache is partly read from disk). {viewer_note(results)} Through the section: "
              f"{load.summary()}.")
-    blocks = [intro, "**Finished runs**", *parts[0][0], "**Zoom and pan to random windows**", *parts[1][0],
-              f"**Live runs** (a writer appending at {plan.rate:,.0f} steps/s through the engine's sinks for "
-              f"{plan.live_s:.0f} s)", *parts[2][0], "**On disk**", *parts[3][0], *parts[4][0],
-              "**Many metric names** (a plain loop, 40 steps)", *parts[5][0], *parts[6][0], *parts[7][0]]
-    body = "\n".join(line if line.startswith(("|", "- ", "  -")) else f"\n{line}\n" for line in blocks).strip()
-    return Section("Long runs: 1M to 100M steps, many names, a live soak", command, body,
-                   [v for _, verdicts in parts for v in verdicts])
+    blocks = [intro]
+    if sized:
+        blocks += ["**Finished runs**", *finished[0], "**Zoom and pan to random windows**", *zoom[0],
+                   f"**Live runs** (a writer appending at {plan.rate:,.0f} steps/s through the engine's sinks for "
+                   f"{plan.live_s:.0f} s)", *live[0], "**On disk**", *disk[0]]
+    else:
+        blocks.append("- **Runs of 1M to 100M steps**: not measured in this run.")
+    blocks += parts[0][0]
+    blocks += ["**Many metric names** (a plain loop, 40 steps)", *parts[1][0]] if results["names"] else \
+        ["- **Many metric names**: not measured in this run."]
+    blocks += [*parts[2][0], *parts[3][0]]
+    body = "\n".join(_spaced(blocks)).strip()
+    verdicts = [v for _, lines in (finished, zoom, live, disk, *parts) for v in lines]
+    return Section("Long runs: 1M to 100M steps, many names, a live soak", command, body, verdicts)

@@ -20,8 +20,9 @@ LIVE_RUN_B = 420
 
 def check_disk(plan, scratch: Path) -> None:
     """Refuse to start (one line) when the runs would not fit beside what the disk holds: they are written one
-    at a time, so the largest of them, plus the old run, plus the soak, plus 2 GB."""
-    need = max(plan.sizes, default=0) * RECORD_RUN_B + plan.old * OLD_RUN_B + plan.soak * LIVE_RUN_B + (2 << 30)
+    at a time, so the largest of them, plus the old run, plus the soak, plus 2 GB (of the parts measured)."""
+    need = (max(plan.sizes, default=0) * RECORD_RUN_B if "sizes" in plan.parts else 0) + (2 << 30) + \
+        (plan.old * OLD_RUN_B if "old" in plan.parts else 0) + (plan.soak * LIVE_RUN_B if "soak" in plan.parts else 0)
     free = shutil.disk_usage(scratch).free
     if free < need:
         raise RuntimeError(f"{scratch}: {free / 1e9:.1f} GB free, the long runs need {need / 1e9:.1f} GB "
@@ -29,8 +30,8 @@ def check_disk(plan, scratch: Path) -> None:
 
 
 def measure_all(plan, scratch: Path, load: LoadSampler) -> dict:
-    """Every measurement of the plan (bench.long_runs), in order; the runs are deleted as they are done unless
-    ``plan.keep``."""
+    """Every measurement of the plan's parts (bench.long_runs), in order; the runs are deleted as they are done
+    unless ``plan.keep``."""
     check_disk(plan, scratch)
     out: dict = {"reads_record": probes.reads_record(), "zoom": probes.zoom_keys() is not None, "sizes": {},
                  "names": {}}
@@ -43,16 +44,18 @@ def measure_all(plan, scratch: Path, load: LoadSampler) -> dict:
         print(f"long_runs: {what} took {time.perf_counter() - start:.0f} s ({load.summary(mark)})", flush=True)
         return result
 
-    for steps in plan.sizes:
+    for steps in plan.sizes if "sizes" in plan.parts else ():
         out["sizes"][steps] = phase(f"size {steps}", f"{steps:,} steps", size_phase, plan, scratch / f"run-{steps}",
                                     steps)
-    out["old"] = phase("old", f"an old run of {plan.old:,} steps", old_phase, plan, scratch / f"old-{plan.old}",
-                       plan.old)
-    for names in plan.names:
+    if "old" in plan.parts:
+        out["old"] = phase("old", f"an old run of {plan.old:,} steps", old_phase, plan, scratch / f"old-{plan.old}",
+                           plan.old)
+    for names in plan.names if "names" in plan.parts else ():
         out["names"][names] = phase(f"names {names}", f"{names:,} metric names", names_phase, plan,
                                     scratch / f"names-{names}", names)
-    out["soak"] = phase("soak", f"a live soak of {plan.soak:,} steps", soak_phase, plan, scratch / "soak")
-    if plan.fast is not None:
+    if "soak" in plan.parts:
+        out["soak"] = phase("soak", f"a live soak of {plan.soak:,} steps", soak_phase, plan, scratch / "soak")
+    if plan.fast is not None and "fast" in plan.parts:
         out["fast"] = phase("fast", "fast steps", fast_phase, *plan.fast)
     load.mark("end")
     return out
@@ -81,7 +84,7 @@ def size_phase(plan, run: Path, steps: int) -> dict:
 def old_phase(plan, run: Path, steps: int) -> dict:
     """A run from before the record: write it, convert it in a fresh process, open it in the viewer."""
     generate.write_old_run(run, steps)
-    out = {"log_b": (run / "events.jsonl").stat().st_size, "direct": probes.convert_direct(run)}
+    out = {"steps": steps, "log_b": (run / "events.jsonl").stat().st_size, "direct": probes.convert_direct(run)}
     out["viewer"] = probes.open_old(run, steps, plan.hold_s, plan.rss_cap_mib, plan.timeout_s)
     _drop(plan, run)
     return out
@@ -99,7 +102,8 @@ def names_phase(plan, run: Path, names: int) -> dict:
 
 def soak_phase(plan, run: Path) -> dict:
     """A viewer on a new run, followed from its first frame while the writer appends ``plan.soak`` steps."""
-    out = probes.open_live(run, plan.rate, plan.rss_cap_mib, plan.timeout_s, steps=plan.soak)
+    out = {**probes.open_live(run, plan.rate, plan.rss_cap_mib, plan.timeout_s, steps=plan.soak), "asked": plan.soak,
+           "asked_rate": plan.rate}
     _drop(plan, run)
     return out
 

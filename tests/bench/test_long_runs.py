@@ -123,3 +123,64 @@ def test_the_section_gives_every_goal_line_and_says_why_a_frame_is_missing():
     assert "the old run's conversion shows a progress bar in the viewer (screens): 200 — goal ≥ 1 met" in text
     assert "1.0 GB of 6.6 GB (**not all**)" in built.body  # the run did not fit in the page cache
     assert "(1 keys: no frame)" in built.body and "the record complete 31.0 s" in built.body
+
+
+def _sampled(phases: dict[str, list[float]]) -> LoadSampler:
+    """A stopped sampler whose phases (marked in order, each lasting 1 ms of the monotonic clock) hold the given
+    load averages."""
+    load = LoadSampler(interval=0.01)
+    for name, values in phases.items():
+        load.mark(name)
+        load.samples += [(time.monotonic(), value) for value in values]
+        time.sleep(0.001)
+    load.mark("end")
+    return load
+
+
+def test_a_section_measured_in_parts_is_built_from_every_part_and_a_part_measured_again_replaces_its_own(tmp_path):
+    from bench.long_runs import saved
+
+    store = tmp_path / "long-runs.json"
+    sized = {"write_s": 9.0, "record_b": 6.2e7, "events_b": 3.4e6, "dir_b": 6.6e7, "cached_b": None,
+             "finished": {"opens": [_open(0.9, 90.0, keys=[("+", 0.03)])], "keys": [("+", 0.03)], "zoom": True},
+             "reads": [0.01], "live": {"rss": [95.0], "peak_mib": 99.0, "capped_at": None, "rate": 1100.0,
+                                       "lags": [0.3], "first_s": 1.0}}
+    first = {"reads_record": True, "zoom": True, "sizes": {1_000_000: sized}, "names": {},
+             "fast": {"ratios": [0.97], "bare": [1000.0], "steps": 2000, "rounds": 1}}
+    saved.record(store, ("sizes", "fast"), first, _sampled({"size 1000000": [2.0, 2.0], "fast": [3.0]}), "a")
+    soak = {"first_s": 1.0, "samples": [(1.0 + i, 100.0) for i in range(40)], "peak_mib": 101.0, "capped_at": None,
+            "rate": 1090.0, "lags": [0.2, 0.5], "lag_samples": 2, "followed": 6000, "asked": 6000, "asked_rate": 1100.0}
+    results, load, commands = saved.record(store, ("soak",), {**first, "sizes": {}, "soak": soak},
+                                           _sampled({"soak": [5.0, 7.0]}), "b")
+    assert commands == ["a", "b"] and set(results["sizes"]) == {1_000_000} and results["soak"]["followed"] == 6000
+    assert load.values("size 1000000") == [2.0, 2.0] and load.values("soak") == [5.0, 7.0]
+    text = "\n".join(section.build(results, Plan(), load, " && ".join(commands)).verdicts)
+    assert "first full frame, 1,000,000 steps (wall, fresh process): 0.9 s" in text
+    assert "live soak of 6,000 steps, viewer RSS growth: 0 MiB — goal ≤ 16 MiB met" in text
+    assert "fast steps, engine ÷ bare loop steps/s (with the step record): 0.97" in text
+    # the fast steps again, alone: their results and their load are the new run's; the others' stay
+    again = {**first, "sizes": {}, "fast": {**first["fast"], "ratios": [0.5]}}
+    results, load, commands = saved.record(store, ("fast",), again, _sampled({"fast": [9.0]}), "c")
+    assert commands == ["a", "b", "c"] and results["fast"]["ratios"] == [0.5] and load.values("fast") == [9.0]
+    assert set(results["sizes"]) == {1_000_000} and load.values("size 1000000") == [2.0, 2.0]
+
+
+def test_a_part_not_measured_is_named_on_the_page_and_has_no_goal_line():
+    load = _sampled({"soak": [1.0]})
+    soak = {"first_s": 1.0, "samples": [(1.0 + i, 100.0) for i in range(40)], "peak_mib": 101.0, "capped_at": None,
+            "rate": 1090.0, "lags": [0.2], "lag_samples": 1, "followed": 6000, "asked": 6000, "asked_rate": 1100.0}
+    built = section.build({"reads_record": True, "zoom": True, "sizes": {}, "names": {}, "soak": soak}, Plan(), load,
+                          "python -m bench.long_runs --parts soak")
+    for part in ("Runs of 1M to 100M steps", "An old run", "Many metric names"):
+        assert f"- **{part}**: not measured in this run." in built.body
+    assert "**Finished runs**" not in built.body
+    assert all("live soak" in v for v in built.verdicts) and len(built.verdicts) == 4, built.verdicts
+
+
+def test_an_unknown_part_is_one_line_and_exit_2(capsys):
+    from bench.long_runs import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--parts", "sizes,soaks"])
+    assert exited.value.code == 2
+    assert "--parts: soaks: not a part; the parts are sizes,old,names,soak,fast" in capsys.readouterr().err
