@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import shutil
 from pathlib import Path
+
+import pytest
 
 from bench.open_run import write_run
 from engine.run.control.client import RunClient
@@ -26,6 +29,8 @@ class _Watching(AttachApp):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.reports: list[tuple[int, int, int]] = []
+        #: The status line at each report of a conversion still going on.
+        self.said: list[str] = []
 
     def on_steps_progress(self, message) -> None:
         if self._stale(message):
@@ -33,6 +38,8 @@ class _Watching(AttachApp):
         DashboardApp.on_steps_progress(self, message)  # the model takes the report in, then it is noted
         message.prevent_default()
         self.reports.append((message.done, message.total, self.model.step_count))
+        if not message.finished:
+            self.said.append(self.status_text)
 
 
 def _open(run: Path) -> _Watching:
@@ -51,12 +58,17 @@ def _open(run: Path) -> _Watching:
     return app
 
 
-def test_a_run_of_the_previous_release_is_converted_once_then_read_like_any_run(tmp_path):
-    run = tmp_path / "toy_v1"
-    shutil.copytree(ROOT / "tests" / "fixtures" / "runs_v1" / "toy_v1", run)
+@pytest.mark.parametrize("fixture", ["runs_v1/toy_v1", "runs_v1/sensorlm_v1", "runs_v2/toy_v2"])
+def test_a_run_of_an_earlier_release_is_converted_once_then_read_like_any_run(tmp_path, fixture):
+    """Every old run directory of the test data (tests/fixtures/README.md: schema 1 and 2 logs, config layouts
+    1 and 2), as its release left it."""
+    run = tmp_path / Path(fixture).name
+    shutil.copytree(ROOT / "tests" / "fixtures" / fixture, run)
     log = (run / "events.jsonl").read_bytes()
     first = _open(run)
     assert first.reports and first.reports[-1][:2] == (1, 1), first.reports  # converted, then "ready"
+    assert any(re.search(r"converting the old log into a step record [█░]{20} \d+%", said)
+               for said in first.said), first.said  # with a progress bar
     assert "step 4/4" in first.screen_shown
     assert (record_dir(run) / "step.i8").is_file() and (run / "events.jsonl").read_bytes() == log
     again = _open(run)
@@ -67,6 +79,11 @@ def test_a_run_of_the_previous_release_is_converted_once_then_read_like_any_run(
 
     chart = draw([run], "loss", 60, 14)
     assert not chart.left_out and "loss (training) by step" in chart.text
+    from tui.commands.runs import row
+    from tui.model.run_index import summarize
+
+    listed = row(summarize(run), now=0.0)
+    assert listed[0] == Path(fixture).name and "4/4" in listed[2] and listed[4].strip(), listed  # a trend drawn
 
 
 def test_a_long_old_log_shows_its_first_part_while_the_rest_converts(tmp_path):
@@ -77,5 +94,6 @@ def test_a_long_old_log_shows_its_first_part_while_the_rest_converts(tmp_path):
     app = _open(run)
     partial = [(done, total, rows) for done, total, rows in app.reports if 0 < done < total]
     assert partial and partial[0][2] > 0, app.reports  # drawn from the record while the conversion went on
+    assert any(re.search(r"step record [█░]{20} [1-9]\d?%", said) for said in app.said), app.said
     assert app.model.step_count == 70_000 and app.model.steps.first_step == 1
     assert hashlib.sha256(log.read_bytes()).hexdigest() == digest, "the old log is only read"
