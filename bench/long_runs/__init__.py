@@ -137,12 +137,21 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--names", type=lambda text: tuple(map(_count, text.split(","))), default=None,
                         help="metric names of each plain-loop run, e.g. 1000,10000")
     parser.add_argument("--soak", type=_count, default=None, help="steps of the live soak")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="the live writer's steps a second (default 1100; the goal is at >= 1000)")
     parser.add_argument("--repeat", type=int, default=None, help="measured opens of each finished run")
     parser.add_argument("--rss-cap-mib", type=float, default=None, help="kill a viewer past this RSS (default 5120)")
     parser.add_argument("--no-fast", action="store_true", help="leave out the fast-steps row")
     parser.add_argument("--dir", type=Path, default=None, help="where the runs are written (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="leave the runs on disk")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rate is not None and not args.rate > 0:
+        parser.error(f"--rate {args.rate:g}: must be > 0 (steps a second)")
+    if args.write and args.parts is not None and set(args.parts) != set(PARTS) and args.results is None:
+        parser.error("--write with --parts needs --results FILE: the page's section is built from every part")
+    if args.repeat is not None and args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: must be >= 1 (measured opens)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     chosen = plan(args.quick)
     changes = {"sizes": args.sizes, "old": args.old, "names": args.names, "soak": args.soak, "directory": args.dir,
-               "repeat": args.repeat, "rss_cap_mib": args.rss_cap_mib, "parts": args.parts}
+               "repeat": args.repeat, "rss_cap_mib": args.rss_cap_mib, "parts": args.parts, "rate": args.rate}
     chosen = dataclasses.replace(chosen, **{k: v for k, v in changes.items() if v is not None}, keep=args.keep)
     if args.no_fast:
         chosen.fast = None

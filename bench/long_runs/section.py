@@ -285,9 +285,11 @@ def build(results: dict, plan, load: LoadSampler, command: str) -> Section:
              f"{load.summary()}.")
     blocks = [intro]
     if sized:
+        live_run = next(iter(results["sizes"].values()))["live"]  # (the part's plan, which may not be this run's)
+        rate, seconds = live_run.get("asked_rate", plan.rate), live_run.get("seconds") or plan.live_s
         blocks += ["**Finished runs**", *finished[0], "**Zoom and pan to random windows**", *zoom[0],
-                   f"**Live runs** (a writer appending at {plan.rate:,.0f} steps/s through the engine's sinks for "
-                   f"{plan.live_s:.0f} s)", *live[0], "**On disk**", *disk[0]]
+                   f"**Live runs** (a writer appending at {rate:,.0f} steps/s through the engine's sinks for "
+                   f"{seconds:.0f} s)", *live[0], "**On disk**", *disk[0]]
     else:
         blocks.append("- **Runs of 1M to 100M steps**: not measured in this run.")
     blocks += parts[0][0]

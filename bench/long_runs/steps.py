@@ -76,7 +76,8 @@ def size_phase(plan, run: Path, steps: int) -> dict:
                                             plan.keys, plan.warm, run.parent)
     out["cached_b"] = probes.cached_bytes(run)
     out["reads"] = probes.envelope_reads(run, 20, seed=steps)
-    out["live"] = probes.open_live(run, plan.rate, plan.rss_cap_mib, plan.timeout_s, seconds=plan.live_s)
+    out["live"] = {**probes.open_live(run, plan.rate, plan.rss_cap_mib, plan.timeout_s, seconds=plan.live_s),
+                   "asked_rate": plan.rate}
     _drop(plan, run)
     return out
 

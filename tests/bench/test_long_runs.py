@@ -144,7 +144,7 @@ def test_a_section_measured_in_parts_is_built_from_every_part_and_a_part_measure
     sized = {"write_s": 9.0, "record_b": 6.2e7, "events_b": 3.4e6, "dir_b": 6.6e7, "cached_b": None,
              "finished": {"opens": [_open(0.9, 90.0, keys=[("+", 0.03)])], "keys": [("+", 0.03)], "zoom": True},
              "reads": [0.01], "live": {"rss": [95.0], "peak_mib": 99.0, "capped_at": None, "rate": 1100.0,
-                                       "lags": [0.3], "first_s": 1.0}}
+                                       "lags": [0.3], "first_s": 1.0, "asked_rate": 900.0, "seconds": 20.0}}
     first = {"reads_record": True, "zoom": True, "sizes": {1_000_000: sized}, "names": {},
              "fast": {"ratios": [0.97], "bare": [1000.0], "steps": 2000, "rounds": 1}}
     saved.record(store, ("sizes", "fast"), first, _sampled({"size 1000000": [2.0, 2.0], "fast": [3.0]}), "a")
@@ -154,8 +154,10 @@ def test_a_section_measured_in_parts_is_built_from_every_part_and_a_part_measure
                                            _sampled({"soak": [5.0, 7.0]}), "b")
     assert commands == ["a", "b"] and set(results["sizes"]) == {1_000_000} and results["soak"]["followed"] == 6000
     assert load.values("size 1000000") == [2.0, 2.0] and load.values("soak") == [5.0, 7.0]
-    text = "\n".join(section.build(results, Plan(), load, " && ".join(commands)).verdicts)
+    built = section.build(results, Plan(), load, " && ".join(commands))
+    text = "\n".join(built.verdicts)
     assert "first full frame, 1,000,000 steps (wall, fresh process): 0.9 s" in text
+    assert "a writer appending at 900 steps/s through the engine's sinks for 20 s" in built.body  # that part's plan
     assert "live soak of 6,000 steps, viewer RSS growth: 0 MiB — goal ≤ 16 MiB met" in text
     assert "fast steps, engine ÷ bare loop steps/s (with the step record): 0.97" in text
     # the fast steps again, alone: their results and their load are the new run's; the others' stay
@@ -184,3 +186,9 @@ def test_an_unknown_part_is_one_line_and_exit_2(capsys):
         main(["--parts", "sizes,soaks"])
     assert exited.value.code == 2
     assert "--parts: soaks: not a part; the parts are sizes,old,names,soak,fast" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["--parts", "soak", "--rate", "0"])
+    assert exited.value.code == 2 and "--rate 0: must be > 0 (steps a second)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # the page's section would lose the other parts
+        main(["--parts", "soak", "--write"])
+    assert exited.value.code == 2 and "--write with --parts needs --results FILE" in capsys.readouterr().err
