@@ -32,6 +32,11 @@ def _screen_step(app) -> int:
     return int(found.group(1)) if found else -1
 
 
+def _shows(app, chart, step: int):
+    """True once the progress panel shows ``step`` and the chart ends at it."""
+    return lambda: _screen_step(app) == step == chart.extent(app.model)[1]
+
+
 def test_a_live_run_is_followed_from_its_record_with_no_step_line_in_its_log(tmp_path: Path) -> None:
     run = tmp_path / "live"
     writer = StepWriter(run / "steps")
@@ -48,8 +53,7 @@ def test_a_live_run_is_followed_from_its_record_with_no_step_line_in_its_log(tmp
                 await until(pilot, lambda: _screen_step(app) == 5_000 and chart.builds, what="the record's rows")
                 for last in (5_500, 9_000, 20_000):  # the writer appends; the log says nothing more
                     _rows(writer, app.model.step + 1, last)
-                    await until(pilot, lambda: _screen_step(app) == last and chart.extent(app.model)[1] == last,
-                                what=f"step {last} on screen and charted")
+                    await until(pilot, _shows(app, chart, last), what=f"step {last} on screen and charted")
                     env = chart.series(app.model, 100)["env"]
                     assert np.nanmax(env.max) == 0.25 and env.count.sum() == 1000, "the record's values only"
                 assert app.model.step_count == 20_000 and app.model.series.from_record
