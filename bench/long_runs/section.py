@@ -73,10 +73,10 @@ def finished_rows(results: dict, load: LoadSampler, plan) -> tuple[list[str], li
     return rows, verdicts
 
 
-def zoom_rows(results: dict) -> tuple[list[str], list[str]]:
+def zoom_rows(results: dict, load: LoadSampler) -> tuple[list[str], list[str]]:
     """The zoom-and-pan table (keys in the app, and the record reads of a frame) and its goal line."""
-    rows = ["| steps | keys | frame after a key, ms | record reads of a frame (3 series × 110 columns), ms |",
-            "|---:|---|---:|---:|"]
+    rows = ["| steps | keys | frame after a key, ms | record reads of a frame (3 series × 110 columns), ms | load "
+            "(the size's phase) |", "|---:|---|---:|---:|---:|"]
     verdicts = []
     largest = max(results["sizes"], default=None)
     for steps, entry in results["sizes"].items():
@@ -85,7 +85,8 @@ def zoom_rows(results: dict) -> tuple[list[str], list[str]]:
         names = " ".join(key for key, _ in keys) or "–"
         silent = len(keys) - len(times)
         answered = _cell(times, ".0f") + (f" ({silent} keys: no frame)" if silent else "")
-        rows.append(f"| {steps:,} | {names} | {answered} | {_cell([t * 1e3 for t in entry['reads']], '.1f')} |")
+        rows.append(f"| {steps:,} | {names} | {answered} | {_cell([t * 1e3 for t in entry['reads']], '.1f')} | "
+                    f"{_load(load, f'size {steps}')} |")
         if steps == largest and times:
             how = "" if results["zoom"] else " (h only: this viewer has no zoom or pan)"
             verdicts.append(verdict(f"long runs: zoom and pan frame, {steps:,} steps, median of {len(times)} keys"
@@ -96,14 +97,14 @@ def zoom_rows(results: dict) -> tuple[list[str], list[str]]:
 def live_rows(results: dict, load: LoadSampler) -> tuple[list[str], list[str]]:
     """The live runs' table (a writer appending beside the viewer) and their goal lines."""
     rows = ["| steps at the start | writer, steps/s | RSS steady / peak, MiB | lag behind the record, s: median / max "
-            "(samples) |", "|---:|---:|---:|---:|"]
+            "(samples) | load (the size's phase) |", "|---:|---:|---:|---:|---:|"]
     verdicts = []
     largest = max(results["sizes"], default=None)
     for steps, entry in results["sizes"].items():
         live = entry["live"]
         steady = statistics.median(live["rss"]) if live["rss"] else None
         rows.append(f"| {steps:,} | {live['rate'] or 0:,.0f} | {_rss({**live, 'steady_mib': steady})} | "
-                    f"{_lags(live)} |")
+                    f"{_lags(live)} | {_load(load, f'size {steps}')} |")
         if steps >= 10_000_000 or steps == largest:
             verdicts.append(verdict(f"long runs: viewer peak RSS, live run of {steps:,} steps", live["peak_mib"],
                                     RSS_MIB, False, " MiB"))
@@ -272,8 +273,8 @@ def build(results: dict, plan, load: LoadSampler, command: str) -> Section:
     """The section: tables and lines, and every goal line (a part not measured says so; a table with no rows is
     left out)."""
     sized = bool(results["sizes"])
-    finished, zoom, live, disk = (finished_rows(results, load, plan), zoom_rows(results), live_rows(results, load),
-                                  disk_rows(results))
+    finished, zoom = finished_rows(results, load, plan), zoom_rows(results, load)
+    live, disk = live_rows(results, load), disk_rows(results)
     parts = [old_lines(results, load, plan), names_rows(results, load, plan), soak_lines(results, load, plan),
              fast_lines(results, load)]
     intro = (f"Runs written as this version writes them (the step record, events.jsonl with an engine's other "

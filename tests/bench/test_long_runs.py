@@ -5,6 +5,7 @@ in tests/bench/test_bench_smoke.py.)"""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 
@@ -123,6 +124,9 @@ def test_the_section_gives_every_goal_line_and_says_why_a_frame_is_missing():
     assert "the old run's conversion shows a progress bar in the viewer (screens): 200 — goal ≥ 1 met" in text
     assert "1.0 GB of 6.6 GB (**not all**)" in built.body  # the run did not fit in the page cache
     assert "(1 keys: no frame)" in built.body and "the record complete 31.0 s" in built.body
+    load_cell = r"\| [\d.]+ \([\d.]+–[\d.]+\) \|$"  # the load through the size's phase, beside its zoom and live rows
+    assert re.search(r"^\| 100,000,000 \| \+ Left \| .*" + load_cell, built.body, re.M), built.body
+    assert re.search(r"^\| 100,000,000 \| 1,050 \| .*" + load_cell, built.body, re.M), built.body
 
 
 def _sampled(phases: dict[str, list[float]]) -> LoadSampler:
