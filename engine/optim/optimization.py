@@ -5,9 +5,9 @@ by default, a LoRA task only its adapters) and how the groups differ; this
 component decides how: AdamW with the run's betas/eps, the schedule's LR for
 each step (``peak_lr × lr_scale × lr_at(step)``, where ``lr_scale`` is what
 NaN rollbacks lowered), bf16 autocast or fp16 with a grad scaler, and a clip
-that is applied (engine.optim.clipping: ``clip_grad_norm_``'s numbers, which scale
-the gradients and return the pre-clip norm: computing the norm alone would log a
-clip that never happens).
+that is applied (engine.optim.clipping: torch's ``get_total_norm`` and
+``clip_grads_with_norm_``, the pre-clip norm logged; computing the norm alone
+would log a clip that never happens).
 
 Its state for a checkpoint is the optimizer's (tensors apart, JSON apart: see
 engine.checkpoint.format), the scaler's and the two LR numbers. ``check`` validates
@@ -24,7 +24,7 @@ import torch
 
 from engine.checkpoint import format as ckpt
 from engine.core.core_sections import OptimizerConfig, ScheduleConfig
-from engine.optim.clipping import GradClipper
+from engine.optim.clipping import GradClip
 from engine.optim.fused import fused_adamw
 from engine.optim.schedule import lr_at
 
@@ -62,7 +62,7 @@ class Optimization:
         """The run's ``optimizer`` and ``schedule`` sections and ``runtime.precision``; ``groups`` are torch param
         groups (``Task.param_groups(model)``); ``total_steps`` shapes the schedule; ``lr_fault(step)``, a test hook
         (engine.training.faults' ``lr@A-B=F``), multiplies step ``step``'s LR."""
-        self.schedule, self.clip_norm = schedule, optimizer.clip_grad_norm
+        self.schedule = schedule
         self.lr_fault = lr_fault
         self.total_steps = total_steps
         #: Peak LR (``set lr`` changes it) and the multiplier NaN rollbacks lower.
@@ -70,7 +70,7 @@ class Optimization:
         self.lr_scale = 1.0
         #: The clip over what trains, in the model's order (the norm's float sum depends on it), and what the
         #: optimizer's state is indexed by (the groups' order).
-        self.clip = GradClipper([p for p in model.parameters() if p.requires_grad])
+        self.clip = GradClip([p for p in model.parameters() if p.requires_grad], optimizer.clip_grad_norm, device)
         self.params = [p for group in groups for p in group["params"]]
         self.optimizer = adamw(groups, optimizer, precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
@@ -87,13 +87,8 @@ class Optimization:
         return self._autocast()
 
     def zero_grad(self) -> None:
-        """Drop the gradients (set to None: frees their memory until the next backward).
-
-        What ``optimizer.zero_grad(set_to_none=True)`` does, without its profiler range, dynamo guard and
-        foreach bookkeeping: those cost ~40 µs a step in the loop (3 % of a fast toy step), the loop itself
-        ~1 µs for a few parameters."""
-        for param in self.params:
-            param.grad = None
+        """Drop the optimizer's gradients (set to None: their memory is free until the next backward)."""
+        self.optimizer.zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward through the scaler (a no-op scale unless fp16)."""
@@ -113,18 +108,14 @@ class Optimization:
         return bool(self.optimizer.defaults.get("fused")) and not self.scaler.is_enabled()
 
     def _prepare(self, step: int) -> tuple[float, torch.Tensor]:
-        """Set the step's LR on every group, unscale, clip; (lr, the pre-clip grad norm on the device)."""
+        """Set the step's LR on every group, unscale; (lr, the gradients' norm on the device, not yet clipped)."""
         lr = self.lr(step)
         for group in self.optimizer.param_groups:
             # A group's ``lr_mult`` (Task.param_groups) scales the schedule for it, e.g. LoRA+'s lora_B groups
             # at lr × ratio: the warm-up and the decay still apply to every group.
             group["lr"] = lr * group.get("lr_mult", 1.0)
         self.scaler.unscale_(self.optimizer)
-        max_norm = self.clip_norm if self.clip_norm > 0 else math.inf
-        grad_norm = self.clip(max_norm)
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (a norm over shards); its value on every rank
-            grad_norm = grad_norm.full_tensor()
-        return lr, grad_norm
+        return lr, self.clip.norm()
 
     def step_on_device(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor]
                        ) -> tuple[torch.Tensor, float]:
@@ -136,7 +127,9 @@ class Optimization:
         Under DDP and FSDP2 every rank gets the same flag without a collective: the loss is all-reduced and the
         gradients, hence their norm, are the same on every rank.
         """
-        lr, grad_norm = self._prepare(step)
+        lr, norm = self._prepare(step)
+        self.clip.apply(norm)
+        grad_norm = norm.full_tensor() if self.clip.sharded else norm
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
         self.optimizer.found_inf = (~finite).float()
         try:
@@ -153,15 +146,18 @@ class Optimization:
         Returns ((loss, grad norm, parts) as floats, lr, skipped). The step's one device sync: the
         finiteness decision must be made before ``optimizer.step()``, and the values the step event
         logs come back in the same transfer (not 2 + n more ``.item()`` syncs later; on CPU, where a
-        read waits for nothing, they are read one by one: ``host_read``).
+        read waits for nothing, they are read one by one: ``host_read``). The read comes before the clip's
+        multiply, which the norm's value then skips where it is by 1.0 (engine.optim.clipping).
         """
-        lr, grad_norm = self._prepare(step)
+        lr, norm = self._prepare(step)
+        grad_norm = norm.full_tensor() if self.clip.sharded else norm
         if self.host_read == "each":
             values = (loss.item(), grad_norm.item(), {name: value.item() for name, value in parts.items()})
         else:
             names = list(parts)
             host = torch.stack([loss, grad_norm.float(), *(parts[k] for k in names)]).tolist()
             values = (host[0], host[1], dict(zip(names, host[2:])))
+        self.clip.apply(norm, read=values[1])
         if self.scaler.is_enabled():
             # Under fp16 inf gradients are the scaler's business (it skips the step and lowers the scale);
             # only a non-finite loss counts as a bad step.
