@@ -134,6 +134,12 @@ def add_lora(model: nn.Module, cfg: LMConfig) -> nn.Module:
         return get_peft_model(model, config)
 
 
+def _traced() -> bool:
+    """True under the budget's trace: a FakeTensorMode makes every tensor created a fake one (a subclass), and no
+    mode a real run enters does (torch's own question, ``torch._guards.detect_fake_mode``, is private)."""
+    return torch.empty(()).__class__ is not torch.Tensor
+
+
 @contextmanager
 def _fake_safe_peft():
     """Under FakeTensorMode (the budget's traced estimate) make ``Module.to`` a no-op while peft wraps the model.
@@ -144,9 +150,7 @@ def _fake_safe_peft():
     already, so every such move is a no-op anyway; outside a trace nothing
     is patched.
     """
-    from torch._guards import detect_fake_mode
-
-    if detect_fake_mode() is None:
+    if not _traced():
         yield
         return
     saved = nn.Module.to
@@ -172,9 +176,7 @@ def real_mask_path():
     truth). The answer the real data always gives, None, is given here
     without looking. Outside a trace nothing is patched.
     """
-    from torch._guards import detect_fake_mode
-
-    if detect_fake_mode() is None:
+    if not _traced():
         yield
         return
     from transformers import masking_utils
