@@ -3,9 +3,11 @@
 A summary comes from status.json (rewritten every second by the engine: pid,
 heartbeat, state, step, best primary metric, last checkpoint) plus the tail of
 events.jsonl (tui/model/log_tail.py) for what status.json may lag on or lack: the
-exact last step of a SIGKILLed engine (status.json is up to a second behind),
-the last checkpoint's step, the best metric of an older run, the last autotune. Constant cost per
-run whatever the log's length. Torch-free, textual-free.
+last checkpoint's step, the best metric of an older run, the last autotune. The
+exact last step of a SIGKILLed engine (status.json is up to a second behind, and
+the log has step lines only at a cadence) is the step record's newest row (its
+commit and catalogue: a few kilobytes). Constant cost per run whatever the log's
+length. Torch-free, textual-free.
 """
 
 from __future__ import annotations
@@ -86,9 +88,9 @@ def summarize(root: Path) -> RunSummary:
     started_event = tail.get("run_started") or first_event(run.events, "run_started")
 
     step = status.get("step")
-    for kind in ("step", "eval", "checkpoint", "state", "run_finished"):
-        event = tail.get(kind)
-        seen = getattr(event, "steps" if kind == "run_finished" else "step", None)
+    said = [getattr(tail.get(kind), "steps" if kind == "run_finished" else "step", None)
+            for kind in ("step", "eval", "checkpoint", "state", "run_finished")]
+    for seen in [_recorded_step(run.root), *said]:
         if isinstance(seen, int) and (step is None or seen > step):
             step = seen
     total = status.get("total_steps") or getattr(started_event, "total_steps", None) or None
@@ -120,6 +122,18 @@ def summarize(root: Path) -> RunSummary:
         resume_command=status.get("resume_command") or resume_command(run), autotune=_autotune(tail),
         finished_as=getattr(tail.get("run_finished"), "status", None), process_state=alive.process,
         silent_s=alive.silent_s() if alive.state == "stalled" else None)
+
+
+def _recorded_step(root: Path) -> int | None:
+    """The newest step in the run's step record (its commit: every step is there, where the log has step lines
+    only at a cadence and status.json a step as of its last write); None without a readable record."""
+    from tui.model.step_open import open_steps
+
+    try:
+        source = open_steps(root)
+    except (OSError, ValueError, KeyError):  # a damaged record: the log's and status.json's steps stand
+        return None
+    return None if source is None else source.last_step
 
 
 def _autotune(tail: dict) -> dict | None:

@@ -256,3 +256,23 @@ def test_a_fresh_rerun_into_the_same_directory_shows_only_its_own_facts(tmp_path
     _write_run(runs, "again", first + resumed, _dead_status(step=47, total_steps=300))
     again = {r["name"]: r for r in json.loads(run_cli("runs", str(runs), "--json").stdout)}["again"]
     assert again["step"] == 47 and again["last_checkpoint_step"] == 43 and again["finished_as"] is None
+
+
+def test_the_step_listed_is_the_step_records_newest_not_the_logs_last_step_line(tmp_path: Path) -> None:
+    """A run killed between two of its cadence step lines: its record holds 1,500 steps, its log's last step line
+    and status.json say 1,000. `runs` lists what `attach` shows: step 1,500."""
+    import numpy as np
+
+    from engine.run.rundir import RunDir
+    from engine.run.steps import StepWriter
+
+    run = tmp_path / "killed"
+    writer = StepWriter(run / "steps")
+    writer.append_columns(np.arange(1, 1501), {"loss": np.full(1500, 0.5, np.float32)})
+    writer.close()
+    with open(run / "events.jsonl", "wb") as out:
+        out.write(_line(ev.Schema()) + _line(ev.RunStarted(name="killed", total_steps=10_000)))
+        out.write(_line(ev.StepLogged(step=1_000, loss=0.5)))
+    (run / "status.json").write_text(json.dumps({"state": "running", "step": 1_000, "total_steps": 10_000}))
+    assert RunDir(run).read_status()["step"] == 1_000
+    assert summarize(run).step == 1_500
