@@ -71,18 +71,17 @@ class Reaper:
 
 
 def _workers() -> list[int]:
-    """Pids of this process's children that are torchrun workers of a rank other than 0 (from /proc)."""
-    me, out = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """Pids of this process's children that are torchrun workers of a rank other than 0 (their ``RANK``)."""
+    import psutil
+
+    out = []
+    for child in psutil.Process().children():
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
+            rank = child.environ().get("RANK")
+        except psutil.Error:  # gone since, or not ours to read
             continue
-        if parent == me and any(v.startswith(b"RANK=") for v in env) and b"RANK=0" not in env:
-            out.append(int(entry.name))
+        if rank is not None and rank != "0":
+            out.append(child.pid)
     return out
 
 

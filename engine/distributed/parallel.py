@@ -267,9 +267,10 @@ def _memory(peak: int | None = None) -> dict:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["allocated"], out["reserved"] = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
         out["peak"] = torch.cuda.max_memory_allocated()
+    import psutil
+
     try:
-        with open("/proc/self/statm") as handle:
-            out["rss"] = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        out["rss"] = int(psutil.Process().memory_info().rss)
+    except psutil.Error:
         pass
     return out

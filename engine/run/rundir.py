@@ -194,20 +194,9 @@ def atomic_write_text(path: Path, text: str, durable: bool = False) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists (zombies count as gone)."""
-    if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive for our purposes
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    """True when a process with this pid exists (a zombie, exited and not yet reaped, counts as gone); another
+    user's process counts as there."""
+    return process_state(pid) is not None
 
 
 class StatusWriter:

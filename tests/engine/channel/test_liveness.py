@@ -16,9 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from engine.run.rundir import STALE_AFTER_S, RunDir, liveness, probe
+from engine.run.rundir import STALE_AFTER_S, RunDir, liveness, pid_alive, probe
 
 
 def _status(run: RunDir, pid: int, heartbeat: float, **more) -> None:
@@ -63,10 +64,11 @@ def test_a_zombie_or_a_process_reusing_the_pid_is_crashed(tmp_path: Path, sleepe
     assert liveness(run) == "crashed"
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.monotonic() + 30
-    while open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":  # exited, not reaped
+    while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:  # exited, not reaped
         assert time.monotonic() < deadline
         time.sleep(0.02)
     _status(run, zombie.pid, time.time())
-    assert liveness(run) == "crashed"
+    assert liveness(run) == "crashed" and not pid_alive(zombie.pid) and pid_alive(sleeper.pid)
     zombie.wait()
-    assert liveness(run) == "crashed"
+    assert liveness(run) == "crashed" and not pid_alive(zombie.pid)
+    assert not pid_alive(0) and not pid_alive(2**40)  # status.json is anyone's to edit

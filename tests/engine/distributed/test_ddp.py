@@ -171,6 +171,7 @@ def test_rank_telemetry_names_a_slowed_rank_and_a_pause_lands_on_every_rank_at_o
     assert every and all(len(e["ranks"]) == 2 and e["step"] % EVERY_STEPS == 0 for e in every)
     assert every[-1]["straggler"] == 1 and every[-1]["cost_s"] > 0.02
     assert {r["rank"] for r in every[-1]["ranks"]} == {0, 1}
+    assert all(r["rss"] > 50 << 20 for r in every[-1]["ranks"])  # each rank's process holds torch
     paused = next(e for e in events if e.get("type") == "state" and e["state"] == "paused")
     landed = [e for e in events if e.get("type") == "ranks" and e["reason"] == "control"]
     assert any([r["step"] for r in e["ranks"]] == [paused["step"]] * 2 for e in landed), (paused, landed)

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
-from tests.conftest import read_events
+from engine.app.supervisor import Reaper
+from tests.conftest import read_events, wait_until
 from tests.engine.distributed.test_ddp import start_two_ranks_until_a_step
 
 
@@ -54,3 +57,25 @@ def test_collective_timeout_is_validated(tmp_path):
                   "--set", "runtime.collective_timeout_s=0", module="engine")
     assert bad.returncode == 2 and "collective_timeout_s" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_recorded_hang_kills_this_nodes_workers_other_than_rank_0(tmp_path):
+    """The supervisor's reaper, on three children of this process: rank 1 (SIGSTOP'd, as a hung rank is) is
+    killed once status.json records the hang; rank 0 and a child that is no torchrun worker are left alone."""
+    (tmp_path / "status.json").write_text('{"state": "running"}')
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    children = {name: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                       env={**env, **extra}, stdin=subprocess.DEVNULL)
+                for name, extra in (("rank 1", {"RANK": "1"}), ("rank 0", {"RANK": "0"}), ("other", {}))}
+    reaper = Reaper(tmp_path, every_s=0.05).start()
+    try:
+        os.kill(children["rank 1"].pid, signal.SIGSTOP)
+        (tmp_path / "status.json").write_text('{"state": "running", "hung": {"missing": [1]}}')
+        wait_until(lambda: children["rank 1"].poll() is not None, 30, "the reaper to kill rank 1")
+        assert children["rank 1"].returncode == -signal.SIGKILL
+        assert children["rank 0"].poll() is None and children["other"].poll() is None
+    finally:
+        reaper.stop()
+        for child in children.values():
+            child.kill()
+            child.wait()
