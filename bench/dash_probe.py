@@ -6,7 +6,7 @@
 - ``frames_between``: those updates inside a time window;
 - ``key_latencies``: press ``l`` (log-y) and time until the status line's
   answer arrives at the terminal;
-- ``cpu_seconds``: one process's CPU time from /proc.
+- ``cpu_seconds``: one process's CPU time (psutil).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def key_latencies(term: PtyProcess, events: EventsFile, presses: int) -> list[fl
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (not its children) from /proc, seconds."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of one process (all its threads, not its children)."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system

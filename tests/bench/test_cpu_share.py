@@ -70,3 +70,23 @@ def test_a_trace_of_a_live_process_reads_what_it_burned_in_between():
     trace.sample()
     (start, _), (end, _) = trace.samples
     assert trace.cores(start, end) * (end - start) >= 0.15  # this process's own 0.2 s, at the kernel's tick resolution
+
+
+def test_one_process_cpu_seconds_count_its_threads_and_not_its_children():
+    from bench.dash_probe import cpu_seconds
+
+    child = subprocess.Popen([sys.executable, "-c", BURN])
+    try:
+        before = cpu_seconds(os.getpid())
+        began = time.process_time()
+        while time.process_time() - began < 0.2:
+            pass
+        mine = cpu_seconds(os.getpid()) - before
+        deadline = time.monotonic() + 10
+        while cpu_seconds(child.pid) < 0.25:  # the child's burn, read from outside
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 0.15 <= mine < 0.25 + 0.1  # this process's 0.2 s at the tick's resolution, not the child's 0.3 s
+    finally:
+        child.kill()
+        child.wait(10)
