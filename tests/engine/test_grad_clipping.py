@@ -27,15 +27,15 @@ class Model(torch.nn.Module):
 def _grads(params, seed: int, scale: float, poison: float | None = None) -> None:
     generator = torch.Generator().manual_seed(seed)
     for p in params:
-        p.grad = (torch.randn(p.shape, generator=generator) * scale).to(p.dtype)
+        p.grad = (torch.randn(p.shape, generator=generator) * scale).to(p.device, p.dtype)
     if poison is not None:
         params[2].grad[3, 4] = poison
 
 
-def _optimization(model: torch.nn.Module, clip: float, read: str = "each") -> Optimization:
+def _optimization(model: torch.nn.Module, clip: float, read: str = "each", device: str = "cpu") -> Optimization:
     config = cfg.load(task="toy", preset="demo", overrides={"optimizer": {"clip_grad_norm": clip}})
     optim = Optimization(config.optimizer, config.schedule, "fp32", model, [{"params": list(model.parameters())}],
-                         torch.device("cpu"), total_steps=10)
+                         torch.device(device), total_steps=10)
     optim.host_read = read
     return optim
 
@@ -149,3 +149,24 @@ def test_gradients_made_with_create_graph_are_clipped_without_recording_the_clip
     clip.apply(norm, read=norm.item())
     assert not norm.requires_grad and norm.grad_fn is None and torch.equal(norm, expected)
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours.parameters(), theirs.parameters()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["stacked", "deferred"])
+@pytest.mark.parametrize("scale", [1.0, 1e-3])  # clipped, and under the limit
+def test_on_cuda_the_step_clips_as_clip_grad_norm_does(path: str, scale: float) -> None:
+    """torch's foreach kernels on CUDA (``foreach=None``: torch's choice), on the sync and the deferred readback."""
+    model, theirs = Model().cuda(), list(Model().cuda().parameters())
+    ours = list(model.parameters())
+    _grads(ours, 9, scale)
+    _grads(theirs, 9, scale)
+    expected = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    optim = _optimization(model, 1.0, "stacked", device="cuda")
+    seen: list[torch.Tensor] = []
+    optim.optimizer.register_step_pre_hook(lambda *_: seen.extend(p.grad.clone() for p in ours))
+    if path == "deferred":
+        grad_norm = optim.step_on_device(0, torch.tensor(1.0, device="cuda"), {})[0][1].item()
+    else:
+        grad_norm = optim.step(0, torch.tensor(1.0, device="cuda"), {}, lambda finite: False)[0][1]
+    assert grad_norm == expected.item()
+    assert all(torch.equal(mine, reference.grad) for mine, reference in zip(seen, theirs))
