@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tui.widgets.braille import BRAILLE_BASE, BrailleCanvas
 
@@ -81,3 +82,41 @@ def test_empty_and_flat_series_still_draw_a_frame() -> None:
     assert any(_is_dots(ch) for ch in flat.build().plain)
     empty = BrailleCanvas(30, 8)
     assert len(_cells(empty.build())) == 8
+
+
+#: (lo, hi, labels at least): below 10⁻³ eight characters hold four digits ("3.000e-4"), so a span in the
+#: fifth digit there, or one at float32's last digit, keeps a single label.
+Y_SPANS = [(0.0, 4.0, 4), (1.00001, 1.00004, 4), (2.0001, 2.0009, 3), (20_000.0, 20_005.0, 3),
+           (123.4561, 123.4569, 2), (2_000_001.0, 2_000_009.0, 2), (1e-5, 5e-5, 2), (3e-4, 3.0004e-4, 1),
+           (0.5, 0.5000004, 1)]
+
+
+@pytest.mark.parametrize("lo,hi,least", Y_SPANS, ids=[f"{lo:g}-{hi:g}" for lo, hi, _ in Y_SPANS])
+def test_y_labels_are_distinct_at_every_scale_and_fit_the_label_width(lo: float, hi: float, least: int) -> None:
+    """A zoom into a converging loss (1.00001 … 1.00004) or a throughput near 20,000 gets labels that tell its
+    ticks apart (four times "1", three times "2.0e4" before); where 8 characters cannot, fewer ticks are labelled."""
+    canvas = BrailleCanvas(60, 14, 8)
+    canvas.plot([0, 10], [lo, hi])
+    labels = [r.split("┤")[0].strip() for r in _cells(canvas.build()) if "┤" in r]
+    assert len(labels) >= least and len(set(labels)) == len(labels) and max(map(len, labels)) <= 8, labels
+    assert all(lo - (hi - lo) <= float(label) <= hi + (hi - lo) for label in labels), labels
+
+
+def test_a_zoom_into_a_converging_loss_labels_its_y_axis_apart(tmp_path) -> None:
+    """The dashboard's chart of a loss settling in its sixth digit, zoomed to its last 8 steps."""
+    from engine.run.steps import StepWriter, open_record
+    from tui.model.dashboard import RunModel
+    from tui.model.step_source import RecordSteps
+    from tui.widgets.metric_chart import MetricChart
+
+    at = np.arange(1, 2001)
+    writer = StepWriter(tmp_path / "steps")
+    writer.append_columns(at, {"loss": 1 + 1e-6 * (2000 - at)})  # the last 8 steps: 1.000007 … 1
+    writer.close()
+    model = RunModel()
+    model.open_steps(RecordSteps(open_record(tmp_path)))
+    chart = MetricChart.detached(model, "loss")
+    while chart.extent(model)[1] - chart.extent(model)[0] + 1 > 8:
+        chart.zoom(model, 0.5)
+    labels = [r.split("┤")[0].strip() for r in chart.build(78, 16).plain.split("\n") if "┤" in r]
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels

@@ -123,7 +123,7 @@ class BrailleCanvas:
         count = max(2, min(5, (self.height - 2) // 3 + 1))
         # Ticks live in the drawn space (log10 of y on a log axis): decades when the range spans two or more.
         y_ticks = (_decades(y_lo, y_hi) if self._log_y else None) or _nice_ticks(y_lo, y_hi, count)
-        y_labels = [_y_label(t, self._log_y, self.label_width) for t in y_ticks]
+        y_ticks, y_labels = y_axis(y_ticks, self._log_y, self.label_width)
         label_w = self.label_width or max((len(s) for s in y_labels), default=1)
         cols = max(1, self.width - label_w - 1)
         rows = max(1, self.height - 2)
@@ -369,20 +369,40 @@ def _decades(lo: float, hi: float) -> list[float] | None:
     return ticks if len(ticks) >= 2 else None
 
 
-def _y_label(value: float, log: bool, width: int | None = None) -> str:
-    return _compact(10 ** value if log else value, width)
+def y_axis(ticks: list[float], log: bool, width: int | None = None) -> tuple[list[float], list[str]]:
+    """The y ticks to label and their labels, all distinct, each at most ``width`` characters (when given).
+
+    One form for the axis: the shortest (4 significant digits, e-notation from 10⁴ and under 10⁻³), else as many
+    more digits as tell the ticks apart (a zoom into a converging loss: 1.00001 … 1.00004, not 1 four times), in
+    plain form where it fits, else e-notation. Ticks no label of the width tells apart (differences at float32's
+    last digit) are thinned: every other one is left out until the rest read apart."""
+    while True:
+        values = [10 ** t if log else t for t in ticks]
+        for digits in range(4, 10):
+            for plain in (True, False):
+                labels = [_compact(v, width, digits, plain) for v in values]
+                if len(set(labels)) == len(labels) and (width is None or max(map(len, labels)) <= width):
+                    return ticks, labels
+        if len(ticks) <= 2:
+            return ticks[:1], [_compact(values[0], width)]
+        ticks = ticks[::2] if len(ticks) > 3 else [ticks[0], ticks[-1]]
 
 
-def _compact(v: float, width: int | None = None) -> str:
-    """A tick value in a few characters (at most ``width`` when given: e-notation where the plain form is longer)."""
+def _compact(v: float, width: int | None = None, digits: int = 4, plain: bool = True) -> str:
+    """A tick value in ``digits`` significant digits (4: a few characters); e-notation from 10⁴ and under 10⁻³, or
+    where the plain form is longer than ``width``; ``plain`` False: e-notation, ``digits`` above 4 add places."""
     if v == 0:
         return "0"
     a = abs(v)
-    short = f"{v:.1e}".replace("e+0", "e").replace("e-0", "e-")
+    places = 1 if digits == 4 else digits - 3
+    short = f"{v:.{places}e}".replace("e+0", "e").replace("e-0", "e-")
+    if digits > 4:
+        text = f"{v:.{digits}g}"
+        return text if plain and "e" not in text else short
     if a >= 1e4 or a < 1e-3:
         return short
-    plain = f"{v:.4g}"
-    return short if width is not None and len(plain) > width else plain
+    text = f"{v:.4g}"
+    return short if width is not None and len(text) > width else text
 
 
 def _short(n: float) -> str:
