@@ -156,7 +156,8 @@ class SystemSampled(Event):
 
 @dataclass(frozen=True)
 class CheckpointSaved(Event):
-    """A checkpoint reached disk atomically; ``kind`` is last / best / step / final / manual."""
+    """A checkpoint reached disk atomically; ``kind`` is last / best / step / final / manual / crash / autotune (a
+    search's result, written before it is reported)."""
 
     type: ClassVar[str] = "checkpoint"
     step: int = 0

@@ -44,7 +44,9 @@ lists each rank's step and settings (gathered). A start or cancel comes as a
 control request, which engine.distributed.controls already agrees on.
 
 Cancel (the ``autotune`` request with mode ``cancel``, x in the dashboard's table)
-restores the settings in force before the search.
+restores the settings in force before the search, as a run ending during one
+does. What a checkpoint taken during a search records, and how a resume goes on
+from it: engine.training.autotune_state.
 
 Not searched: the compile mode. ``runtime.compile`` is fixed for a run's life
 (engine.training.compile says why: switching recompiles the whole model), so a
@@ -55,8 +57,6 @@ candidate's new micro-batch size recompiles once, inside its untimed warm-up
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -64,7 +64,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from engine.core.core_sections import AutotuneConfig
 from engine.run import events as ev
 from engine.run.control.requests import Request
-from engine.training.autotune_search import CoordinateSearch, Dimension, Measure, differs, key
+from engine.training import autotune_state as state
+from engine.training.autotune_search import CoordinateSearch, Dimension, Measure, key, noise, settled
 from engine.training.autotune_space import count_refused, dimensions
 
 if TYPE_CHECKING:
@@ -141,22 +142,26 @@ class Autotuner:
     def __init__(self, config: AutotuneConfig, settings: LiveSettings, steering: Steering, budget: BudgetHook,
                  prefetch: BatchPlan, parallel: Single, progress: Progress, order: SampleOrder,
                  tokens_per_sample: Callable[[], int | None], emit: Callable[[ev.Event], None],
-                 write_config: Callable[[str], None] | None = None) -> None:
+                 write_config: Callable[[str], None] | None = None,
+                 checkpoint: Callable[[], str | None] | None = None) -> None:
         """``config``: the [autotune] section; ``settings``: the live knobs searched; ``steering`` applies a
         candidate; ``budget`` predicts whether one fits and measures its peak; ``prefetch``: whether the batch plan
         settled, and the cores; ``parallel``: one decision on every rank; ``order`` splits the batch over the
         ranks; ``tokens_per_sample`` (the task's) sets the unit; ``write_config(text)`` records the result in
-        config.toml (None: not this rank's to write)."""
+        config.toml (None: not this rank's to write); ``checkpoint()`` writes ``last``, the result's other record."""
         self.config, self.settings, self.steering, self.budget = config, settings, steering, budget
         self.prefetch, self.parallel, self.progress, self.order = prefetch, parallel, progress, order
         self.tokens_per_sample, self.emit, self.write_config = tokens_per_sample, emit, write_config
+        self.checkpoint = checkpoint or (lambda: None)
         self.search: CoordinateSearch | None = None
         self.window: Window | None = None
         self.dims: list[Dimension] = []
         self.table: list[dict] = []
         self._started_at = 0.0
-        self._auto_due = config.on_start
+        self._auto_due, self._auto_reason = config.on_start, "train --autotune"
         self._fits: dict[tuple, tuple[bool, int | None]] = {}
+        self._since = (0, "")  # the step the search in progress began at, and why
+        self._tried = 0  # candidates of the search tried so far, applied or not: each has its own number
 
     # -- the loop's and the control handler's interface -------------------------------------------
     @property
@@ -180,7 +185,7 @@ class Autotuner:
         """Before each step: start the search ``train --autotune`` asked for, or end a window that is due."""
         if self._auto_due and not self.active and self.progress.step >= START_AFTER and self._settled():
             self._auto_due = False
-            why = self.start("train --autotune")
+            why = self.start(self._auto_reason)
             if why:
                 self.emit(ev.Warning(text=f"autotune: {why}", step=self.progress.step))
         window = self.window
@@ -223,15 +228,39 @@ class Autotuner:
         elif not cold:
             window.times.append((seconds, samples))
 
-    def close(self) -> None:
-        """The run ends: a search still running stops with the settings in force."""
-        if self.active:
-            self._stop("the run ended during it")
+    def close(self) -> bool:
+        """The run ends during a search (an abort, its last step): the settings before it are restored, as a cancel
+        does, so the last checkpoint and config.toml agree (no collective: a run may be ending). True when a search
+        was running: the final checkpoint is written then even at a step that has one (taken during the search)."""
+        if not self.active:
+            return False
+        start, why = self.search.start, "the run ended during it; settings before it restored"
+        try:
+            self._apply(start, f"autotune: {why}")
+        except ValueError as exc:  # refused (all of it taken back): the settings in force stay, and say so
+            start, why = None, f"the run ended during it; settings before it not restored ({exc})"
+        self._stop(why, start)
+        return True
 
-    def _stop(self, reason: str) -> None:
-        """End the search where it is, the settings in force kept (no collective: a run may be ending)."""
+    def recorded(self) -> tuple[dict, Any]:
+        """(batch_size and grad_accum, the config) a checkpoint records: during a search those before it."""
+        return state.recorded(self.settings, self.search.start if self.active else None)
+
+    def state_dict(self) -> dict:
+        """Checkpoint metadata: during a search, that one was running (a resume searches again)."""
+        return state.mark(*self._since) if self.active else {}
+
+    def resumed(self, meta: dict) -> None:
+        """The run resumed from a checkpoint (``meta``): one taken during a search starts it again."""
+        why = state.resumed(meta)
+        if why:
+            self._auto_due, self._auto_reason = True, why
+
+    def _stop(self, reason: str, settings: dict | None = None) -> None:
+        """End the search where it is with ``settings`` (default: those in force, kept; no collective)."""
         current = self._current()
-        self.emit(self._chose("stopped", {d.name: current[d.name] for d in self.dims}, None, [], reason=reason))
+        settings = settings or {d.name: current[d.name] for d in self.dims}
+        self.emit(self._chose("stopped", settings, None, [], reason=reason))
         self.search = self.window = None
 
     # -- the search ------------------------------------------------------------------------------
@@ -256,7 +285,7 @@ class Autotuner:
         limit = min(cfg.max_candidates, left // per_candidate)
         self.search = CoordinateSearch(self.dims, start, self._predicted_to_fit, limit,
                                         peak=self._predicted_to_fit_peak)
-        self.table, self._started_at = [], time.monotonic()
+        self.table, self._started_at, self._since, self._tried = [], time.monotonic(), (self.progress.step, reason), 0
         _, budget = self.budget.peak_for({})
         self.emit(ev.AutotuneStarted(step=self.progress.step, reason=reason, start=start,
                                      space={d.name: list(d.values) for d in self.dims}, candidates=fit,
@@ -281,8 +310,9 @@ class Autotuner:
             best, _ = self.search.result()
             self._conclude("kept" if key(best) == key(self.search.start) else "chosen")
             return
+        self._tried += 1
         try:
-            self._apply(candidate, f"autotune: candidate {len(self.table) + 1}")
+            self._apply(candidate, f"autotune: candidate {self._tried}")
         except ValueError as exc:  # a task refusing a value it declared (TaskError): not this candidate
             self.emit(ev.Warning(text=f"autotune: {key(candidate)} not applied ({exc})", step=self.progress.step))
             self.search.record(candidate, Measure(0.0, 0.0))
@@ -318,14 +348,15 @@ class Autotuner:
                                       "settings": {k: self._current()[k] for k in target}}, "autotune ranks")
         rate = next((row["rate"] for row in self.table if key(row["settings"]) == key(target)), None)
         start = self.table[0]["rate"] if self.table else None
+        self._write_config()  # recorded before it is reported: a kill right after the report resumes with it
+        self.checkpoint()
         self.emit(self._chose(status, target, rate, ranks or [], start_rate=start, request_id=request_id))
-        self._write_config()
 
     # -- measuring --------------------------------------------------------------------------------
     def _early(self, window: Window) -> dict | None:
         """This rank's verdict at a window's halfway look: its measurement when the window may end there (a
         steady rate known within EARLY_NOISE, or a clear loser to the best so far), else None."""
-        if len(window.times) < MIN_TIMED or not _settled(window.times):
+        if len(window.times) < MIN_TIMED or not settled(window.times):
             return None
         summary = self._measured(window)
         best = self.search.best_measure if self.search is not None else None
@@ -338,11 +369,11 @@ class Autotuner:
         """This rank's verdict on a window: its rate and noise, or ``more`` when it must run on."""
         cfg = self.config
         times = window.times
-        settled = _settled(times)
+        steady = settled(times)
         enough = len(times) >= max(2, cfg.window_steps // 2)
         cold = not times and time.monotonic() - window.opened < MAX_WARM_S
-        if cold or ((not settled or not enough) and window.extensions < MAX_EXTENSIONS):
-            if not settled:
+        if cold or ((not steady or not enough) and window.extensions < MAX_EXTENSIONS):
+            if not steady:
                 window.warm += len(times) // 2
                 del times[:len(times) // 2]
             return {"more": True}
@@ -355,7 +386,7 @@ class Autotuner:
         samples = sum(n for _, n in times)
         per_sample = self._per_sample()
         return {"more": False, "rate": samples * per_sample / seconds, "steps_per_s": len(times) / seconds,
-                "noise": _noise([s for s, _ in times]), "steps": len(times), "warmup": window.warm,
+                "noise": noise([s for s, _ in times]), "steps": len(times), "warmup": window.warm,
                 "measured": self.budget.window_peak()}
 
     def _per_sample(self) -> float:
@@ -391,16 +422,9 @@ class Autotuner:
         return {s.name: settings.value(s.name) for s in settings.table.entries if s.autotune}
 
     def _apply(self, target: dict, reason: str) -> None:
-        """Change what differs from ``target`` in the dimensions' order (a backend before its chunk size)."""
-        changes = differs(self._current(), target)
-        order = [d.name for d in self.dims]
-        for name in sorted(changes, key=lambda n: order.index(n) if n in order else len(order)):
-            _, error = self.settings.admit({name: changes[name]})
-            if error:
-                raise ValueError(error)
-            old, _ = self.steering.change(name, changes[name])
-            self.emit(ev.SettingChanged(name=name, old=old, new=changes[name], reason=reason,
-                                        step=self.progress.step))
+        """Change what differs from ``target``, all of it or none (engine.training.autotune_state.apply_all)."""
+        state.apply_all(self.settings, self.steering.change, self._current(), target, [d.name for d in self.dims],
+                        self.emit, self.progress.step, reason)
 
     def _chose(self, status: str, settings: dict, rate: float | None, ranks: list, start_rate=None,
                request_id: str | None = None, reason: str = "") -> ev.AutotuneChose:
@@ -413,30 +437,4 @@ class Autotuner:
 
     def _write_config(self) -> None:
         """config.toml records the tuned settings (the owner rank; a run without a directory has none)."""
-        if self.write_config is None:
-            return
-        from engine.core.config import dump_toml
-
-        try:
-            self.write_config(dump_toml(self.settings.config))
-        except OSError as exc:
-            self.emit(ev.Warning(text=f"autotune: config.toml not rewritten ({exc.strerror})",
-                                 step=self.progress.step))
-
-
-def _settled(times: list[tuple[float, float]]) -> bool:
-    """False when a window's first half is clearly slower than its second: still warming up (True under 4 steps,
-    which cannot tell)."""
-    if len(times) < 4:
-        return True
-    half = len(times) // 2
-    first, second = statistics.fmean(s for s, _ in times[:half]), statistics.fmean(s for s, _ in times[half:])
-    return first <= second * (1 + max(0.15, 2 * _noise([s for s, _ in times[half:]])))
-
-
-def _noise(seconds: list[float]) -> float:
-    """The relative 95 % half-width of the mean of ``seconds`` (two standard errors over the mean)."""
-    if len(seconds) < 2:
-        return 1.0
-    mean = statistics.fmean(seconds)
-    return 2 * statistics.stdev(seconds) / (mean * math.sqrt(len(seconds))) if mean > 0 else 1.0
+        state.write_config(self.write_config, self.settings.config, self.emit, self.progress.step)

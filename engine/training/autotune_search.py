@@ -32,6 +32,8 @@ candidates measured.
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -233,3 +235,21 @@ class CoordinateSearch:
 def differs(a: dict, b: dict) -> dict[str, Any]:
     """The settings of ``b`` whose values differ from ``a``'s (in ``b``'s order)."""
     return {name: value for name, value in b.items() if a.get(name) != value}
+
+
+def settled(times: list[tuple[float, float]]) -> bool:
+    """False when a window's first half is clearly slower than its second: still warming up (True under 4 steps,
+    which cannot tell)."""
+    if len(times) < 4:
+        return True
+    half = len(times) // 2
+    first, second = statistics.fmean(s for s, _ in times[:half]), statistics.fmean(s for s, _ in times[half:])
+    return first <= second * (1 + max(0.15, 2 * noise([s for s, _ in times[half:]])))
+
+
+def noise(seconds: list[float]) -> float:
+    """The relative 95 % half-width of the mean of ``seconds`` (two standard errors over the mean)."""
+    if len(seconds) < 2:
+        return 1.0
+    mean = statistics.fmean(seconds)
+    return 2 * statistics.stdev(seconds) / (mean * math.sqrt(len(seconds))) if mean > 0 else 1.0

@@ -109,6 +109,7 @@ class Trainer:
         self._build_components()
         if self.resume:
             self.resume = self.checkpoints.restore(self.resume, self.load)
+            self.autotune.resumed(self.resume.meta)  # one taken during a search: it starts again
 
     def _build_components(self) -> None:
         """The components around the model and optimizer, each from its own section and the few others it uses."""
@@ -133,7 +134,8 @@ class Trainer:
         owned = self.run_dir is not None and self.parallel.owner  # the rank that writes the run's config.toml
         self.autotune = Autotuner(c.autotune, self.settings, self.control, self.budget, self.prefetch, self.parallel,
                                   self, self.order, self.task.tokens_per_sample, self.bus.emit,
-                                  RunDir(Path(self.run_dir)).write_config if owned else None)
+                                  RunDir(Path(self.run_dir)).write_config if owned else None,
+                                  checkpoint=lambda: self.checkpoint(kind="autotune"))
         self.control.route("autotune", self.autotune.request)
 
     def _checkpointer(self, directory: Path | None) -> Checkpointer:
@@ -366,9 +368,10 @@ class Trainer:
         tensors, model_meta = self.weights.state_dict()  # only what trains, plus the frozen base's identity
         optim_tensors, optim_meta = self.optim.state_dict()
         rng_tensors, rng_meta = ckpt.rng_capture()
+        live, config = self.autotune.recorded()  # during a search: the settings from before it, and a mark
         meta = {"step": self.step, **self.order.state_dict(), "world": self.parallel.world,
-                **self.settings.state_dict(), **optim_meta,
-                "total_steps": self.total_steps, "config": self.settings.config.model_dump(mode="json"),
+                **live, **self.autotune.state_dict(), **optim_meta,
+                "total_steps": self.total_steps, "config": config.model_dump(mode="json"),
                 "rng": rng_meta, "task_state": self.task.state_dict(), **self.evaluator.state_dict(),
                 "nan": self.nan.state_dict(), "params": self.params, **model_meta}
         return {**tensors, **optim_tensors, **rng_tensors}, meta
@@ -407,15 +410,15 @@ class Trainer:
         self.checkpoints.announce(self.resume, self.step)  # the files it skipped, the optimizer digest it checked
 
     def _finish(self, status: str, exit_code: int, reason: str, checkpoint: bool, resume_tail: str = "") -> Outcome:
+        restored = self.autotune.close()  # during a search: the settings before it, before the batch source closes
         self.prefetch.close()
         self.compiler.close()
         try:
             self.settle()
         except GracefulStop as stop:  # the last step's verdict: a NaN stop wins over how the run was ending
             status, exit_code, reason, checkpoint = stop.status, stop.exit_code, stop.reason, stop.checkpoint
-        self.autotune.close()
         path = None
-        if (checkpoint or status == "finished") and self.checkpoints.saved_last_at != self.step:
+        if (checkpoint or status == "finished") and (self.checkpoints.saved_last_at != self.step or restored):
             path = self.checkpoint(kind="final")
             if path is None and self.checkpoints.directory is not None:
                 reason, exit_code = self.checkpoints.final_failed(reason), exit_code or ExitCode.POLICY

@@ -7,7 +7,6 @@ of its space, and the same run untuned; each assertion reads their event logs.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -260,7 +259,9 @@ def test_the_choice_is_applied_recorded_and_kept_by_a_resume(runs) -> None:
     assert [e["steps"] for e in events if e["type"] == "run_finished"] == [40, 48]
 
 
-def test_a_checkpoint_mid_search_holds_the_settings_in_force_and_still_asks_for_the_search(runs) -> None:
+def test_a_checkpoint_mid_search_holds_the_settings_before_it_and_a_mark_that_it_ran(runs) -> None:
+    """It held the candidate in force: a kill -9 then resumed with a setting no one chose (tests/engine/reliability/
+    test_autotune_faults.py resumes from one)."""
     from engine.checkpoint import format as ckpt
 
     events = read_events(runs / "tuned")
@@ -273,10 +274,11 @@ def test_a_checkpoint_mid_search_holds_the_settings_in_force_and_still_asks_for_
     for e in events:
         if e["type"] == "setting" and e["name"] == "grad_accum" and e["step"] <= step:
             in_force = e["new"]
+    assert in_force != started["start"]["grad_accum"], "a candidate was in force at that checkpoint"
     meta = ckpt.read(runs / "tuned" / "checkpoints" / f"step-{step:08d}.safetensors").meta
-    assert meta["step"] == step and meta["grad_accum"] == in_force
-    assert meta["config"]["autotune"]["on_start"] is True  # a crash here resumes there and searches again
-    assert json.dumps(meta["config"]["train"]["grad_accum"]) == json.dumps(in_force)
+    assert meta["step"] == step and meta["grad_accum"] == meta["config"]["train"]["grad_accum"] == 4
+    assert meta["autotune"] == {"since": started["step"], "reason": "train --autotune"}
+    assert meta["config"]["autotune"]["on_start"] is True
 
 
 def test_a_viewer_starts_a_search_and_its_cancel_restores_the_settings_before_it(tmp_path) -> None:
@@ -406,3 +408,68 @@ def test_a_window_ends_halfway_when_its_rate_is_known_or_it_clearly_loses(tmp_pa
             assert row["noise"] <= EARLY_NOISE or loses, (row, best)
         if row["best"]:
             best = row
+
+
+def test_a_candidate_refused_part_way_is_taken_back_whole_and_each_candidate_has_its_own_number() -> None:
+    """A candidate whose second change was refused kept its first one in force, and the next candidate was given
+    the failed one's number. Here the steering refuses threads=2: the candidate after the grad_accum sweep moves
+    grad_accum back to the best (2) and threads to 2, from the last measured (grad_accum 1)."""
+    import re
+
+    from engine.core import config as cfg
+    from engine.core.core_sections import AutotuneConfig
+    from engine.distributed.parallel import Single
+    from engine.training.autotune import Autotuner
+    from engine.training.live_settings import LiveSettings
+    from engine.training.threads import Cores
+
+    settings = LiveSettings(cfg.load(overrides={"task": {"name": "toy"}, "train": {"batch_size": 8, "grad_accum": 8},
+                                                "runtime": {"threads": 1}}), None, None, None)
+    events: list = []
+
+    class Steering:
+        def change(self, name, value):
+            if (name, value) == ("threads", 2):
+                raise ValueError("threads 2 refused by the test")
+            return settings.change(name, value)
+
+    class Budget:
+        counted_step = None
+
+        def peak_for(self, memory):
+            return 1, None
+
+        def open_window(self) -> None:
+            pass
+
+        def window_peak(self):
+            return None
+
+    class Plan:
+        cores, ready = Cores(2), True
+
+    class Run:
+        step, total_steps = 10, 100_000
+
+    class Order:
+        def per_rank(self, n):
+            return n
+
+    tuner = Autotuner(AutotuneConfig(settings=["grad_accum", "threads"], warmup_steps=0, window_steps=2),
+                      settings, Steering(), Budget(), Plan(), Single(), Run(), Order(), lambda: None, events.append)
+    assert tuner.start("test") == ""
+    seconds = {8: 0.008, 4: 0.004, 2: 0.002, 1: 0.003}  # grad_accum 2 is the fastest
+    while tuner.active:
+        Run.step += 1
+        assert Run.step < 1000
+        tuner.observe(Run.step, seconds[settings.grad_accum], 8)
+        tuner.boundary()
+    changes = [(e.name, e.old, e.new, e.reason) for e in events if e.type == "setting"]
+    back = [c for c in changes if "taken back" in c[3]]
+    tried = next(c[3] for c in changes if c[1:3] == (1, 2))  # grad_accum back to 2, with threads 2 (refused)
+    assert back and back[0][:3] == ("grad_accum", 2, 1) and back[0][3].startswith(f"{tried} taken back (threads 2 ")
+    numbers = [int(re.match(r"autotune: candidate (\d+)", c[3]).group(1)) for c in changes
+               if c[3].startswith("autotune: candidate") and "taken back" not in c[3]]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers), numbers  # no number given twice
+    assert any("not applied (threads 2 " in e.text for e in events if e.type == "warning")
+    assert (settings.grad_accum, settings.value("threads")) == (2, 1)
