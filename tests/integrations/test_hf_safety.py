@@ -9,6 +9,7 @@ from the newest ``checkpoint-N`` (``resume_from_checkpoint=True``).
 from __future__ import annotations
 
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ from engine.run.control import requests as rq
 from engine.run.rundir import RunDir
 from tests.integrations.conftest import kinds, read_events, running, send, status_step, wait_until
 
-pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow
+# Whether transformers is installed, without importing it while the suite is collected (seconds, on every worker):
+# the example scripts import it in their own processes.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_spec("transformers") is None, reason="needs transformers")]
 
 #: Steps of the resumed process.
 MORE = 4

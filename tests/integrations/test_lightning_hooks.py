@@ -13,19 +13,20 @@ from pathlib import Path
 
 import pytest
 
-pl = pytest.importorskip("lightning.pytorch")
-
-from engine.budget.hook import CALIBRATE_AT  # noqa: E402
-from sensorlm_tui.lightning import CockpitCallback  # noqa: E402
-from tests.integrations.conftest import kinds  # noqa: E402
+from engine.budget.hook import CALIBRATE_AT
+from tests.integrations.conftest import kinds
 
 STEPS = 40
 SAVE_EVERY = 15
 
 
 def test_the_callback_uses_lightnings_hooks_as_declared_and_names_every_checkpoint(tmp_path: Path) -> None:
+    # Lightning is imported by the test, not by the module: collecting the suite on every worker need not pay it.
+    pl = pytest.importorskip("lightning.pytorch")
     import torch
     from torch import nn
+
+    from sensorlm_tui.lightning import CockpitCallback
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 

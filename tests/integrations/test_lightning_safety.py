@@ -9,6 +9,7 @@ SIGTERM; the second resumes from the checkpoint the SIGTERM left and trains a fe
 from __future__ import annotations
 
 import signal
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ import pytest
 from engine.budget.hook import CALIBRATE_AT
 from tests.integrations.conftest import kinds, read_events, running, wait_until
 
-pytest.importorskip("lightning.pytorch")
-pytestmark = pytest.mark.slow
+# Whether Lightning is installed, without importing it while the suite is collected (seconds, on every worker): the
+# example scripts import it in their own processes.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_spec("lightning") is None, reason="needs lightning")]
 
 #: Steps of the resumed process after the SIGTERM's checkpoint.
 MORE = 6
