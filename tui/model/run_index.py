@@ -6,7 +6,7 @@ events.jsonl (tui/model/log_tail.py) for what status.json may lag on or lack: th
 last checkpoint's step, the best metric of an older run, the last autotune. The
 exact last step of a SIGKILLed engine (status.json is up to a second behind, and
 the log has step lines only at a cadence) is the step record's newest row (its
-commit and catalogue: a few kilobytes). Constant cost per run whatever the log's
+step file's header and last value). Constant cost per run whatever the log's
 length. Torch-free, textual-free.
 """
 
@@ -127,13 +127,12 @@ def summarize(root: Path) -> RunSummary:
 def _recorded_step(root: Path) -> int | None:
     """The newest step in the run's step record (its commit: every step is there, where the log has step lines
     only at a cadence and status.json a step as of its last write); None without a readable record."""
-    from tui.model.step_open import open_steps
+    from tui.model.step_open import newest_step
 
     try:
-        source = open_steps(root)
-    except (OSError, ValueError, KeyError):  # a damaged record: the log's and status.json's steps stand
+        return newest_step(root)
+    except OSError:  # an unreadable record: the log's and status.json's steps stand
         return None
-    return None if source is None else source.last_step
 
 
 def _autotune(tail: dict) -> dict | None:

@@ -33,8 +33,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from engine.core.safe_files import open_regular
 from engine.run.steps import open_record, record_dir
-from engine.run.steps.layout import STEP_FILE
+from engine.run.steps.layout import HEADER, STEP_DTYPE, STEP_FILE, read_count, stored
 from tui.model.step_source import RecordSteps
 
 #: The conversion's note inside a record directory (engine.run.steps.convert.MARKER).
@@ -85,14 +86,27 @@ def stale(run_dir: Path) -> bool:
 
 
 def open_steps(run_dir: Path) -> RecordSteps | None:
-    """The run's record as a chart source, when it has one (None otherwise)."""
+    """The run's record as a chart source, when it has one it can read (None otherwise)."""
     place = _where(Path(run_dir))
     if place is None:
         return None
     try:
         return RecordSteps(open_record(place))
-    except FileNotFoundError:
+    except OSError:  # gone meanwhile, or not a regular file where the record's files should be (a FIFO)
         return None
+
+
+def newest_step(run_dir: Path) -> int | None:
+    """The step of the record's newest committed row, from the step file's header and that one value (80 bytes
+    whatever the run's length: `runs` lists many runs); None without a record or a row."""
+    place = _where(Path(run_dir))
+    if place is None:
+        return None
+    with open_regular(place / STEP_FILE) as handle:  # (a FIFO planted there would hold `runs` forever)
+        fd = handle.fileno()
+        rows = min(read_count(fd), stored(fd, STEP_DTYPE.itemsize))
+        data = os.pread(fd, STEP_DTYPE.itemsize, HEADER + (rows - 1) * STEP_DTYPE.itemsize) if rows else b""
+    return int.from_bytes(data, "little", signed=True) if len(data) == STEP_DTYPE.itemsize else None
 
 
 def convert(run_dir: Path, progress: Callable[[int, int], None] | None = None) -> Path:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.safe_files import open_regular
 from engine.run.steps import layout
 from engine.run.steps.column import Column
 from engine.run.steps.envelope import Envelope, envelope
@@ -61,8 +62,10 @@ class Summary:
 
 
 def _open(path: Path):
+    """A regular file's handle (closed when the last Column reading it is gone), None when it is not there;
+    OSError for a FIFO or device under a record's name (opening one would wait for a writer forever)."""
     try:
-        return open(path, "rb", buffering=0)  # closed when the last Column reading it is gone
+        return open_regular(path)
     except FileNotFoundError:
         return None
 
@@ -130,7 +133,7 @@ class StepRecord:
 
     def _read_catalog(self) -> bool:
         try:
-            with open(self.directory / layout.CATALOG, "rb") as handle:
+            with open_regular(self.directory / layout.CATALOG) as handle:
                 handle.seek(self._catalog_at)
                 data = handle.read()
         except FileNotFoundError:

@@ -276,3 +276,8 @@ def test_the_step_listed_is_the_step_records_newest_not_the_logs_last_step_line(
     (run / "status.json").write_text(json.dumps({"state": "running", "step": 1_000, "total_steps": 10_000}))
     assert RunDir(run).read_status()["step"] == 1_000
     assert summarize(run).step == 1_500
+    for name in ("step.i8", "catalog.jsonl"):  # a FIFO under a record's name: never waited on for a writer
+        os.remove(run / "steps" / name)
+        os.mkfifo(run / "steps" / name)
+        listed = run_cli("runs", str(tmp_path), timeout=60)
+        assert listed.returncode == 0 and "killed" in listed.stdout and "1000/10000" in listed.stdout, output(listed)
