@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import ROOT, Section, fmt_stats, smoke, standalone, stats, verdict
+from bench.run_events import recorded
 
 #: Goals (the issue's acceptance).
 GOAL_RATE, GOAL_TIME = 0.95, 0.10
@@ -175,12 +176,13 @@ def grid_point(workload: Workload, combo: dict, vram: float, steps: tuple[int, i
     if not fits:
         return {"rate": None, "seconds": 0.0, "refused": True}
     began = time.perf_counter()
-    code, events = _engine([*workload.flags, *_setting_flags(workload, combo), "--vram-gb", f"{vram:.9f}",
-                            "--max-steps", str(steps[1])], root / f"grid-{uuid.uuid4().hex[:6]}")
+    run_dir = root / f"grid-{uuid.uuid4().hex[:6]}"
+    code, _ = _engine([*workload.flags, *_setting_flags(workload, combo), "--vram-gb", f"{vram:.9f}",
+                       "--max-steps", str(steps[1])], run_dir)
     seconds = time.perf_counter() - began
     if code == 2:
         return {"rate": None, "seconds": seconds, "refused": True}
-    times = {e["step"]: e["t"] for e in events if e.get("type") == "step"}
+    times = recorded(run_dir)  # every step's time (the log keeps a step line a second)
     lo, hi = steps
     rate = (hi - lo) * workload.batch * workload.per_sample / (times[hi] - times[lo]) \
         if lo in times and hi in times and times[hi] > times[lo] else float("nan")

@@ -90,6 +90,7 @@ from bench.baseline_variants import LIGHTNING as LIGHTNING
 from bench.common import ROOT, LoadSampler, Section, smoke, standalone
 from bench.cpu_share import POLL_S, CpuTrace, autogroup
 from bench.run_events import EventsFile
+from engine.run.steps import open_record
 
 TIMEOUT_S = 900.0
 
@@ -176,9 +177,10 @@ def engine_run(steps: int, root: Path, flags: tuple[str, ...] = (), cap_s: float
     records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     plan = next((r["text"] for r in reversed(records) if r["type"] == "log" and r.get("stream") == "engine"
                  and r["text"].startswith("threads:")), "")
-    logged = {r["step"]: r for r in records if r["type"] == "step"}
-    marks = [logged[s]["t"] if s in logged else float("nan") for s in range(1, events.last_step() + 1)]
-    loss = logged[steps]["loss"] if steps in logged else float("nan")
+    logged = dict(events.steps)  # every step's time, from the run's step record
+    marks = [logged.get(s, float("nan")) for s in range(1, events.last_step() + 1)]
+    last = open_record(run_dir).window("loss", steps, steps)[1]
+    loss = float(last[0]) if len(last) else float("nan")
     return {"marks": marks, "data_s": [], "loss": loss, "trace": done["trace"], "wall_s": done["wall_s"],
             "capped": events.last_step() if done["code"] is None else None, "plan": plan}
 

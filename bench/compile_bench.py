@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, Section, fmt_stats, ratios, smoke, standalone, stats, verdict
-from bench.run_events import steps_per_s
+from bench.run_events import recorded, steps_per_s
 
 #: (label, task, preset, compile mode, flags) of the per-task rows.
 TASKS = [
@@ -58,11 +58,12 @@ def engine_run(task: str, preset: str, flags: tuple[str, ...], steps: int, windo
     if out.returncode != 0:
         raise RuntimeError(f"{task} {' '.join(flags)} exited {out.returncode}: {out.stderr[-600:]}")
     records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-    steps_t = [(r["step"], r["t"]) for r in records if r["type"] == "step"]
+    steps_t = list(recorded(run_dir).items())  # every step's time (the log keeps a step line a second)
     compiles = [r for r in records if r["type"] == "compile"]
+    losses = recorded(run_dir, "loss")
     return {"steps_per_s": steps_per_s(steps_t, *window), "compile_s": sum(r["seconds"] for r in compiles),
             "recompiles": sum(r["recompiles"] for r in compiles),
-            "loss": next((r["loss"] for r in reversed(records) if r["type"] == "step"), float("nan"))}
+            "loss": losses[max(losses)] if losses else float("nan")}
 
 
 def per_task(steps: int, window: tuple[int, int], rounds: int, tasks: list = TASKS) -> dict:

@@ -1,10 +1,12 @@
-"""Reading a live run's events.jsonl from a benchmark: step times, a steady window, waiting for a step.
+"""Reading a live run from a benchmark: step times, a steady window, waiting for a step.
 
 Throughput is measured from the engine's own record (each StepLogged has the
 wall time ``t`` it was logged at), so every variant — headless, under the
 dashboard, in-process — is timed by the same clock and the same code, and
 start-up, the step-0 baseline eval and the final checkpoint fall outside the
-window by construction.
+window by construction. Every step's time comes from the run's step record
+(engine.run.steps: events.jsonl keeps a step line a second); the log says
+when the run finished, and gives the steps of a run without a record.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from pathlib import Path
 
 
 class EventsFile:
-    """Incremental reader of one events.jsonl (the file may not exist yet; partial last lines wait)."""
+    """Incremental reader of one run: its events.jsonl (``path``; the file may not exist yet, partial last lines
+    wait) and the step record beside it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
         self._partial = b""
+        self._record = None  # the run's step record once it is there (engine.run.steps.StepRecord)
+        self._logged: list[tuple[int, float]] = []  # the log's step lines: every step of a run without a record
         #: (step, t) of every StepLogged read so far.
         self.steps: list[tuple[int, float]] = []
         self.finished = False
@@ -42,9 +47,26 @@ class EventsFile:
             except ValueError:
                 continue
             if event.get("type") == "step":
-                self.steps.append((event["step"], event["t"]))
+                self._logged.append((event["step"], event["t"]))
             elif event.get("type") == "run_finished":
                 self.finished = True
+        self._read_record()
+
+    def _read_record(self) -> None:
+        """Take in the record's new rows (its steps replace the log's step lines once it exists)."""
+        from engine.run.steps import open_record
+
+        if self._record is None:
+            try:
+                self._record = open_record(self.path.parent)
+            except FileNotFoundError:
+                self.steps = self._logged
+                return
+            self.steps = []
+        self._record.refresh()
+        after = self.steps[-1][0] + 1 if self.steps else 0
+        steps, times = self._record.window("t", after, 2**62)
+        self.steps.extend(zip(steps.tolist(), times.tolist()))
 
     def last_step(self) -> int:
         """The newest logged step (0 before the first)."""
@@ -93,3 +115,15 @@ def steps_per_s(steps: list[tuple[int, float]], lo: int, hi: int) -> float:
     if lo not in times or hi not in times or times[hi] <= times[lo]:
         return float("nan")
     return (hi - lo) / (times[hi] - times[lo])
+
+
+def recorded(run_dir: Path, name: str = "t") -> dict[int, float]:
+    """Step → value of one metric (each step's wall time by default) from the run's step record ({} without one)."""
+    from engine.run.steps import open_record
+
+    try:
+        with open_record(run_dir) as record:
+            steps, values = record.window(name, 0, 2**62)
+    except (FileNotFoundError, KeyError):
+        return {}
+    return dict(zip(steps.tolist(), values.tolist()))
