@@ -104,8 +104,9 @@ def holds_for(condition: Callable[[], object], seconds: float, what: str, interv
         time.sleep(min(interval, seconds - elapsed))
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    """Every complete record of a run's events.jsonl."""
+def log_events(run_dir: Path) -> list[dict]:
+    """Every complete record of a run's events.jsonl, as written: its step lines come at the log's cadence
+    (engine.run.sinks.STEP_LINE_S: a line a second, the first, the last and every skipped step)."""
     out = []
     for line in (Path(run_dir) / "events.jsonl").read_text().splitlines():
         try:
@@ -113,6 +114,54 @@ def read_events(run_dir: Path) -> list[dict]:
         except ValueError:
             pass
     return out
+
+
+#: The StepLogged fields the record stores as integers or a flag (the rest are numbers, as in a step line).
+_INT_FIELDS, _FLAG_FIELDS = {"epoch", "batch_size"}, {"skipped"}
+
+
+def record_steps(run_dir: Path) -> list[dict] | None:
+    """Every step of the run's step record (through the public reader, sensorlm_tui.steps), each as a step line
+    of events.jsonl would give it: ``{"type": "step", "step", "t", "loss", ..., "components": {...}}`` (a
+    component only on the steps that logged it). None when the run has no record."""
+    from sensorlm_tui.steps import open_record
+
+    try:
+        record = open_record(run_dir)
+    except FileNotFoundError:
+        return None
+    with record:
+        rows = {step: {"type": "step", "step": step, "components": {}} for step in record.steps().tolist()}
+        for name in record.names():
+            steps, values = record.window(name, 0, 2**62)
+            for step, value in zip(steps.tolist(), values.tolist()):
+                row = rows[step]
+                if name.startswith("components."):
+                    row["components"][name[len("components."):]] = value
+                else:
+                    row[name] = int(value) if name in _INT_FIELDS else bool(value) if name in _FLAG_FIELDS else value
+    return list(rows.values())
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """The run's events: events.jsonl's, with every step the step record holds in place of the log's step lines
+    (the log keeps one a second), each where its time puts it among the others. A run without a record (an old
+    one, or one that could not open it) gives its log as written: every step is a line of it then; so do the
+    steps an old run logged before this version resumed it (below the record's first step)."""
+    logged = log_events(run_dir)
+    steps = record_steps(run_dir)
+    if steps is None:
+        return logged
+    first = steps[0]["step"] if steps else float("inf")
+    out, at = [], 0
+    for event in logged:
+        if event.get("type") == "step" and event.get("step", 0) >= first:
+            continue
+        while at < len(steps) and steps[at]["t"] <= event.get("t", float("inf")):
+            out.append(steps[at])
+            at += 1
+        out.append(event)
+    return out + steps[at:]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,13 +15,13 @@ import pytest
 from engine.run import events as ev
 from engine.run.control.client import RunClient
 from engine.run.control.requests import Request
-from tests.conftest import ROOT, cli_env, holds_for, read_events, wait_until
+from tests.conftest import ROOT, cli_env, holds_for, log_events, read_events, wait_until
 from tests.tui.attach.conftest import status_step
 
 EXAMPLES = ROOT / "examples" / "integrations"
 
-__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "holds_for", "kinds", "started_scripts",
-           "running"]
+__all__ = ["EXAMPLES", "read_events", "send", "status_step", "wait_until", "holds_for", "kinds", "log_steps",
+           "started_scripts", "running"]
 
 
 def send(run: Path, request: Request, timeout: float = 60.0) -> ev.Event:
@@ -34,6 +34,12 @@ def kinds(run: Path, kind: str) -> list[dict]:
     if not (Path(run) / "events.jsonl").exists():
         return []
     return [e for e in read_events(run) if e.get("type") == kind]
+
+
+def log_steps(run: Path) -> list[int]:
+    """The steps events.jsonl has a line for: a line a second, the first, the last and every skipped one (``kinds``
+    gives every step, from the step record)."""
+    return [e["step"] for e in log_events(run) if e.get("type") == "step"]
 
 
 def start_script(script: str, *args: str, log: Path) -> subprocess.Popen:

@@ -17,6 +17,7 @@ from engine.run.control import requests as control
 from engine.run.control import wire
 from engine.run.control.launcher import LaunchError, launch
 from engine.run.control.session import SessionError
+from engine.run.steps import open_record
 
 ENGINE = ["--task", "toy", "--preset", "demo", "--threads", "1", "--eval-every", "0", "--max-steps", "1000000"]
 
@@ -33,23 +34,22 @@ def collect(client, predicate, timeout: float = 30.0) -> list:
 
 
 def steps_in_file(run_dir: Path) -> int:
-    """The highest step number in events.jsonl right now."""
-    top = 0
-    for line in (run_dir / "events.jsonl").read_bytes().splitlines():
-        if line.startswith(b'{"type":"step"'):
-            try:
-                top = max(top, json.loads(line)["step"])
-            except ValueError:
-                pass
-    return top
+    """The highest step in the run's step record right now (0 before it has one): every step is there, where
+    events.jsonl keeps a step line a second."""
+    try:
+        with open_record(run_dir) as record:
+            return record.last_step or 0
+    except FileNotFoundError:
+        return 0
 
 
-def rate(events) -> float:
-    """Steps per second over a list of step events (by their wall-clock stamps)."""
-    steps = [e for e in events if e.type == "step"]
-    if len(steps) < 2 or steps[-1].t == steps[0].t:
+def rate(run_dir: Path, lo: int, hi: int) -> float:
+    """Steps per second from step ``lo`` to ``hi`` (by their wall-clock stamps in the step record)."""
+    with open_record(run_dir) as record:
+        steps, t = record.window("t", lo, hi)
+    if len(steps) < 2 or t[-1] == t[0]:
         return float("nan")
-    return (steps[-1].step - steps[0].step) / (steps[-1].t - steps[0].t)
+    return float((steps[-1] - steps[0]) / (t[-1] - t[0]))
 
 
 def hostile(run_dir, payload: bytes, timeout: float = 10.0) -> dict | None:
@@ -72,8 +72,9 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
         client = engine.client()
         assert client.liveness() == "live"
         history = list(client.history())  # up as soon as the socket exists: maybe only the schema so far
-        calm = collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 30)
+        calm = collect(client, lambda evs: steps_in_file(run_dir) >= 30)
         assert history[0].type == "schema" and any(e.type == "run_started" for e in history + calm)
+        calm = (1, steps_in_file(run_dir))
 
         # pause: the ack arrives and the step count in events.jsonl stops
         sent = time.perf_counter()
@@ -88,7 +89,7 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
         sent = time.perf_counter()
         assert client.send(control.resume(), timeout=10).new == "running"
         resume_ms = (time.perf_counter() - sent) * 1e3
-        collect(client, lambda evs: any(e.type == "step" and e.step > at_pause for e in evs))
+        collect(client, lambda evs: steps_in_file(run_dir) > at_pause)
 
         saved = client.send(control.checkpoint_now(), timeout=10)
         assert saved.type == "setting" and saved.name == "checkpoint"
@@ -116,21 +117,24 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
             except SessionError as exc:
                 answers[i] = f"error: {exc}"
 
-        before = collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 20)
+        start = steps_in_file(run_dir)
+        collect(client, lambda evs: steps_in_file(run_dir) >= start + 20)
+        before = (start, steps_in_file(run_dir))
         crowd = [threading.Thread(target=storm, args=(i,)) for i in range(50)]
         for t in crowd:
             t.start()
-        during = []
         while any(t.is_alive() for t in crowd):
-            during += client.poll(0.1)
-        during += collect(client, lambda evs: sum(e.type == "step" for e in evs) >= 10)
+            client.poll(0.1)
+        collect(client, lambda evs: steps_in_file(run_dir) >= before[1] + 10)
+        during = (before[1], steps_in_file(run_dir))
         quiet.join(15)
         assert sorted(answers) == list(range(50))
         assert all(a in ("hello", "setting") for a in answers.values()), answers
         assert silent and "no complete request line" in silent[0]["error"]
         with capsys.disabled():
-            print(f"\n[channel e2e] toy steps/s: calm {rate(calm):.1f}, before the storm {rate(before):.1f}, "
-                  f"during 50 clients + hostile input {rate(during):.1f}; ack round trip: pause {pause_ms:.0f} ms "
+            print(f"\n[channel e2e] toy steps/s: calm {rate(run_dir, *calm):.1f}, before the storm "
+                  f"{rate(run_dir, *before):.1f}, during 50 clients + hostile input {rate(run_dir, *during):.1f}; "
+                  f"ack round trip: pause {pause_ms:.0f} ms "
                   f"(at a step boundary), resume {resume_ms:.0f} ms (paused engine)")
 
         if os.geteuid() == 0:  # another uid cannot even reach the socket (0700 directory, 0600 socket)

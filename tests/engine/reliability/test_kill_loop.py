@@ -16,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.conftest import read_events
+from engine.run.steps import open_record
 from tests.engine.reliability.harness import TOY, verify_all
 
 INTERVAL = 5
@@ -36,6 +36,17 @@ def _wait_for_temp(directory: Path, pid: int, timeout: float = 30) -> bool:
     return False
 
 
+def _recorded_since(run: Path, began: float) -> dict[int, float]:
+    """Step → loss of the steps the run's step record holds that were logged after ``began`` (one attempt's)."""
+    try:
+        with open_record(run) as record:
+            steps, loss = record.window("loss", 0, 2**62)
+            _, stamps = record.window("t", 0, 2**62)
+    except FileNotFoundError:
+        return {}
+    return {step: value for step, value, t in zip(steps.tolist(), loss.tolist(), stamps.tolist()) if t >= began}
+
+
 def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> None:
     from engine.checkpoint import store
 
@@ -45,7 +56,9 @@ def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> Non
              "--run-dir", str(run)]
     faults = f"slow_save={SLOW_SAVE_S}"
     resumed_at, lost, mid_write, corrupt, litter = 0, [], 0, [], 0
+    losses: dict[int, list] = {}  # each step's loss in every attempt that logged it (the killed runs: one LR schedule)
     for i in range(KILLS):
+        began = time.time()
         engine = engines.spawn(fresh if i == 0 else ["--resume", str(run)], tmp_path, faults=faults)
         if i == 0:  # a run killed before its first checkpoint has nothing to resume, by design
             engine.wait_for(r"^ckpt  step 0 last", timeout=60)
@@ -63,6 +76,8 @@ def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> Non
             time.sleep(rng.uniform(0.0, SLOW_SAVE_S * 0.8))
         engine.signal(signal.SIGKILL)
         assert engine.wait(30) == -signal.SIGKILL
+        for step, loss in _recorded_since(run, began).items():  # read now: the next attempt redoes them
+            losses.setdefault(step, []).append(loss)
         temps = list(checkpoints.glob(".*.tmp-*"))
         mid_write += any(p.name.endswith(f"-{engine.pid}") for p in temps)
         litter = max(litter, len(temps))
@@ -84,14 +99,8 @@ def test_sigkill_loop_loses_at_most_one_interval(engines, tmp_path: Path) -> Non
     assert litter <= 1, "temp files of killed writes must not pile up"
     # Every replayed step (lost, then redone after a resume) computed exactly the loss it had the first time, among
     # the runs with one LR schedule: the final run's --max-steps changes it (a cosine over a dozen steps, not
-    # KILL_TOTAL), so a step it replays after its first trains at another LR by design.
-    losses: dict[int, list] = {}
-    total = None
-    for event in read_events(run):
-        if event["type"] == "run_started":
-            total = event["total_steps"]
-        elif event["type"] == "step" and total == KILL_TOTAL:
-            losses.setdefault(event["step"], []).append(event["loss"])
+    # KILL_TOTAL), so a step it replays after its first trains at another LR by design. The step record keeps the
+    # last attempt of each step, so each killed attempt's steps were read from it after its kill.
     replayed = [step for step, values in losses.items() if len(values) > 1]
     differing = {step: values for step, values in losses.items() if len(set(values)) > 1}
     assert replayed, "no step was ever redone: the kills did not test resume"
