@@ -4,8 +4,8 @@
   million rows at a time: 100M steps in a couple of minutes), with the toy task's default metrics (every
   StepLogged field, each in the type engine.run.steps.fields gives it, plus its loss component
   ``components.mse``), and beside it the events.jsonl an engine leaves: the schema, RunStarted with the toy's
-  config and capabilities, a step line a second (``STEP_LINE_S``), a memory sample every
-  ``engine.budget.hook.CPU_EVERY`` steps, a system sample every ``SYSTEM_S`` seconds, an eval every
+  config and capabilities, a step line a second (the engine's cadence, ``engine.run.sinks.STEP_LINE_S``), a
+  memory sample every ``engine.budget.hook.CPU_EVERY`` steps, a system sample every ``SYSTEM_S`` seconds, an eval every
   ``EVAL_EVERY`` steps, a checkpoint every ``CHECKPOINT_EVERY`` steps (the event only: no files), RunFinished,
   and a finished status.json. The run's clock is ``RATE`` steps a second.
 - ``write_old_run``: the same length in the form of a run from before the record (schema 2, every step a
@@ -32,13 +32,11 @@ from bench.common import ROOT
 from bench.open_run import write_run
 from engine.budget.hook import CPU_EVERY
 from engine.run import events as ev
+from engine.run.sinks import STEP_LINE_S  # the engine's cadence of step lines in events.jsonl
 from engine.run.steps import StepWriter, record_dir
 
 #: Steps a second of the run's clock (the issue's live rate).
 RATE = 1000.0
-#: Seconds of run time between two step lines in events.jsonl: the cadence engine.run.sinks.STEP_LINE_S is to
-#: take once every viewer reads steps from the record (docs/STEP_RECORD.md).
-STEP_LINE_S = 1.0
 #: Seconds between two system samples (engine.training.system.SystemSampler's interval).
 SYSTEM_S = 2.0
 #: Steps between two evaluations and between two checkpoints of the long runs.

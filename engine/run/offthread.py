@@ -119,13 +119,15 @@ def run_records(run_dir: RunDir, jsonl: Callable, console: Callable | None = Non
     status.json's fields, the console; and the status writer, whose heartbeat (started by the caller) flushes
     the drainer every second. The engine, the three integrations and a job's rank 0 all come through here, so
     they all write the same record. A step record that cannot be opened is a warning in the log, never a
-    stopped run: the steps then live in events.jsonl alone."""
+    stopped run: the steps then live in events.jsonl alone, every one of them (the log's step cadence is off)."""
     status = StatusWriter(run_dir)
     warn = getattr(jsonl, "warn", None)
     try:
         record = RecordSink(record_dir(run_dir.root), warn=lambda text: warn(text) if warn else None)
     except OSError as exc:
         record = None
+        if hasattr(jsonl, "step_every_s"):
+            jsonl.step_every_s = 0.0
         if warn is not None:
             warn(f"{record_dir(run_dir.root)}: cannot open the step record ({exc.strerror or exc})")
     records = OffThreadSinks([jsonl, record, status_sink(status), console]).start()

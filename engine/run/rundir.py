@@ -4,7 +4,9 @@ Layout of ``runs/<name>/``::
 
     engine.lock          flock held by the engine that owns the directory (engine.run.runlock)
     config.toml          resolved configuration (what --resume reads)
-    events.jsonl         every event, append-only, schema version first
+    events.jsonl         every event but the steps, append-only, schema version first; a step line a second
+                         (engine.run.sinks.STEP_LINE_S) and the first, last and skipped steps
+    steps/               every step's metrics in columns (engine.run.steps, docs/STEP_RECORD.md)
     status.json          pid, host, start time, heartbeat (every second), state
     engine.log           the engine process's stdout/stderr
     startup.jsonl        a launched engine's start-up phases until events.jsonl exists (then removed)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.run.sinks import STEP_LINE_S
 from engine.run.steps import open_record
-from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, log_events, read_events, run_cli
 
 TOY = ["train", "--task", "toy", "--threads", "1", "--headless"]
 
@@ -31,9 +32,14 @@ def test_toy_learns_and_prints_plain_lines(tmp_path: Path) -> None:
     assert result.stdout.strip().splitlines()[-1].startswith("done  finished at step 120")
     events = read_events(tmp_path / "r")
     assert events[0]["type"] == "schema" and events[0]["version"] == 3
-    record = open_record(tmp_path / "r")  # every step in the step record, as the log's step lines say
+    record = open_record(tmp_path / "r")  # every step in the step record; the log's step lines at its cadence
     assert record.steps().tolist() == list(range(1, 121))
-    assert record.window("loss", 1, 120)[1].tolist() == [np.float32(loss) for loss in _steps(events).values()]
+    logged = log_events(tmp_path / "r")
+    lines = _steps(logged)
+    span = logged[-1]["t"] - next(e["t"] for e in logged if e["type"] == "run_started")
+    assert 1 in lines and 120 in lines and len(lines) <= span / STEP_LINE_S + 2, (len(lines), span)
+    loss = dict(zip(*record.window("loss", 1, 120)))
+    assert {step: np.float32(value) for step, value in lines.items()} == {step: loss[step] for step in lines}
 
 
 def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:

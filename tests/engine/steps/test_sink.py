@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
 from engine.run import events as ev
 from engine.run.offthread import OffThreadSinks, run_records
 from engine.run.rundir import RunDir
-from engine.run.sinks import JsonlSink
+from engine.run.sinks import STEP_LINE_S, JsonlSink
 from engine.run.steps import open_record, record_dir
 from engine.run.steps.sink import RecordSink
 
@@ -105,8 +106,40 @@ def test_step_lines_at_a_cadence_keep_the_first_last_and_skipped_steps(tmp_path)
     lines = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert lines[0] == {"type": "schema", "t": lines[0]["t"], "version": 3, "writer": "sensorlm-tui"}
     assert [e["step"] for e in lines if e["type"] == "step"] == [1, 101, 123, 223, 323, 423, 500]
-    every = JsonlSink(tmp_path / "all.jsonl")  # the default cadence (sinks.STEP_LINE_S) keeps every line
+    every = JsonlSink(tmp_path / "all.jsonl", step_every_s=0)  # no cadence: every step's line
     for step in range(1, 11):
         every(ev.StepLogged(step=step, t=100.0))
     every.close()
     assert sum('"type":"step"' in line for line in (tmp_path / "all.jsonl").read_text().splitlines()) == 10
+
+
+def _step_lines(run: RunDir) -> list[int]:
+    return [e["step"] for e in map(json.loads, run.events.read_text().splitlines()) if e["type"] == "step"]
+
+
+def test_a_run_logs_a_step_line_a_second_and_records_every_step(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    status, records = run_records(run, JsonlSink(run.events))  # the engine's records, at the default cadence
+    records(ev.RunStarted(total_steps=3000))
+    began = time.time()
+    for step in range(1, 3001):  # as fast as the bus takes them: a few seconds at most, however loaded the box
+        records(ev.StepLogged(step=step, loss=1.0 / step))
+    records.close()
+    status.stop()
+    seconds = time.time() - began
+    lines = _step_lines(run)
+    assert lines[0] == 1 and lines[-1] == 3000 and len(lines) <= seconds / STEP_LINE_S + 2, (len(lines), seconds)
+    assert open_record(tmp_path).steps().tolist() == list(range(1, 3001))
+
+
+def test_a_run_without_a_step_record_keeps_every_step_line(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    record_dir(tmp_path).write_text("a file where the record's directory goes")  # the record cannot be opened
+    status, records = run_records(run, JsonlSink(run.events))
+    for step in range(1, 201):
+        records(ev.StepLogged(step=step, loss=1.0))
+    records.close()
+    status.stop()
+    assert _step_lines(run) == list(range(1, 201))
