@@ -65,7 +65,10 @@ class EventsFile:
             self.steps = []
         self._record.refresh()
         after = self.steps[-1][0] + 1 if self.steps else 0
-        steps, times = self._record.window("t", after, 2**62)
+        try:
+            steps, times = self._record.window("t", after, 2**62)
+        except KeyError:  # a record just created: no series in its catalogue yet
+            return
         self.steps.extend(zip(steps.tolist(), times.tolist()))
 
     def last_step(self) -> int:

@@ -19,6 +19,7 @@ def test_step_times_come_from_the_record_beside_a_log_at_its_cadence(tmp_path):
     events.read()
     assert events.steps == [(1, 100.1), (11, 101.1)]  # no record yet: the log's step lines
     writer = StepWriter(record_dir(tmp_path))
+    events.read()  # a record with no series yet: nothing to read there (never a KeyError)
     writer.append_columns(np.arange(1, 16), {"t": 100.0 + np.arange(1, 16) / 10, "loss": np.linspace(2, 1, 15)})
     writer.flush()
     events.read()
