@@ -86,9 +86,12 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
 
     second = started_scripts("plain_loop.py", str(run), *ARGS, log=tmp_path / "second.out")
     wait_until(lambda: status_step(run) > max(before) + 5, 120, "the resumed loop past the killed one")
-    resumed = [e for e in read_events(run)[len(killed):] if e["type"] == "run_started"]
+    # what came after the kill (by time: the resume dropped the killed loop's steps past the save from the record)
+    killed_t = max(e.get("t", 0) for e in killed)
+    later = [e for e in read_events(run) if e.get("t", 0) > killed_t]
+    resumed = [e for e in later if e["type"] == "run_started"]
     assert resumed and resumed[0]["start_step"] == saved_step and resumed[0]["resumed_from"].endswith("last.pt")
-    after = _losses(read_events(run)[len(killed):])
+    after = _losses(later)
     overlap = sorted(set(before) & set(after))
     assert overlap and overlap[0] == saved_step + 1
     assert [after[s] for s in overlap] == [before[s] for s in overlap]  # the same run, bit for bit (CPU)
@@ -102,6 +105,7 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     assert liveness(RunDir(run)) == "aborted"
     assert "val_loss" in render([run], "val_loss", 80, 20)
     # the step record: the killed attempt's steps up to its save, then the resumed attempt's, each once
-    kept = {step: loss for step, loss in before.items() if step <= saved_step} | _losses(events[len(killed):])
+    kept = {step: loss for step, loss in before.items() if step <= saved_step} | \
+        _losses([e for e in events if e.get("t", 0) > killed_t])
     steps, losses = open_record(run).window("loss", 0, 10**9)
     assert steps.tolist() == sorted(kept) and losses.tolist() == [np.float32(kept[s]) for s in sorted(kept)]
