@@ -76,6 +76,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
@@ -122,6 +123,7 @@ class TaskBatches(Dataset):
             os._exit(0)  # the trainer died while this worker was starting: init is not its trainer
         _exit_with_parent(self.trainer_pid)
         atexit.register(finish_sends)
+        quiet_abandoned_handoffs()
         if self.silent:
             _silence_stdio()
         from engine.core import config as cfg
@@ -208,6 +210,26 @@ def finish_sends(timeout: float = FEEDER_JOIN_S) -> None:
     for thread in threading.enumerate():
         if thread.name == "QueueFeederThread" and thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def quiet_abandoned_handoffs() -> None:
+    """In a worker: a handoff its trainer abandoned is not reported here. A batch's storage reaches the trainer as
+    a file descriptor that multiprocessing's resource sharer (a thread of this worker) hands over when the trainer
+    asks for it; a trainer that stops in the middle of asking (a Ctrl-C landing in the handoff, its exit) leaves
+    that thread writing to a closed socket, and the sharer prints the BrokenPipeError through ``sys.excepthook``
+    into the stderr it shares with the trainer: a traceback after a clean exit (five Ctrl-Cs 50 ms apart). The
+    trainer's side of a handoff it abandoned is the trainer's to report; a peer gone (ConnectionError, EOFError)
+    inside the sharer is dropped here, and anything else is printed as before."""
+    from multiprocessing import resource_sharer
+
+    sharer, default = resource_sharer.__file__, sys.excepthook
+
+    def hook(kind, value, tb) -> None:
+        inside = any(frame.f_code.co_filename == sharer for frame, _ in traceback.walk_tb(tb))
+        if not (inside and issubclass(kind, (ConnectionError, EOFError))):
+            default(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _exit_with_parent(parent: int) -> None:

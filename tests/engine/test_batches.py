@@ -263,3 +263,42 @@ def test_ctrl_c_while_the_workers_start_checkpoints_and_stops_without_a_tracebac
     finished = [e for e in read_events(run) if e["type"] == "run_finished"][-1]
     saved = [e for e in read_events(run) if e["type"] == "checkpoint"][-1]
     assert finished["status"] == "aborted" and saved["step"] == finished["steps"]
+
+
+_ABANDONED_HANDOFF = """
+import os, socket, sys
+from multiprocessing import resource_sharer
+if sys.argv[1] == "quiet":
+    from engine.training.batches import quiet_abandoned_handoffs
+    quiet_abandoned_handoffs()
+r, w = os.pipe()
+left, kept = resource_sharer.DupFd(r), resource_sharer.DupFd(w)  # two storages this worker offers its trainer
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(left._id[0])
+sock.close()  # the trainer stopped in the middle of asking for the first
+os.close(kept.detach())  # the second served: the sharer's one thread has dealt with the first
+sys.excepthook(ValueError, ValueError("another error still shown"), None)
+"""
+
+
+def test_a_handoff_the_trainer_abandoned_prints_no_traceback_from_the_worker() -> None:
+    # Five Ctrl-Cs 50 ms apart (tests/engine/reliability/test_signals_repeated.py) ended a run cleanly, then a
+    # worker's resource-sharer thread printed "BrokenPipeError" with a traceback into the engine's stderr: the
+    # trainer had stopped while asking for a batch's file descriptor. The same abandoned request, by hand.
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    def run(mode: str) -> str:
+        done = subprocess.run([sys.executable, "-c", _ABANDONED_HANDOFF, mode], capture_output=True, text=True,
+                              timeout=120, env=cli_env())
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stderr
+
+    gone = ("BrokenPipeError", "ConnectionResetError", "EOFError")  # which one: whether the close beat the accept
+    bare = run("bare")
+    assert "resource_sharer.py" in bare and any(e in bare for e in gone), bare  # what the worker printed
+    quiet = run("quiet")
+    assert "Traceback" not in quiet and not any(e in quiet for e in gone), quiet
+    assert "ValueError: another error still shown" in quiet, quiet

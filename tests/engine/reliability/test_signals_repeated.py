@@ -30,13 +30,18 @@ def test_repeated_signals_exit_with_the_code_status_records_and_no_traceback(eng
     run = tmp_path / "run"
     engine = engines.spawn([*LONG, "--set", "runtime.data_workers=1", "--run-dir", str(run)], tmp_path,
                            entry="module")
-    engine.wait_for(r"^step\s+5/", timeout=120)
-    sent, deadline = 0, time.monotonic() + 30
-    while _alive(engine):
-        assert time.monotonic() < deadline, "still running 30 s into the signals"
-        engine.signal(getattr(signal, burst[sent % len(burst)]))
-        sent += 1
-        time.sleep(0.05)
+    try:
+        engine.wait_for(r"^step\s+5/", timeout=120)
+        sent, deadline = 0, time.monotonic() + 30
+        while _alive(engine):
+            assert time.monotonic() < deadline, "still running 30 s into the signals"
+            engine.signal(getattr(signal, burst[sent % len(burst)]))
+            sent += 1
+            time.sleep(0.05)
+    finally:  # an assert before the exit must not leave a 100,000-step run training
+        if _alive(engine):
+            engine.signal(signal.SIGKILL)
+            engine.wait(30)
     assert sent >= 2
     code = engine.wait(60)
     status = json.loads((run / "status.json").read_text())
