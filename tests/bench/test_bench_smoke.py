@@ -148,6 +148,7 @@ def test_startup_table(monkeypatch):
                for v in section.verdicts), section.verdicts
 
 
+@pytest.mark.slow
 def test_demo_learning_reads_the_runs_evals_back():
     from bench import demo_learning
 
@@ -318,6 +319,7 @@ def test_baselines_cpu_table_splits_the_loaded_rate_into_the_kernels_share_and_t
         in built.body
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # three loops, Lightning's import among them: ~100 s at load 20
 def test_baseline_loops_reach_the_same_loss_and_time_their_steps_like_the_engine():
     from bench import baseline_loops
@@ -367,6 +369,7 @@ def test_baselines_runs_are_long_enough_for_the_engine_to_plan_as_a_real_run_doe
         assert lo >= 30 and hi < steps and rounds >= 3 and extra_rounds >= load_rounds
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_baselines_measure_times_the_engine_and_a_loop_over_the_same_steps_read_alike():
     from bench import baselines as b
@@ -467,6 +470,7 @@ def test_gpu_autotune_row_reads_the_search_and_counts_out_of_memory_events():
     assert "error" in autotune_gpu.row(events[:1], {})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="bench.long_runs drives the viewer in tmux")
 def test_long_runs_smoke_measures_every_row_with_the_real_viewer():

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 
 def _rate(text: str) -> float:

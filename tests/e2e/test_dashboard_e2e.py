@@ -20,7 +20,7 @@ from engine.run.rundir import RunDir
 from tests.conftest import holds_for, read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 PHASES = ("reading the config", "importing torch", "predicting memory", "building data and model")
 

@@ -20,7 +20,7 @@ from tests.conftest import holds_for, read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
 from tests.tui.attach.conftest import status_step
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 TRAIN = ["train", "--task", "toy", "--threads", "1", "--max-steps", "100000", "--nproc-per-node", "2",
          "--run-dir", "runs/job"]

@@ -21,7 +21,7 @@ from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 from tests.engine.gapfill.gapfill_helpers import TINY, TOML
 from tui.model.format import short_float
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 
 def _title(text: str) -> str:

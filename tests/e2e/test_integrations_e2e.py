@@ -18,7 +18,7 @@ from engine.run.rundir import RunDir
 from tests.conftest import ROOT, holds_for, read_events, wait_until
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = [sys.executable, str(ROOT / "examples" / "integrations" / "lightning_run.py"), "runs/light",
           "--steps", "100000", "--step-s", "0.02", "--val-every", "25"]

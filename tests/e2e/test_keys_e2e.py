@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.tmux import Tmux, needs_tmux
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 #: Each number field's label as the modal shows it (the demo run: the engine's three and the task's window).
 FIELDS = {"batch_size": "batch size 1..1000000", "grad_accum": "grad accum 1..4096", "lr": "learning rate >0..10",

@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_a_refused_launch_prints_the_reason_every_option_and_the_log(tmp_path: Path, tmux: Tmux) -> None:

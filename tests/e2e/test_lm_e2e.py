@@ -17,7 +17,7 @@ import pytest
 from engine.run.rundir import RunDir, pid_alive
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 #: GiB: the demo's predicted peak fits, a 8192-token sequence does not.
 BUDGET_GB = "0.25"

@@ -30,7 +30,7 @@ from engine.run.rundir import RunDir
 from tests.conftest import ROOT, read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 DETACHED = re.compile(r"Attach: (?P<attach>.+?) · stop: (?P<stop>kill -INT \d+) \(it checkpoints first\)")
 

@@ -16,7 +16,7 @@ from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 from tui.dashboard.scripted import demo_run
 
-pytestmark = [needs_tmux, pytest.mark.e2e]
+pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
 
 def _step(text: str) -> int:

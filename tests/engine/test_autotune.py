@@ -217,6 +217,7 @@ def _losses(events) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in events if e.get("type") == "step" and not e["skipped"]}
 
 
+@pytest.mark.slow
 def test_losses_over_the_autotune_window_match_an_untuned_run(runs) -> None:
     tuned, plain = read_events(runs / "tuned"), read_events(runs / "plain")
     started = next(e for e in tuned if e["type"] == "autotune_started")

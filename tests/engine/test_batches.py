@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 
+import pytest
 import torch
 
 from engine.checkpoint import store
@@ -50,6 +51,7 @@ def _train(trainer: Trainer, sink: MemorySink, until: int, change_at: int = 4) -
     return {e.step: e.loss for e in sink.drain() if e.type == "step"}
 
 
+@pytest.mark.slow
 def test_dataloader_workers_train_bit_identically_through_a_batch_change_and_a_resume(tmp_path) -> None:
     workers, sink = _trainer(tmp_path / "w", data_workers=1)
     try:
@@ -115,6 +117,7 @@ os.write(int(sys.argv[1]),
 """
 
 
+@pytest.mark.slow
 def test_worker_processes_start_under_the_in_process_dashboards_stdio(tmp_path) -> None:
     """Textual's stdio objects have fileno() -1; spawning the first worker used to fail with "bad value(s) in
     fds_to_keep" (the resource tracker keeps sys.stderr's fd), so an in-process run had no worker processes."""
@@ -132,6 +135,7 @@ def test_worker_processes_start_under_the_in_process_dashboards_stdio(tmp_path) 
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
     """Seen in CI: at a graceful abort a worker's C++ runtime aborted on exit, torch's SIGCHLD handler raised
     "DataLoader worker (pid …) is killed by signal: Aborted" inside the shutdown's join, and the run ended failed."""
@@ -181,6 +185,7 @@ queue.close()
 """
 
 
+@pytest.mark.slow
 def test_a_worker_exiting_while_its_feeder_sends_a_batch_ends_cleanly() -> None:
     # A DataLoader worker's exit as a graceful abort makes it: its queue's feeder thread is still pickling a
     # batch. Unjoined, the interpreter's finalization ends that thread inside torch's C++ and the C++ runtime

@@ -91,6 +91,7 @@ def test_checkpoints_do_not_depend_on_compile_and_resume_crosses_it_both_ways(ea
     assert to_compiled.of("compile")[0].step == 7 and to_compiled.trainer.settings.batch_size == 5
 
 
+@pytest.mark.slow
 def test_inductor_compiles_the_toy_and_matches_eager() -> None:
     config = cfg.load(task="toy", overrides={"toy": {"dim": 16, "depth": 1, "channels": 2, "length": 16},
                                              "train": {"max_steps": 4, "batch_size": 4}, "evaluation": {"every": 0},

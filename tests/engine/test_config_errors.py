@@ -64,6 +64,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_is_one_line_exit_2(case: str, tmp_path: Path) -> None:
     toml, flags, expected = CASES[case]
@@ -127,6 +128,7 @@ def _finished_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_resume_refuses_config_and_another_run_dir_but_takes_its_own(tmp_path: Path) -> None:
     run = _finished_run(tmp_path)
     (tmp_path / "other.toml").write_text("[optimizer]\nlr = 0.5\n")
@@ -140,6 +142,7 @@ def test_resume_refuses_config_and_another_run_dir_but_takes_its_own(tmp_path: P
     assert same.returncode == 0, same.stderr  # the dashboard's launcher always passes --run-dir
 
 
+@pytest.mark.slow
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_over(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

@@ -87,6 +87,7 @@ def test_v1_runs_list(runs: Path) -> None:
         assert record["best_metric"].startswith("psnr_db")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["toy_v1", "sensorlm_v1"])
 def test_v1_run_resumes_from_its_checkpoint(runs: Path, name: str) -> None:
     before = len(read_events(runs / name))
@@ -147,6 +148,7 @@ def test_v2_config_moves_its_train_keys_to_their_sections() -> None:
     assert {path: _at(config, path) for path in V2_SETTINGS} == V2_SETTINGS
 
 
+@pytest.mark.slow
 def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_path: Path) -> None:
     run = tmp_path / "toy_v2"
     shutil.copytree(V2, run)
@@ -168,6 +170,7 @@ def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_
         "policies.abort_patience)" in notes[0], result.stdout  # the flag's note; the run's own files: quietly
 
 
+@pytest.mark.slow
 def test_an_old_key_in_a_file_or_flag_trains_under_its_new_name_with_a_note(tmp_path: Path) -> None:
     old = tmp_path / "old.toml"
     old.write_text('[task]\nname = "toy"\n\n[train]\nmax_steps = 2\neval_every = 0\n')

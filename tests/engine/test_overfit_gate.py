@@ -3,7 +3,11 @@ without it."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import read_events, run_cli
+
+pytestmark = pytest.mark.slow
 
 TOY = ["train", "--headless", "--task", "toy", "--threads", "1", "--set", "toy.dim=32", "--set", "toy.val_samples=8",
        "--max-steps", "6", "--eval-every", "3"]

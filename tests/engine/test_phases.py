@@ -137,6 +137,7 @@ def test_the_console_prints_a_phase_with_its_detail() -> None:
     assert out.getvalue().startswith("phase building data and model (lm/tiny) elapsed 0:00 at ")
 
 
+@pytest.mark.slow
 def test_headless_prints_reading_the_config_first_and_logs_it(tmp_path: Path) -> None:
     """The dashboard showed "reading the config" from the process's first instant; headless skipped it. Once the
     flags are parsed (--help and a bad flag print no phase) it is the first line, and the run's log holds it."""

@@ -40,6 +40,7 @@ def _cli(site: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPr
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(site: Path, tmp_path: Path) -> None:
     run = tmp_path / "runs" / "ones"
     first = _cli(site, "train", "--task", "ones", "--threads", "1", "--max-steps", "6", "--eval-every", "3",
@@ -83,6 +84,7 @@ def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(site: Path, tmp_
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_broken_plugin_is_one_line_and_builtins_still_work(tmp_path: Path) -> None:
     site = tmp_path / "broken-site"
     info = site / "broken_plugin-0.0.dist-info"

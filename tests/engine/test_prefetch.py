@@ -91,11 +91,13 @@ def test_training_with_prefetch_is_bit_identical_and_mostly_served_ahead(accum: 
     assert trainer.prefetch.hits == 12 * accum - 1 and trainer.prefetch.misses == 1
 
 
+@pytest.mark.slow
 def test_a_worker_exits_when_its_trainer_is_killed() -> None:
     _assert_no_worker_outlives_its_killed_trainer(
         "p.take(((1, 2), 0))  # a worker's result: it is up", settle_s=20)
 
 
+@pytest.mark.slow
 def test_a_worker_still_starting_exits_when_its_trainer_is_killed() -> None:
     """The trainer dies while its worker is still spawning (importing torch): the worker must not take init
     (pid 1) for its trainer and watch it forever — the orphans the suite used to leave behind."""

@@ -22,6 +22,8 @@ from engine.run.control import requests as control
 from engine.run.control.launcher import launch
 from tests.conftest import ROOT, cli_env, read_events
 
+pytestmark = pytest.mark.slow
+
 SITECUSTOMIZE = '''import os
 
 if os.environ.get("TEARDOWN_MARKER"):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.run.control.launcher import launch
 from engine.run.control.requests import abort
 from tests.conftest import program, run_cli
+
+pytestmark = pytest.mark.slow
 
 
 def test_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from engine.run.sinks import STEP_LINE_S
 from engine.run.steps import open_record
 from tests.conftest import kill_at_checkpoint_and_resume, log_events, read_events, run_cli
+
+pytestmark = pytest.mark.slow
 
 TOY = ["train", "--task", "toy", "--threads", "1", "--headless"]
 

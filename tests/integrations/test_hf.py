@@ -12,6 +12,8 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
+
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.control.client import RunClient
@@ -22,6 +24,8 @@ from tests.tui.attach.conftest import screen_text, until
 from tui.commands.plot import render
 from tui.dashboard.app import DashboardApp
 from tui.model.run_index import list_runs
+
+pytestmark = pytest.mark.slow
 
 #: The memory panel with a measured and a predicted peak (the traced step).
 MEMORY = r"meas [\d.]+( [KM]iB)? · pred [\d.]+ [KM]iB"

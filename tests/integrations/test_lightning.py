@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.rundir import RunDir, liveness
@@ -17,6 +19,8 @@ from engine.run.steps import open_record
 from tests.integrations.conftest import holds_for, kinds, log_steps, read_events, send, status_step, wait_until
 from tui.commands.plot import render
 from tui.model.run_index import list_runs
+
+pytestmark = pytest.mark.slow
 
 
 def ack_step(run: Path) -> int:

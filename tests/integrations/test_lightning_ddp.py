@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.run import events as ev
 from engine.run.control import requests as rq
 from engine.run.steps import open_record
 from tests.integrations.conftest import holds_for, kinds, log_steps, read_events, send, status_step, wait_until
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_pause_lands_on_both_ranks_at_one_step(tmp_path: Path, started_scripts) -> None:

@@ -74,6 +74,7 @@ def test_a_damaged_last_pt_falls_back_to_the_previous_good_one_and_is_never_rota
     assert (_saved_step(checkpoints / "last.pt"), _saved_step(checkpoints / "last.prev.pt")) == (6, 4)
 
 
+@pytest.mark.slow
 def test_an_integration_on_an_engine_run_directory_is_refused_in_one_line_and_changes_nothing(server, tmp_path) -> None:
     engine_run = tmp_path / "engine-run"
     trained = server.spawn(["--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir", str(engine_run)],
@@ -107,6 +108,7 @@ def _until(condition, server, loop, what: str, timeout: float = 60) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.slow
 def test_ten_kills_in_the_middle_of_saves_leave_no_temporary_file(server, tmp_path) -> None:
     """A wide model (each save ~15 MB) saved every step: each kill lands while a ``.last.pt.tmp-<pid>`` is being
     written, which the test sees before it kills. The next start removes the dead writer's file."""

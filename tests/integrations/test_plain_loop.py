@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from engine.run import events as ev
@@ -28,6 +29,8 @@ from tui.commands.plot import render
 from tui.dashboard.attach_app import AttachApp
 from tui.model.run_index import list_runs
 from tui.screens.resume import ResumeScreen
+
+pytestmark = pytest.mark.slow
 
 #: Periodic saves far apart: the manual save is the newest when the loop is killed. (Every 50 steps, a save
 #: could land in the last second before the kill, which the event log, flushed each second, had not shown:

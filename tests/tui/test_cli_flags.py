@@ -32,6 +32,7 @@ def test_a_bad_refresh_is_refused_before_an_engine_starts(capsys, tmp_path, monk
     assert not (tmp_path / "runs").exists(), "nothing written"
 
 
+@pytest.mark.slow
 def test_an_engine_the_dashboard_never_opened_is_stopped(tmp_path) -> None:
     # train spawns its engine before the dashboard imports Textual; a dashboard that never opens its session
     # (it failed to start) must not leave that engine training unseen.

@@ -102,6 +102,7 @@ def test_missing_run_is_one_line_exit_2(tmp_path: Path) -> None:
     assert rc == 2 and err.count("\n") == 1 and "no such run" in err
 
 
+@pytest.mark.slow
 def test_headless_train_draws_the_chart_at_the_end(tmp_path: Path) -> None:
     out = run_cli("train", "--headless", "--task", "toy", "--max-steps", "12", "--name", "p",
                   "--set", "evaluation.every=6", "--plot", "loss", cwd=tmp_path, timeout=240)

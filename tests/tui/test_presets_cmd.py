@@ -19,6 +19,7 @@ def _table(task: str) -> dict[str, int]:
     return {r[0]: int(r[1].replace(",", "")) for r in rows}
 
 
+@pytest.mark.slow
 def test_sensorlm_counts_equal_the_models_built_on_the_meta_device() -> None:
     from engine.tasks.sensorlm.presets_info import param_counts
 
@@ -36,6 +37,7 @@ def test_toy_count_equals_the_model() -> None:
     assert _table("toy") == {"demo": sum(p.numel() for p in model.parameters())}
 
 
+@pytest.mark.slow
 def test_gapfill_without_an_analytic_model_counts_its_u_net() -> None:
     torch = pytest.importorskip("torch")
     from engine.core import config as cfg

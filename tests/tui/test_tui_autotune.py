@@ -76,6 +76,7 @@ async def test_every_value_of_the_table_is_readable_while_searching_and_once_cho
     assert not [r for r in session.sent if r.action == "autotune"], "a search running: f only shows it"
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_the_table_starts_a_search_from_its_own_worker_and_x_cancels_it():
     app, session = make()

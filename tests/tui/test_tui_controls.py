@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.core.invocation import program
 from engine.run.control.requests import Request
 from tests.tui.tui_helpers import burst, make, on_screen, opened, pilot_test, wait_for
@@ -142,6 +144,7 @@ def _estimate(tune) -> str:
     return str(tune.query_one("#tune-estimate").render())
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
     app, session = make()
@@ -164,6 +167,7 @@ async def test_tune_asks_the_engine_once_per_settled_value_and_applies():
     assert app.model.markers[-1].name == "batch_size" and app.model.markers[-1].new == 64
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_every_number_field_takes_a_burst_of_keys_in_the_order_typed():
     # Keys read together used to act out of order: a field's Backspace / End ran only after the key had bubbled up
@@ -198,6 +202,7 @@ async def test_every_number_field_takes_a_burst_of_keys_in_the_order_typed():
         assert tune.query_one("#tune-batch_size").value == "49" and not tune.query_one("#tune-force").value
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_a_fixed_value_takes_its_error_away_from_the_tune_modal():
     app, session = make()
@@ -265,6 +270,7 @@ async def test_tune_predicts_and_applies_the_pair_being_applied_together():
     assert len(applied) == 1 and applied[0].changes == {"batch_size": 100, "kernel": "lean"}, "judged as one"
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_tune_shows_each_range_and_refuses_a_value_outside_it_without_asking():
     app, session = make()
@@ -318,6 +324,7 @@ async def test_a_read_only_viewer_sees_predictions_but_cannot_apply():
     assert [(r.name, r.value, r.dry_run) for r in session.sent] == [("batch_size", 128, True)]
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_tune_shows_wont_fit_with_the_bytes_the_real_engine_refuses_with(tmp_path):
     from engine.app.inprocess import InProcessSession
@@ -426,6 +433,7 @@ async def test_help_opens_and_closes():
         await on_screen(pilot, "DashboardScreen")
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_command_palette_runs_a_control_and_switches_theme():
     app, session = make()

@@ -28,6 +28,7 @@ async def _modal(size: tuple[int, int], key: str, screen: str):
         yield app, pilot
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES, ids=IDS)
 @pilot_test
 async def test_every_key_of_the_help_can_be_read(size):

@@ -73,6 +73,7 @@ def test_paused(snap_compare, size):
     assert snap_compare(_app(), terminal_size=size, run_before=_then("space", state="paused", status="pause: done"))
 
 
+@pytest.mark.slow
 @SIZES
 def test_tune_modal(snap_compare, size):
     assert snap_compare(_app(), terminal_size=size, run_before=_then("t", screen="TuneScreen"))
@@ -103,18 +104,21 @@ def _autotune(finished: bool):
     return app, run_before
 
 
+@pytest.mark.slow
 @THREE_SIZES
 def test_autotune_searching(snap_compare, size):
     app, run_before = _autotune(finished=False)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+@pytest.mark.slow
 @THREE_SIZES
 def test_autotune_chosen(snap_compare, size):
     app, run_before = _autotune(finished=True)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+@pytest.mark.slow
 @THREE_SIZES
 def test_help(snap_compare, size):
     assert snap_compare(_app(), terminal_size=size, run_before=_then("question_mark", screen="HelpScreen"))
@@ -135,6 +139,7 @@ async def _tune_error_fixed(pilot) -> None:
     await pilot.pause(0.3)
 
 
+@pytest.mark.slow
 @THREE_SIZES
 def test_tune_modal_error_fixed(snap_compare, size):
     assert snap_compare(_app(), terminal_size=size, run_before=_tune_error_fixed)

@@ -32,6 +32,7 @@ def test_unknown_theme_names_the_flag_and_the_choices():
         themes.resolve("neon")
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_every_theme_renders_and_the_palette_switches_it():
     app, _ = make(theme="light")

@@ -29,6 +29,7 @@ async def _choose(pilot, app, name: str) -> None:
     await on_screen(pilot, "DashboardScreen")
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_chooser_switches_a_chart_to_grad_norm_and_back_to_the_primary():
     app, _ = make()
@@ -58,6 +59,7 @@ async def test_typing_in_the_chooser_jumps_to_a_metric():
         await wait_for(pilot, lambda: chart.shown(app.model) == "loss", "loss chosen by typing lo")
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_the_chooser_filter_takes_every_typed_character_and_digits_pick_a_chart_only_when_empty():
     app, _ = make()
@@ -143,6 +145,7 @@ async def test_compare_of_a_missing_run_is_one_line_in_the_status(tmp_path):
         assert "not a run" in app.status_text and app.model.compare is None
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_run_picker_overlays_the_chosen_run_and_x_clears_it(tmp_path):
     runs = tmp_path / "runs"
@@ -195,6 +198,7 @@ async def test_the_palette_offers_one_theme_system():
         assert "theme" not in titles and "quit" in titles
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_footer_follows_the_state_resume_while_paused_none_when_ended():
     app, _ = make()

@@ -11,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from engine.run import events as ev
 from engine.run.control.client import RunClient
@@ -64,6 +65,7 @@ def _held_after_frames(path: Path) -> tuple[int, int, list[str]]:
     return held, peak, frames
 
 
+@pytest.mark.slow
 def test_what_the_viewer_holds_does_not_grow_from_10k_to_1m_steps(tmp_path):
     _held_after_frames(_record(tmp_path / "first", 2_000))  # what the first frames of a process cache (imports…)
     small = _held_after_frames(_record(tmp_path / "small", 10_000))

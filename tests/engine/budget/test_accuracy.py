@@ -15,6 +15,8 @@ from engine.budget import analytic, truth
 from engine.budget.trace_worker import trace as trace_in_process
 from tests.engine.budget.conftest import small
 
+pytestmark = pytest.mark.slow
+
 CASES = {
     "sdpa b2": {},
     "sdpa b1": {"train": {"batch_size": 1}},

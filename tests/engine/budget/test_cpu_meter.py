@@ -35,6 +35,7 @@ def test_two_steps_equal_the_held_out_memtracker_and_profiler_counts() -> None:
     assert meter == pytest.approx(profiler, rel=0.01)
 
 
+@pytest.mark.slow
 def test_a_cpu_run_reports_the_measured_peak_with_rss_against_available_ram(tmp_path) -> None:
     # batches built inline: the prediction is then the step's alone (with a data path building ahead it also holds
     # those batches, engine.budget.ahead, which the count of the training thread's step does not see)

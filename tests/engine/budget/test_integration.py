@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.core import config as cfg
@@ -53,6 +54,7 @@ def test_a_dry_run_predicts_exactly_what_the_real_request_is_refused_with() -> N
     assert refused.predicted > refused.budget
 
 
+@pytest.mark.slow
 def test_cli_refuses_to_start_with_options_and_writes_nothing(tmp_path) -> None:
     run_dir = tmp_path / "run"
     proc = run_cli("train", "--headless", "--preset", "demo", "--device", "cpu", "--vram-gb", "0.001",

@@ -15,6 +15,8 @@ import pytest
 
 from bench.memory_random import configs, predict
 
+pytestmark = pytest.mark.slow
+
 #: Configs per task on every CI run (the seeds are fixed: the same ones every time).
 PER_TASK = {"lm": 5, "sensorlm": 3, "toy": 3, "gapfill": 2}
 

@@ -8,6 +8,7 @@ allocator's own events where what was missing is not a tensor ("profiler").
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.budget import analytic, truth
@@ -23,6 +24,7 @@ def _report(what: str, predicted: int, real: int) -> float:
     return error
 
 
+@pytest.mark.slow
 def test_lora_dropout_is_counted_by_the_bound_and_the_trace() -> None:
     # The case: LoRA on every projection of the demo shape, batch 12, 300 tokens, dropout 0.1
     # (predicted 44.67 MiB, the step held 64.42: each adapter's dropout keeps its output and its mask).
@@ -42,6 +44,7 @@ def test_lora_dropout_is_counted_by_the_bound_and_the_trace() -> None:
     assert analytic.estimate(other, device="cpu").total == bound
 
 
+@pytest.mark.slow
 def test_lora_with_trained_norms_and_dropout_traces_like_the_real_step() -> None:
     # lm.lora.train_norms: peft deep-copies each norm it trains while the model is built, which on fake tensors
     # made tensors of another fake mode: the trace failed ("Mixing fake modes NYI"), and freeing them crashed.
@@ -71,6 +74,7 @@ def test_chunk_snapshots_inside_a_checkpointed_block_are_counted_until_its_backw
     assert 0 <= error <= 10
 
 
+@pytest.mark.slow
 def test_batches_built_ahead_are_in_a_cpu_budget() -> None:
     # A batch far larger than the model's activations (the toy: length 10080, batch 8, a 62 MB batch
     # against an 8 kB margin). The builder thread keeps one micro-batch ahead; two workers keep four.
@@ -139,6 +143,7 @@ def test_force_passes_the_budget_but_never_the_machine() -> None:
     assert trainer.settings.batch_size == over_budget
 
 
+@pytest.mark.slow
 def test_a_nanogpt_loop_in_the_cockpit_is_predicted_never_under(tmp_path) -> None:
     # The probe: nanoGPT's train.py with the plain loop's cockpit, loss_fn and example_batch given, was
     # predicted 11,702,684 B for a step counted at 11,874,628 (−1.4 %, headroom included): its loop holds the

@@ -62,6 +62,7 @@ def test_plan_per_rank_peak_falls_as_the_sharded_share_falls(capsys) -> None:
     assert ddp["estimate"]["total"] > totals[1]
 
 
+@pytest.mark.slow
 def test_fsdp2_prediction_at_two_ranks_is_within_10_percent_of_fsdp_mem_tracker() -> None:
     from engine.budget.trace_worker import trace_fsdp
 

@@ -10,6 +10,7 @@ from engine.budget import trace as tr
 from tests.engine.budget.conftest import small
 
 
+@pytest.mark.slow
 def test_trace_is_cached_by_config_hash(tmp_path) -> None:
     config = small("toy", train={"batch_size": 16})
     first = tr.trace(config, cache_dir=tmp_path)
@@ -33,6 +34,7 @@ def test_cache_key_ignores_what_cannot_change_memory() -> None:
     assert tr.cache_key(config, "cpu") != tr.cache_key(config, "cuda")
 
 
+@pytest.mark.slow
 def test_a_step_far_beyond_ram_traces_on_fake_tensors(tmp_path) -> None:
     # Batch 1M (the config's limit) of a wider toy needs ~100 GiB for real; fake tensors need none.
     big = tr.trace(small("toy", train={"batch_size": 1_000_000}, data={"minutes": 512}), cache_dir=tmp_path)
@@ -40,6 +42,7 @@ def test_a_step_far_beyond_ram_traces_on_fake_tensors(tmp_path) -> None:
     assert big.modules and "ToyMLP.net" in big.modules
 
 
+@pytest.mark.slow
 def test_a_failing_model_is_a_one_line_error_not_a_crash(tmp_path) -> None:
     # patch_time that does not divide the window: the task refuses inside the worker. That is the user's
     # input, not a trace bug: it comes back as the task's own one-line TaskError (exit 2 at the CLI).

@@ -65,6 +65,7 @@ def hostile(run_dir, payload: bytes, timeout: float = 10.0) -> dict | None:
     return json.loads(line) if line else None
 
 
+@pytest.mark.slow
 def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     engine = launch(ENGINE, run_dir, timeout=120)
@@ -171,6 +172,7 @@ def test_launch_watch_steer_and_abort(tmp_path: Path, capsys) -> None:
             engine.wait(10)
 
 
+@pytest.mark.slow
 def test_kill_9_is_reported_as_crashed_with_the_resume_command(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     engine = launch(ENGINE, run_dir, timeout=120)

@@ -14,7 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, cli_env, output, read_events, run_cli
+
+pytestmark = pytest.mark.slow
 
 #: The toy task without dropout (its masks are per sample index and step, so both layouts read the same data).
 TOY = ("--task", "toy", "--batch-size", "8", "--grad-accum", "2", "--set", "toy.dropout=0", "--eval-every", "3")

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import output, read_events, run_cli
+
+pytestmark = pytest.mark.slow
 
 #: The demo preset, a small batch and few steps; a constant LR so every step's update counts alike.
 SENSORLM = ("--task", "sensorlm", "--preset", "demo", "--batch-size", "8", "--max-steps", "4", "--eval-every", "100",

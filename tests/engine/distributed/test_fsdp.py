@@ -39,6 +39,7 @@ def nan_at_6(monkeypatch):
     monkeypatch.setenv("SENSORLM_TUI_FAULTS", "nan@6")
 
 
+@pytest.mark.slow
 def test_fsdp2_matches_one_process_and_its_dcp_checkpoints_resume_on_any_world_size(tmp_path, nan_at_6):
     one = run_cli(*TOY, "--max-steps", "20", "--run-dir", str(tmp_path / "one"), module="engine")
     assert one.returncode == 0, one.stderr[-2000:]

@@ -3,7 +3,11 @@ budget."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_job_that_fits_no_rank_is_refused_before_a_step(tmp_path):

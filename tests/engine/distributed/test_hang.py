@@ -15,11 +15,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from engine.app.supervisor import Reaper
 from tests.conftest import read_events, wait_until
 from tests.engine.distributed.test_ddp import start_two_ranks_until_a_step
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_is_reported_as_a_hang_within_the_timeout(tmp_path):
     run = tmp_path / "run"
     job, pid = start_two_ranks_until_a_step(run, "--set", "runtime.collective_timeout_s=5")

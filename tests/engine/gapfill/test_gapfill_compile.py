@@ -6,8 +6,12 @@ and none recompiles another); inductor's kernels are the toy's test (tests/engin
 
 from __future__ import annotations
 
+import pytest
+
 from engine.core import config as cfg
 from tests.engine.compile_check import assert_close, compare
+
+pytestmark = pytest.mark.slow
 
 
 def test_gapfill_levels_compile_under_bf16_autocast_and_match_eager(tiny_data) -> None:

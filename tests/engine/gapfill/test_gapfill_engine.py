@@ -12,6 +12,8 @@ from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.
 
 from tests.conftest import ROOT, cli_env, kill_at_checkpoint_and_resume, read_events, run_cli
 
+pytestmark = pytest.mark.slow
+
 
 def _steps(events: list[dict]) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in events if e["type"] == "step"}

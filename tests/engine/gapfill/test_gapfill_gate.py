@@ -13,6 +13,8 @@ from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.
 from engine.tasks.gapfill.spec import PRESETS
 from tests.conftest import read_events, run_cli
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("conditioned", [True, False], ids=["conditioned", "conditioning-cut"])
 def test_overfit_gate_passes_on_8_frozen_samples_and_fails_with_conditioning_cut(tmp_path, tiny_data, conditioned):

@@ -6,11 +6,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from tests.engine.compile_check import assert_close, compare
 from tests.engine.lm.conftest import make_config
+
+pytestmark = pytest.mark.slow
 
 
 def test_lora_layers_compile_match_eager_and_export_the_same_adapter(corpus_file, tmp_path) -> None:

@@ -36,6 +36,7 @@ def _steps(events: list[dict]) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in events if e["type"] == "step"}
 
 
+@pytest.mark.slow
 def test_run_reports_perplexity(whole) -> None:
     events = read_events(whole)
     started = next(e for e in events if e["type"] == "run_started")
@@ -50,6 +51,7 @@ def test_run_reports_perplexity(whole) -> None:
     assert (final / "adapter_model.safetensors").is_file() and (final / "adapter_config.json").is_file()
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, corpus_file, tmp_path) -> None:
     run = tmp_path / "killed"
     kill_at_checkpoint_and_resume(_flags(corpus_file), run, 3, timeout=300)
@@ -65,6 +67,7 @@ def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, 
                and e["text"].endswith(f"matches {run / 'checkpoints' / 'last.safetensors'}") for e in events)
 
 
+@pytest.mark.slow
 def test_export_command_writes_from_any_checkpoint(whole, tmp_path) -> None:
     from safetensors.torch import load_file
 
@@ -106,6 +109,7 @@ def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
     assert logged > 10 * 1e-3 and norm == pytest.approx(1e-3, rel=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, expected", [
     (["--data", "BINARY"], "data.path: {tmp}/bin.dat: binary file"),
     (["--set", 'lm.lora.targets=["qkv"]'], "lm.lora.targets: qkv not in this model"),

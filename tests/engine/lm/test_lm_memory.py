@@ -31,6 +31,7 @@ def test_analytic_bounds_the_real_peak_within_ten_percent(corpus_file, label, lm
     assert real <= predicted <= 1.10 * real, f"{label}: analytic {predicted / real:.3f} x the real peak"
 
 
+@pytest.mark.slow
 def test_traced_estimate_is_the_real_peak(corpus_file) -> None:
     # Under fake tensors transformers once took another mask path (a B×T×T mask and k, v repeated to every
     # head: +5 % here, +13 % at T 256); engine.tasks.lm.model.real_mask_path keeps it on the real one.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 
+import pytest
+
 from engine.training.policies import AbortPolicy
 from tests.conftest import program, read_events
 from tests.engine.reliability.harness import TOY
@@ -21,6 +23,7 @@ FLAGS = [*TOY, "--max-steps", "120", "--eval-every", "5", "--schedule", "constan
 FAULTS = "lr@10-25=300,lr@70-120=300"
 
 
+@pytest.mark.slow
 def test_a_warm_up_dip_is_not_judged_and_a_policy_stop_resumes_with_the_printed_command(engines, tmp_path) -> None:
     run = tmp_path / "run"
     first = engines.spawn([*FLAGS, "--run-dir", str(run)], tmp_path / "first", faults=FAULTS)

@@ -166,6 +166,7 @@ def _fill(directory: Path) -> Path:
     return filler
 
 
+@pytest.mark.slow
 def test_full_disk_under_the_whole_run_directory_loses_no_event(engines, tmp_path: Path) -> None:
     """The whole run directory on a 16 MiB tmpfs, filled mid-run: the event log keeps its lines in memory,
     says so in a Warning, and writes every one once space returns (before, it detached for good)."""

@@ -109,6 +109,7 @@ def bases(engines, tmp_path_factory) -> Bases:
     return Bases(tmp_path_factory.mktemp("bases"), engines.spawn)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", IDS)
 def test_hostile_input_is_a_one_line_error_and_changes_nothing(engines, bases, tmp_path: Path, case: str) -> None:
     kind, name = case.split("/", 1)
@@ -195,6 +196,7 @@ def test_hostile_control_requests_are_refused_with_a_reason_and_the_run_goes_on(
         engine.wait(30)
 
 
+@pytest.mark.slow
 def test_signals_while_an_engine_starts_end_it_in_one_line_or_let_it_train(tmp_path: Path) -> None:
     """Every [startup_signals] case: a real ``python -m engine`` each, started together (importing torch is then
     slower still: the signals land in it), signalled once it prints the case's phase; the exit, the line, the run

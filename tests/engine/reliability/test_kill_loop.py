@@ -16,8 +16,12 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.run.steps import open_record
 from tests.engine.reliability.harness import TOY, verify_all
+
+pytestmark = pytest.mark.slow
 
 INTERVAL = 5
 KILLS = 26

@@ -101,6 +101,7 @@ def test_nan_policy_stop_exits_1_with_a_resumable_run(engines, tmp_path: Path) -
     assert resumed.lines()[-1].startswith("done  finished at step 20")
 
 
+@pytest.mark.slow
 def test_nan_that_survives_every_rollback_stops_the_run(engines, tmp_path: Path) -> None:
     """Data that always gives NaN (sticky fault) must not roll back forever."""
     run = tmp_path / "run"

@@ -12,6 +12,8 @@ import pickle
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, run_cli
 
 
@@ -40,6 +42,7 @@ def test_the_payload_is_live(tmp_path: Path) -> None:
     assert (tmp_path / "control").exists()
 
 
+@pytest.mark.slow
 def test_resume_with_only_malicious_checkpoints_refuses_without_running_them(tmp_path: Path) -> None:
     run, marker = tmp_path / "run", tmp_path / "PWNED"
     run.mkdir()

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import read_events, run_cli
+
+pytestmark = pytest.mark.slow
 
 TOY = ["train", "--task", "toy", "--threads", "1", "--headless", "--eval-every", "2", "--checkpoint-every", "2"]
 

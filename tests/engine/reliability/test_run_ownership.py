@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.run.rundir import RunDir, RunDirError
 from engine.run.runlock import RunLock
 from tests.conftest import cli_env
@@ -28,6 +30,7 @@ def _one_line_refusal(engine, expect: str) -> None:
     assert "Traceback" not in engine.stderr()
 
 
+@pytest.mark.slow
 def test_two_launches_a_moment_apart_one_trains_the_other_exits_2(tmp_path: Path) -> None:
     """Real `python -m engine` processes: each spends seconds importing torch and setting up, so both pass
     any check made before setup (the old events.jsonl guard did, and the loser rewrote config.toml)."""

@@ -186,6 +186,7 @@ def test_hangup_with_on_hangup_stop_checkpoints_and_exits(engines, tmp_path: Pat
     _assert_resumable(engines, run, tmp_path, finished["steps"])
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_long_evaluation_checkpoints_without_finishing_it(engines, tmp_path: Path) -> None:
     run = tmp_path / "run"
     # 2,500 validation windows: an eval takes ~1 s here, against the ~20 ms it takes to see the step line.

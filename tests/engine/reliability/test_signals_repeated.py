@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import wait_until
 from tests.engine.reliability.harness import TOY, events_of
 
+pytestmark = pytest.mark.slow
+
 LONG = [*TOY, "--max-steps", "100000", "--eval-every", "0", "--checkpoint-every", "1000"]
 NOISE = ("Traceback", "Exception ignored", "leaked semaphore", "KeyboardInterrupt", "before training began")
 

@@ -19,7 +19,11 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import cli_env
+
+pytestmark = pytest.mark.slow
 
 
 def _controlling_terminal() -> None:

@@ -6,8 +6,12 @@ region inside each) without breaking; inductor's kernels are the toy's test (tes
 
 from __future__ import annotations
 
+import pytest
+
 from engine.core import config as cfg
 from tests.engine.compile_check import assert_close, compare
+
+pytestmark = pytest.mark.slow
 
 
 def test_sensorlm_blocks_compile_with_activation_checkpointing_and_match_eager() -> None:

@@ -10,9 +10,12 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from engine.run.steps import StepWriter, open_record
 from tests.conftest import cli_env
+
+pytestmark = pytest.mark.slow
 
 LAST = 30_000
 NAMES = 24  # a batch touches this many series: a kill often lands inside one

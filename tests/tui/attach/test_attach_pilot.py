@@ -6,10 +6,14 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
+
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, pid_alive
 from tests.tui.attach.conftest import screen_text, status_step, until, wait_for_step, wait_until
 from tui.dashboard.app import DashboardApp
+
+pytestmark = pytest.mark.slow
 
 SIZE = (120, 40)
 

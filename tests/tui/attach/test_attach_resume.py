@@ -8,12 +8,16 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
 from tests.tui.attach.conftest import screen_text, until, wait_until
 from tui.dashboard.attach_app import AttachApp
 from tui.screens.resume import ResumeScreen
+
+pytestmark = pytest.mark.slow
 
 SIZE = (120, 40)
 

@@ -8,12 +8,15 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.run import events as ev
 from tests.conftest import output, program, run_cli
 from tests.tui.attach.conftest import wait_for_step
 from tui.model.run_index import summarize
 
 
+@pytest.mark.slow
 def test_lists_live_finished_aborted_and_crashed_runs(tmp_path: Path, engines) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()

@@ -15,6 +15,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from engine.run import rundir
 from engine.run.control.client import RunClient
 from engine.run.rundir import STALE_AFTER_S, RunDir
@@ -22,6 +24,8 @@ from tests.tui.attach.conftest import screen_text, until, wait_for_step, wait_un
 from tui.commands.runs import table
 from tui.dashboard.attach_app import AttachApp
 from tui.model.run_index import list_runs
+
+pytestmark = pytest.mark.slow
 
 SIZE = (120, 40)
 
