@@ -35,7 +35,10 @@ pytestmark = pytest.mark.slow
 #: Periodic saves far apart: the manual save is the newest when the loop is killed. (Every 50 steps, a save
 #: could land in the last second before the kill, which the event log, flushed each second, had not shown:
 #: the resumed run then began after every step the killed run's log held.)
-ARGS = ("--steps", "100000", "--step-s", "0.01", "--save-every", "5000")
+#: A step sleeps 25 ms, past the integrations' step-event cadence (engine.app.integrations.core.STEP_EVENT_S, 20 ms):
+#: each attempt logs every step, so the steps a resume replays are logged by both (at 10 ms each logged about
+#: every other step, each in a phase of its own, and the two could share none).
+ARGS = ("--steps", "100000", "--step-s", "0.025", "--save-every", "5000")
 
 
 def _attached_to_the_crashed_run(run: Path) -> tuple[str, str]:
@@ -96,7 +99,7 @@ def test_plain_loop_controls_crash_and_resume(tmp_path: Path, started_scripts) -
     assert resumed and resumed[0]["start_step"] == saved_step and resumed[0]["resumed_from"].endswith("last.pt")
     after = _losses(later)
     overlap = sorted(set(before) & set(after))
-    assert overlap and overlap[0] == saved_step + 1
+    assert overlap and overlap[0] == saved_step + 1, (saved_step, overlap[:3])
     assert [after[s] for s in overlap] == [before[s] for s in overlap]  # the same run, bit for bit (CPU)
 
     assert isinstance(send(run, rq.abort()), ev.SettingChanged)
