@@ -38,6 +38,7 @@ from engine.core.estimate import Estimate
 #: Config fields that cannot change the memory of a step; left out of the cache key.
 IRRELEVANT = {
     "name": None,
+    "run_id": None,  # made afresh for every run: in the key, no run would ever find its trace
     "checkpoint": None,
     "budget": None,
     "train": {"max_steps", "epochs", "steps_per_epoch", "log_every"},

@@ -27,7 +27,7 @@ def test_trace_is_cached_by_config_hash(tmp_path) -> None:
 
 def test_cache_key_ignores_what_cannot_change_memory() -> None:
     config = small("toy")
-    assert tr.cache_key(config, "cpu") == tr.cache_key(config.model_copy(update={"name": "x"}), "cpu")
+    assert tr.cache_key(config, "cpu") == tr.cache_key(config.model_copy(update={"name": "x", "run_id": "5eed"}), "cpu")
     relabelled = config.model_copy(update={"train": config.train.model_copy(update={"max_steps": 9}),
                                            "optimizer": config.optimizer.model_copy(update={"lr": 0.5})})
     assert tr.cache_key(config, "cpu") == tr.cache_key(relabelled, "cpu")
