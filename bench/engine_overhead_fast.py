@@ -14,12 +14,12 @@ regime.
     (events.jsonl, console lines to /dev/null, status heartbeat, control
     server, system sampler), every default, in this process;
     (a) and (b) interleaved; steps/s between 10 % and 90 % of each run from the
-    step times (the engine's from its events.jsonl);
+    step times (the engine's from a sink on its event bus);
 (c) **dashboard attached ÷ alone**: one headless engine process on the same
     settings, a viewer (`attach` in a 120×40 pty) attached and detached in
     alternating slices (bench.viewer_slices);
-(d) **the viewer keeps up**: the viewer's reader (engine.run.history.store) opens the
-    engine run's events.jsonl; events read per CPU-second ÷ steps written per
+(d) **the viewer keeps up**: the viewer's reader (engine.run.steps) reads every step's metrics
+    from the engine run's step record; steps read per CPU-second ÷ steps written per
     second, and the same per million steps. Above 1 the viewer never falls behind.
 (e) **the deferred readback on CPU**: the engine with ``runtime.step_readback=deferred`` (the CUDA path),
     interleaved with the rest: ÷ the synchronous default, which CPU keeps unless this is above 1;
@@ -143,7 +143,7 @@ def engine_run(steps: int, root: Path, keep: list | None = None, task: str = "to
     if code != 0:
         raise RuntimeError(f"engine run exited {code}")
     if keep is not None:
-        keep.append(run_dir.events)
+        keep.append(run_dir.root)
     return _rates(marks, steps)
 
 
@@ -183,13 +183,13 @@ def engine_argv(run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "tui.cli", "train", *flags]
 
 
-def viewer_read_rate(path: Path) -> tuple[float, int]:
-    """(events the viewer's reader opens per CPU-second, events in the file)."""
-    from engine.run.history import read_history
+def viewer_read_rate(run_dir: Path) -> tuple[float, int]:
+    """(steps the viewer's reader reads from the run's step record per CPU-second, every metric of each; steps)."""
+    from engine.run.steps import read_steps
 
     start = time.process_time()
-    history = read_history(path)
-    return len(history) / max(time.process_time() - start, 1e-9), len(history)
+    steps = len(read_steps(run_dir)["step"])
+    return steps / max(time.process_time() - start, 1e-9), steps
 
 
 def measure_slices(pairs: int, slice_s: float, warm_s: float) -> dict:
@@ -213,7 +213,7 @@ def measure(steps: int, rounds: int, lm_steps: int | None = None) -> dict:
             variants.update(bare_lm=lambda: bare_loop(lm_steps, "lm"),
                             engine_lm=lambda: engine_run(lm_steps, Path(tmp), task="lm"))
         results = interleave(variants, rounds)
-        results["read_rate"], results["events"] = viewer_read_rate(kept[-1])
+        results["read_rate"], results["read_steps"] = viewer_read_rate(kept[-1])
     n = min(steps, 200)
     results["syncs"] = {mode: host_syncs.count(_config(n, step_readback=mode, prefetch=False), n)
                         for mode in ("sync", "deferred")}
@@ -267,11 +267,10 @@ def section(results: dict, slices: dict | None, steps: int, rounds: int, quick: 
                      f"{fmt_stats(slices['viewer'], '.0f')} | **{fmt_stats(pair)}** ÷ the same engine alone | | |")
         verdicts.append(verdict("fast steps: dashboard attached ÷ alone steps/s (slices)", stats(pair)[1], 0.95)
                         + f"; spread {min(pair):.3f}–{max(pair):.3f} over {len(pair)} pairs")
-    lines += ["", f"The viewer's reader (engine.run.history.store) opened the last engine run's "
-              f"{results['events']:,} events at "
-              f"{results['read_rate']:,.0f} events per CPU-second, {headroom:,.0f}× the rate the engine wrote them: "
-              f"a million-step run opens in {1e6 / results['read_rate']:.1f} CPU-s and the viewer does not fall "
-              "behind while it runs."]
+    lines += ["", f"The viewer's reader (engine.run.steps) read the last engine run's {results['read_steps']:,} "
+              f"steps, every metric of each, from its step record at {results['read_rate']:,.0f} steps per "
+              f"CPU-second, {headroom:,.0f}× the rate the engine wrote them: a million steps read in "
+              f"{1e6 / results['read_rate']:.1f} CPU-s, and the viewer does not fall behind while it runs."]
     verdicts.append(verdict("fast steps: viewer read rate ÷ engine write rate", headroom, 1.0))
     return Section("Fast steps: the engine's per-step cost", "python -m bench --only engine_overhead_fast"
                    + (" --quick" if quick else ""), "\n".join(lines), verdicts)

@@ -162,7 +162,7 @@ def test_fast_overhead_smoke_runs_the_engine_and_the_bare_loop():
     from bench import engine_overhead_fast
 
     section = engine_overhead_fast.run()  # smoke: 40 steps each, one round, no viewer slices
-    assert "| engine, defaults" in section.body and "events per CPU-second" in section.body
+    assert "| engine, defaults" in section.body and "steps per CPU-second" in section.body
     assert any(v.startswith("fast steps: engine ÷ bare loop steps/s") for v in section.verdicts)
 
 
@@ -171,7 +171,7 @@ def test_fast_overhead_table_with_slices():
 
     row = lambda rate, cpu: {"steps_per_s": rate, "cpu_us": cpu}  # noqa: E731
     results = {"bare": [row(1000.0, 900.0), row(1100.0, 880.0)], "engine": [row(960.0, 950.0), row(1045.0, 930.0)],
-               "read_rate": 150000.0, "events": 4000}
+               "read_rate": 150000.0, "read_steps": 4000}
     slices = {"bare": [900.0] * 5, "viewer": [891.0] * 5}
     section = engine_overhead_fast.section(results, slices, 4000, 2, quick=False)
     text = "\n".join(section.verdicts)
@@ -186,7 +186,7 @@ def test_fast_overhead_rows_of_the_lora_lm_the_deferred_readback_and_the_host_sy
 
     row = lambda rate: {"steps_per_s": rate, "cpu_us": 1e6 / rate}  # noqa: E731
     results = {"bare": [row(1000.0)] * 2, "engine": [row(960.0)] * 2, "engine_deferred": [row(940.0)] * 2,
-               "bare_lm": [row(500.0)] * 2, "engine_lm": [row(490.0)] * 2, "read_rate": 1e5, "events": 10,
+               "bare_lm": [row(500.0)] * 2, "engine_lm": [row(490.0)] * 2, "read_rate": 1e5, "read_steps": 10,
                "syncs": {"sync": 1.0, "deferred": 0.0}}
     section = engine_overhead_fast.section(results, None, 4000, 2, quick=False)
     text = "\n".join(section.verdicts)
