@@ -47,7 +47,7 @@ def test_a_step_event_only_queues_and_the_drainer_delivers_it_in_order():
 
 def test_an_urgent_event_is_delivered_before_emit_returns_with_every_step_before_it(tmp_path):
     path = tmp_path / "events.jsonl"
-    jsonl = JsonlSink(path)
+    jsonl = JsonlSink(path, step_every_s=0)  # every step's line: each must be on disk before the checkpoint's
     records = OffThreadSinks([jsonl], interval=FOREVER).start()
     for event in steps(1, 20):
         records(event)

@@ -72,8 +72,9 @@ async def burst(pilot, *keys: str) -> None:
 
 
 def logged(events: Iterable[ev.Event], directory: Path) -> History:
-    """``events`` written to ``directory``/events.jsonl by the engine's sink, read back as a viewer reads them."""
-    sink = JsonlSink(Path(directory) / "events.jsonl")
+    """``events`` written to ``directory``/events.jsonl by the engine's sink, read back as a viewer reads them: every
+    step's line, as a run without a step record logs them (the viewer then takes its steps from the log)."""
+    sink = JsonlSink(Path(directory) / "events.jsonl", step_every_s=0)
     for event in events:
         sink(event)
     sink.close()
