@@ -33,9 +33,11 @@ The step record is one of these sinks (``run_records``): every step event goes i
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Callable, Iterable
 
+from engine.run import events as ev
 from engine.run.rundir import RunDir, StatusWriter
 from engine.run.sinks import URGENT, EventBus, status_sink
 from engine.run.steps import record_dir
@@ -119,10 +121,12 @@ def run_records(run_dir: RunDir, jsonl: Callable, console: Callable | None = Non
     status.json's fields, the console; and the status writer, whose heartbeat (started by the caller) flushes
     the drainer every second. The engine, the three integrations and a job's rank 0 all come through here, so
     they all write the same record. A step record that cannot be opened is a warning in the log, never a
-    stopped run: the steps then live in events.jsonl alone, every one of them (the log's step cadence is off)."""
+    stopped run: the steps then live in events.jsonl alone, every one of them (the log's step cadence is off).
+    An old run being resumed has its log's steps converted into the record first (``_adopt_old_steps``)."""
     status = StatusWriter(run_dir)
     warn = getattr(jsonl, "warn", None)
     try:
+        _adopt_old_steps(run_dir, [jsonl, console])
         record = RecordSink(record_dir(run_dir.root), warn=lambda text: warn(text) if warn else None)
     except OSError as exc:
         record = None
@@ -133,3 +137,19 @@ def run_records(run_dir: RunDir, jsonl: Callable, console: Callable | None = Non
     records = OffThreadSinks([jsonl, record, status_sink(status), console]).start()
     status.on_beat = records.flush
     return status, records
+
+
+def _adopt_old_steps(run_dir: RunDir, sinks: list[Callable | None]) -> None:
+    """A run written before the step record (its log holds every step) gets them in ``steps/`` before the first
+    new row (engine.run.steps.convert.adopt), so a viewer reads one record, not the resumed steps alone; the
+    sinks (the log, the console) are told what was converted."""
+    from engine.run.steps.convert import adopt
+
+    started = time.monotonic()
+    rows = adopt(run_dir.root)
+    if rows:
+        note = ev.Warning(text=f"{record_dir(run_dir.root)}: the run's {rows} earlier steps converted from "
+                               f"events.jsonl into its step record ({time.monotonic() - started:.1f}s)")
+        for sink in sinks:
+            if sink is not None:
+                sink(note)

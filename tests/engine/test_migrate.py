@@ -168,6 +168,16 @@ def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_
     notes = [line for line in result.stdout.splitlines() if "config layout 3" in line]
     assert len(notes) == 1 and "--set: read under config layout 3's names (train.abort_patience → " \
         "policies.abort_patience)" in notes[0], result.stdout  # the flag's note; the run's own files: quietly
+    # One step record, the old run's steps then the resumed ones: every viewer opens steps/ as it is ("record").
+    from sensorlm_tui.steps import read_steps
+    from tui.model import step_open
+
+    logged = {e["step"]: e["loss"] for e in read_events(run) if e["type"] == "step"}
+    columns = read_steps(run)
+    assert step_open.plan(run) == "record" and columns["step"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert columns["loss"].tolist() == pytest.approx([logged[step] for step in range(1, 7)], rel=1e-6)
+    told = [e["text"] for e in new if e["type"] == "warning" and "earlier steps" in e["text"]]
+    assert len(told) == 1 and told[0].startswith(f"{run / 'steps'}: the run's 4 earlier steps converted"), told
 
 
 @pytest.mark.slow

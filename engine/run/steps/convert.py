@@ -20,11 +20,18 @@ step lines in one msgspec call, and appends them as columns
 
 A run whose record the engine wrote itself (schema 3 and later: no ``converted.json``) needs nothing; its log
 holds step lines only at a cadence.
+
+**An old run resumed by this version** (``adopt``): before the engine appends its first row, the log's steps
+are converted into ``steps/`` (taken up where a viewer's conversion stopped, redone where a kill left it
+torn) and ``converted.json`` is removed, so the record is the engine's own from then on: every reader opens
+one record, the old steps then the new. Left as a converted record, a viewer would convert the resumed log's
+cadence lines into it again, redoing the engine's rows from the first of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import operator
 import os
@@ -40,7 +47,7 @@ from engine.core.safe_files import open_regular
 from engine.run import events as ev
 from engine.run.history.store import STEP_PREFIX, parse_line
 from engine.run.steps.fields import FIELD_DTYPES
-from engine.run.steps.layout import STEP_FILE, record_dir
+from engine.run.steps.layout import STEP_FILE, read_count, record_dir
 from engine.run.steps.writer import StepWriter
 
 #: Where a conversion notes how far into the log it got (inside the record directory).
@@ -87,6 +94,39 @@ def log_holds_every_step(run_dir: str | os.PathLike) -> bool:
         return True
     version = first.get("version", 1) if isinstance(first, dict) and first.get("type") == "schema" else 1
     return migrate.steps_in_log(int(version))
+
+
+def adopt(run_dir: str | os.PathLike) -> int:
+    """Make ``steps/`` hold every step of an old run's log before an engine appends to it (module docstring);
+    the number of rows the conversion added (0 when there was nothing to convert).
+
+    Holds the viewers' lock on the log (tui.model.step_open.convert) while it converts, so a viewer
+    converting the same log at the same moment finishes first and this carries on from where it stopped.
+    """
+    run_dir = Path(run_dir)
+    target, log = record_dir(run_dir), run_dir / "events.jsonl"
+    if not log.exists() or log.stat().st_size == 0:
+        return 0  # a new run: its record comes with its steps
+    if not (target / MARKER).exists() and ((target / STEP_FILE).exists() or not log_holds_every_step(run_dir)):
+        return 0  # the engine's own record, or a log of this version (its step lines are only a cadence)
+    with open_regular(log) as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            before = _rows(target)
+            convert(run_dir)
+            (target / MARKER).unlink()  # last: a kill before this leaves a conversion the next start carries on
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return _rows(target) - before
+
+
+def _rows(target: Path) -> int:
+    """The committed rows of the record in ``target`` (0 without one)."""
+    try:
+        with open_regular(target / STEP_FILE) as handle:
+            return read_count(handle.fileno())
+    except FileNotFoundError:
+        return 0
 
 
 def convert(run_dir: str | os.PathLike, progress: Callable[[int, int], None] | None = None, *,

@@ -17,7 +17,7 @@ from engine.core import migrate
 from engine.run import events as ev
 from engine.run.history import read_history
 from engine.run.steps import StepWriter, open_record, record_dir
-from engine.run.steps.convert import MARKER, convert, log_holds_every_step, needs_conversion
+from engine.run.steps.convert import MARKER, adopt, convert, log_holds_every_step, needs_conversion
 from tests.conftest import ROOT, cli_env
 
 
@@ -106,3 +106,50 @@ def test_a_conversion_killed_at_random_points_resumes_with_no_lost_and_no_duplic
     assert record.steps().tolist() == list(range(1, 20_001))
     want = read_history(log).column("step", "loss").astype(np.float32)
     np.testing.assert_array_equal(record.window("loss", 0, 10**9)[1], want)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_adopt_carries_on_a_viewers_conversion_redoes_a_torn_one_and_leaves_a_new_log_alone(tmp_path):
+    """The engine's step before it resumes an old run (engine.run.offthread): a record a viewer converted is
+    taken as it is, one a kill left with rows past its marker keeps every step once, and then it is the engine's."""
+    from tui.model import step_open
+
+    viewed = tmp_path / "viewed"
+    write_run(viewed, 500)
+    step_open.convert(viewed)
+    before = _digest(record_dir(viewed) / "step.i8")
+    assert adopt(viewed) == 0 and _digest(record_dir(viewed) / "step.i8") == before  # not converted twice
+    assert not (record_dir(viewed) / MARKER).exists() and step_open.plan(viewed) == "record"
+
+    torn = tmp_path / "torn"
+    log = write_run(torn, 3000)
+    marks: list[str] = []
+
+    def stop_after_four(done: int, total: int) -> None:
+        marks.append((record_dir(torn) / MARKER).read_text())
+        if len(marks) == 5:
+            raise _Stop
+
+    try:
+        convert(torn, progress=stop_after_four, chunk_bytes=8 << 10)
+    except _Stop:
+        pass
+    (record_dir(torn) / MARKER).write_text(marks[2])  # killed between a chunk's rows and its marker, twice over
+    committed = open_record(torn).rows
+    assert 0 < committed < 3000
+    assert adopt(torn) == 3000 - committed and not (record_dir(torn) / MARKER).exists()
+    record = open_record(torn)
+    assert record.steps().tolist() == list(range(1, 3001))
+    want = read_history(log).column("step", "loss").astype(np.float32)
+    np.testing.assert_array_equal(record.window("loss", 0, 10**9)[1], want)
+    assert adopt(torn) == 0 and step_open.plan(torn) == "record"
+
+    fresh = tmp_path / "fresh"  # this version's runs: an empty log, or a schema 3 one whose record is not out yet
+    fresh.mkdir()
+    (fresh / "events.jsonl").write_bytes(b"")
+    assert adopt(fresh) == 0
+    (fresh / "events.jsonl").write_text(ev.to_json(ev.Schema()) + "\n" + ev.to_json(ev.StepLogged(step=1)) + "\n")
+    assert adopt(fresh) == 0 and not record_dir(fresh).exists()
