@@ -12,9 +12,13 @@ from tui.dashboard.scripted import ScriptedSession, accept_policy, demo_memory, 
 
 
 async def _open_tune(pilot, app):
-    """t, then the tune modal once it is the screen."""
+    """t, then the tune modal once it is the screen and mounted. The screen is on top as soon as it is pushed, before
+    its fields are composed: under load a test that set a field then met a Select without its overlay (NoMatches
+    in Select's own mount, the app crashed) or found no #tune-estimate. A widget is mounted only after everything
+    it composed is, so the mounted screen has every field in place."""
     await pilot.press("t")
     await on_screen(pilot, "TuneScreen")
+    await wait_for(pilot, lambda: app.screen.is_mounted, "the tune modal mounted")
     return app.screen
 
 
