@@ -1,4 +1,4 @@
-"""Fault injection for tests: NaN losses, out-of-memory, crashes, a too-high LR and slow checkpoint writes.
+"""Fault injection for tests: NaN losses, out-of-memory, crashes, a too-high LR, slow steps and slow checkpoint writes.
 
 A TEST hook, off unless the environment variable ``SENSORLM_TUI_FAULTS`` is
 set. The Trainer parses it once and hands each hook to the component that
@@ -21,6 +21,9 @@ Spec: comma-separated items, e.g. ``SENSORLM_TUI_FAULTS="nan@12,nan@13,oom@20,sl
   is multiplied by F, on top of the schedule: a run made to regress on
   purpose (what the abort rule is for). Optimization applies it, so the step
   events log the LR it ran at.
+- ``slow@N=S`` / ``slow@A-B=S``: every loss of step N (each of steps A..B)
+  sleeps S seconds, once per micro-batch: a step time the box's load cannot
+  blur, that grows with grad_accum (a search's clear loser, whatever the load).
 - ``slow_save=S``: every checkpoint write sleeps S seconds between its fsynced
   temp file and the rename, so a kill can land mid-write.
 
@@ -43,7 +46,8 @@ ENV = "SENSORLM_TUI_FAULTS"
 
 _STEP_ITEM = re.compile(r"^(nan|oom|raise)@(\d+)(?:-(\d+))?(\*?)$")
 _LR_ITEM = re.compile(r"^lr@(\d+)(?:-(\d+))?=(.+)$")
-_KINDS = "nan@N, nan@A-B, oom@N, raise@N (a trailing * repeats), lr@A-B=FACTOR, slow_save=SECONDS"
+_SLOW_ITEM = re.compile(r"^slow@(\d+)(?:-(\d+))?=(.+)$")
+_KINDS = "nan@N, nan@A-B, oom@N, raise@N (a trailing * repeats), lr@A-B=FACTOR, slow@A-B=SECONDS, slow_save=SECONDS"
 
 
 class FaultSpecError(TaskError):
@@ -58,6 +62,7 @@ class FaultInjector:
     steps: dict[int, list[tuple[str, bool]]] = field(default_factory=dict)  # step -> [(kind, sticky)]
     slow_save_s: float = 0.0
     lr_factors: dict[int, float] = field(default_factory=dict)  # step -> LR multiplier
+    slow_steps: dict[int, float] = field(default_factory=dict)  # step -> seconds each of its losses sleeps
     fired: set[tuple[str, int]] = field(default_factory=set)
 
     @classmethod
@@ -85,6 +90,12 @@ class FaultInjector:
                 for step in _steps(item, match.group(1), match.group(2)):
                     injector.lr_factors[step] = factor
                 continue
+            if match := _SLOW_ITEM.match(item):
+                seconds = _number(match.group(3))
+                if not 0 <= seconds <= 60:
+                    raise FaultSpecError(f"{ENV}: {item!r}: slow takes seconds in [0, 60]")
+                injector.slow_steps.update(dict.fromkeys(_steps(item, match.group(1), match.group(2)), seconds))
+                continue
             match = _STEP_ITEM.match(item)
             if not match:
                 raise FaultSpecError(f"{ENV}: {item!r}: unknown fault; allowed: {_KINDS}")
@@ -96,6 +107,8 @@ class FaultInjector:
     def on_loss(self, step: int, loss):
         """Called by a task's loss() with the loop's ``step`` (steps done so far); returns the (maybe NaN) loss."""
         number = step + 1
+        if number in self.slow_steps:
+            time.sleep(self.slow_steps[number])
         for kind, sticky in self.steps.get(number, ()):
             if not sticky and (kind, number) in self.fired:
                 continue
@@ -132,6 +145,14 @@ def from_env(environ: dict | None = None) -> FaultInjector | None:
     if not spec:
         return None
     return FaultInjector.parse(spec)
+
+
+def _number(text: str) -> float:
+    """``text`` as a float, or -1.0 (out of every item's range) when it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return -1.0
 
 
 def _steps(item: str, first: str, last: str | None) -> range:

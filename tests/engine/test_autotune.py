@@ -390,17 +390,24 @@ def test_viewers_runs_and_plot_read_the_search(runs) -> None:
     assert said.startswith(f"{chose['status']} grad_accum {chose['settings']['grad_accum']}") and "candidates" in said
 
 
-def test_a_window_ends_halfway_when_its_rate_is_known_or_it_clearly_loses(tmp_path) -> None:
+def test_a_window_ends_halfway_in_a_real_run_when_its_candidate_clearly_loses(tmp_path, monkeypatch) -> None:
+    """End to end, one window ends halfway. The policy itself is the offline test's below; here the run's step
+    times come from an injected sleep per micro-batch (engine.training.faults' ``slow@A-B=S``) that dwarfs the
+    compute, so the start (grad_accum 1) is the fastest and grad_accum 2 is twice as slow: a clear loser at its
+    halfway look at any load. (Timed by the box alone, every candidate's noise was 0.05-0.5 under load 10-18 and
+    no window ended halfway.)"""
     from engine.training.autotune import EARLY_NOISE, MIN_TIMED
+    from engine.training.faults import ENV
 
     window = 12
-    flags = [*BASE, "--max-steps", "160", "--checkpoint-every", "0", "--set", "autotune.on_start=true",
-             "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=1",
-             "--set", f"autotune.window_steps={window}"]
+    monkeypatch.setenv(ENV, "slow@1-80=0.05")
+    flags = [*BASE, "--grad-accum", "1", "--max-steps", "100", "--checkpoint-every", "0",
+             "--set", "autotune.on_start=true", "--set", "autotune.settings=['grad_accum']",
+             "--set", "autotune.warmup_steps=1", "--set", f"autotune.window_steps={window}"]
     assert _train(tmp_path / "run", *flags) == 0
     table = next(e for e in read_events(tmp_path / "run") if e["type"] == "autotune_chose")["table"]
-    early = [row for row in table if row["ended"] == "halfway"]
-    assert early, [(row["settings"], row["steps"], row["noise"]) for row in table]
+    shown = [(row["settings"], row["steps"], row["noise"], row["ended"]) for row in table]
+    assert [row["ended"] for row in table if row["settings"]["grad_accum"] == 2] == ["halfway"], shown
     best = None
     for row in table:
         if row["ended"] == "halfway":  # a steady rate, or a clear loser to the best before it
@@ -411,28 +418,14 @@ def test_a_window_ends_halfway_when_its_rate_is_known_or_it_clearly_loses(tmp_pa
             best = row
 
 
-def test_a_candidate_refused_part_way_is_taken_back_whole_and_each_candidate_has_its_own_number() -> None:
-    """A candidate whose second change was refused kept its first one in force, and the next candidate was given
-    the failed one's number. Here the steering refuses threads=2: the candidate after the grad_accum sweep moves
-    grad_accum back to the best (2) and threads to 2, from the last measured (grad_accum 1)."""
-    import re
-
-    from engine.core import config as cfg
+def _offline_tuner(live, steering, events: list, **config):
+    """An Autotuner with no engine around it, on the live settings ``live`` through ``steering``; every candidate
+    fits. The test steps it (``boundary``, then ``observe`` with step times it chooses). (The tuner, its progress:
+    the test sets its ``step``.)"""
     from engine.core.core_sections import AutotuneConfig
     from engine.distributed.parallel import Single
     from engine.training.autotune import Autotuner
-    from engine.training.live_settings import LiveSettings
     from engine.training.threads import Cores
-
-    settings = LiveSettings(cfg.load(overrides={"task": {"name": "toy"}, "train": {"batch_size": 8, "grad_accum": 8},
-                                                "runtime": {"threads": 1}}), None, None, None)
-    events: list = []
-
-    class Steering:
-        def change(self, name, value):
-            if (name, value) == ("threads", 2):
-                raise ValueError("threads 2 refused by the test")
-            return settings.change(name, value)
 
     class Budget:
         counted_step = None
@@ -456,14 +449,39 @@ def test_a_candidate_refused_part_way_is_taken_back_whole_and_each_candidate_has
         def per_rank(self, n):
             return n
 
-    tuner = Autotuner(AutotuneConfig(settings=["grad_accum", "threads"], warmup_steps=0, window_steps=2),
-                      settings, Steering(), Budget(), Plan(), Single(), Run(), Order(), lambda: None, events.append)
+    run = Run()
+    tuner = Autotuner(AutotuneConfig(**config), live, steering, Budget(), Plan(), Single(), run, Order(),
+                      lambda: None, events.append)
+    return tuner, run
+
+
+def test_a_candidate_refused_part_way_is_taken_back_whole_and_each_candidate_has_its_own_number() -> None:
+    """A candidate whose second change was refused kept its first one in force, and the next candidate was given
+    the failed one's number. Here the steering refuses threads=2: the candidate after the grad_accum sweep moves
+    grad_accum back to the best (2) and threads to 2, from the last measured (grad_accum 1)."""
+    import re
+
+    from engine.core import config as cfg
+    from engine.training.live_settings import LiveSettings
+
+    settings = LiveSettings(cfg.load(overrides={"task": {"name": "toy"}, "train": {"batch_size": 8, "grad_accum": 8},
+                                                "runtime": {"threads": 1}}), None, None, None)
+    events: list = []
+
+    class Steering:
+        def change(self, name, value):
+            if (name, value) == ("threads", 2):
+                raise ValueError("threads 2 refused by the test")
+            return settings.change(name, value)
+
+    tuner, run = _offline_tuner(settings, Steering(), events, settings=["grad_accum", "threads"],
+                                warmup_steps=0, window_steps=2)
     assert tuner.start("test") == ""
     seconds = {8: 0.008, 4: 0.004, 2: 0.002, 1: 0.003}  # grad_accum 2 is the fastest
     while tuner.active:
-        Run.step += 1
-        assert Run.step < 1000
-        tuner.observe(Run.step, seconds[settings.grad_accum], 8)
+        run.step += 1
+        assert run.step < 1000
+        tuner.observe(run.step, seconds[settings.grad_accum], 8)
         tuner.boundary()
     changes = [(e.name, e.old, e.new, e.reason) for e in events if e.type == "setting"]
     back = [c for c in changes if "taken back" in c[3]]
@@ -474,3 +492,37 @@ def test_a_candidate_refused_part_way_is_taken_back_whole_and_each_candidate_has
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers), numbers  # no number given twice
     assert any("not applied (threads 2 " in e.text for e in events if e.type == "warning")
     assert (settings.grad_accum, settings.value("threads")) == (2, 1)
+
+
+def test_a_window_ends_halfway_when_its_rate_is_known_or_it_clearly_loses_and_runs_on_otherwise() -> None:
+    """The halfway look with given step times, whatever the box's load. The start (grad_accum 4) steps steadily:
+    its rate is known, it ends halfway. grad_accum 2 is as fast but noisy (3 and 5 ms in turn, noise ~0.2): it may
+    yet win, so it runs its whole window. grad_accum 1 is as noisy and 5 times slower: a clear loser, it ends
+    halfway. grad_accum 8 is noisy and just as fast: whole window again."""
+    from engine.core import config as cfg
+    from engine.training.autotune import EARLY_NOISE, MIN_TIMED
+    from engine.training.autotune_search import Measure
+    from engine.training.live_settings import LiveSettings
+
+    settings = LiveSettings(cfg.load(overrides={"task": {"name": "toy"}, "train": {"batch_size": 8, "grad_accum": 4},
+                                                "runtime": {"threads": 1}}), None, None, None)
+    window = 12
+    tuner, run = _offline_tuner(settings, settings, [], settings=["grad_accum"], warmup_steps=0, window_steps=window)
+    steady, noisy = (0.004, 0.004), (0.003, 0.005)
+    seconds = {4: steady, 2: noisy, 1: tuple(5 * s for s in noisy), 8: noisy}
+    assert tuner.start("test") == ""
+    while tuner.active:
+        run.step += 1
+        assert run.step < 1000
+        tuner.observe(run.step, seconds[settings.grad_accum][run.step % 2], 8)
+        tuner.boundary()
+    ended = {row["settings"]["grad_accum"]: (row["ended"], row["steps"]) for row in tuner.table}
+    assert ended == {4: ("halfway", window // 2), 2: ("", window), 1: ("halfway", window // 2),
+                     8: ("", window)}, tuner.table
+    best = None
+    for row in tuner.table:  # the policy, row by row: halfway exactly when the rate is known or it clearly loses
+        loses = best is not None and Measure(row["rate"], row["noise"]).loses_to(Measure(best["rate"], best["noise"]))
+        assert (row["ended"] == "halfway") == (row["noise"] <= EARLY_NOISE or loses), (row, best)
+        assert row["ended"] != "halfway" or MIN_TIMED <= row["steps"] <= window // 2
+        if row["best"]:
+            best = row
