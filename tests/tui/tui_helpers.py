@@ -46,8 +46,11 @@ async def opened(app: DashboardApp, size: tuple[int, int] = (120, 40), steps: in
 
 
 async def on_screen(pilot, name: str) -> None:
-    """Wait until the top screen is the one called ``name`` (a modal opened, or closed back to the dashboard)."""
-    await wait_for(pilot, lambda: type(pilot.app.screen).__name__ == name, f"the {name}")
+    """Wait until the top screen is the one called ``name`` (a modal opened, or closed back to the dashboard) and
+    mounted: a pushed screen is on top before the widgets it composes exist, and a test touching them then races
+    the mount (seen under load as NoMatches from the screen's own on_mount)."""
+    await wait_for(pilot, lambda: type(pilot.app.screen).__name__ == name and pilot.app.screen.is_mounted,
+                   f"the {name}")
 
 
 async def burst(pilot, *keys: str) -> None:
