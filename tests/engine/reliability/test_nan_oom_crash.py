@@ -159,5 +159,5 @@ def test_a_bad_fault_spec_is_a_one_line_error(engines, tmp_path: Path) -> None:
     assert engine.wait(60) == 2
     assert engine.stderr().splitlines() == [
         "sensorlm-tui: error: SENSORLM_TUI_FAULTS: 'explode@3': unknown fault; allowed: nan@N, nan@A-B, oom@N, "
-        "raise@N (a trailing * repeats), lr@A-B=FACTOR, slow_save=SECONDS"]
+        "raise@N (a trailing * repeats), lr@A-B=FACTOR, slow@A-B=SECONDS, slow_save=SECONDS"]
     assert not (tmp_path / "run").exists()

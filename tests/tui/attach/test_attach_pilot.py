@@ -10,6 +10,7 @@ import pytest
 
 from engine.run.control.client import RunClient
 from engine.run.rundir import RunDir, pid_alive
+from tests.conftest import log_events
 from tests.tui.attach.conftest import screen_text, status_step, until, wait_for_step, wait_until
 from tui.dashboard.app import DashboardApp
 
@@ -46,8 +47,11 @@ def test_attach_shows_history_then_live_and_controls_round_trip(tmp_path: Path, 
             await until(pilot, lambda: "PAUSED" in _header(app), what="PAUSED in the header")
             await until(pilot, lambda: "pause: done" in app.status_text, what="the pause ack")
             wait_until(lambda: RunDir(run).read_status()["state"] == "paused", 5, "status.json to say paused")
-            # The pause event follows the last step in the log, so every step before it is on the model now.
-            paused_at = app.model.step
+            # The engine paused after the step its pause event names; the dashboard reads steps from the record on
+            # its own tick, so it reaches that step (and no further) shortly after the ack.
+            (paused_at,) = [e["step"] for e in log_events(run) if e["type"] == "state" and e["state"] == "paused"]
+            await until(pilot, lambda: app.model.step == paused_at and _screen_step(app) == paused_at,
+                        what=f"step {paused_at}, the paused step, on the model and on screen")
             await pilot.pause(1.5)  # paused means no new steps, on screen or in the log
             assert app.model.step == paused_at and _screen_step(app) == paused_at
 
