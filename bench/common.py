@@ -159,6 +159,35 @@ class GpuBusy:
                 self.samples.append(float(value))
 
 
+class Periodic:
+    """``sample()`` every ``interval`` seconds on a daemon thread of its own, from ``start()`` until ``stop()`` or a
+    ``sample()`` that returns False: the loop the bench's watchers of a run share; each keeps what it reads."""
+
+    #: The thread's name (in a stack dump of a hung bench).
+    thread_name = "sampler"
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=self.thread_name)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def sample(self) -> bool | None:
+        """Read once; False ends the sampling."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.sample() is not False:
+            self._stop.wait(self.interval)
+
+
 class LoadSampler:
     """The 1-minute load average, read every ``interval`` seconds on a thread of its own, from ``start()`` (or
     entering a ``with``) until ``stop()``: how busy the machine was *through* a measurement, not only at its

@@ -24,11 +24,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.common import ROOT, Periodic
 from bench.long_runs.viewer import (
     RssSampler,
     Viewer,
@@ -152,35 +151,25 @@ def stop_writer(writer: subprocess.Popen) -> float | None:
     return float(found.group(1)) if found else None
 
 
-class RecordWatch:
+class RecordWatch(Periodic):
     """The record's last step every ``interval`` seconds, on a thread, from ``start()`` to ``stop()``: when each
     step reached the record (the writer's commits), against which the screen's step is timed."""
 
+    thread_name = "record-watch"
+
     def __init__(self, run: Path, interval: float = 0.05) -> None:
+        super().__init__(interval)
         self.record = open_record(run)
-        self.interval = interval
         #: (time.perf_counter(), the record's last step) per sample.
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="record-watch")
 
     @property
     def last(self) -> int:
         return self.samples[-1][1] if self.samples else 0
 
-    def start(self) -> "RecordWatch":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.record.refresh()
-            self.samples.append((time.perf_counter(), self.record.last_step or 0))
-            self._stop.wait(self.interval)
+    def sample(self) -> None:
+        self.record.refresh()
+        self.samples.append((time.perf_counter(), self.record.last_step or 0))
 
 
 def follow(viewer: Viewer, watch: RecordWatch, writer: subprocess.Popen, seconds: float | None = None,

@@ -21,12 +21,11 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.common import ROOT, Periodic
 from bench.dash_probe import HOOKS
 
 #: The screen size every open is measured at.
@@ -154,49 +153,40 @@ class Viewer:
             Path(self._conf).unlink(missing_ok=True)
 
 
-class RssSampler:
+class RssSampler(Periodic):
     """The viewer's RSS every ``interval`` seconds on a thread, from ``start()`` to ``stop()``; past ``cap_mib`` it
     kills the viewer and notes when (module docstring)."""
 
+    thread_name = "rss-sampler"
+
     def __init__(self, viewer: Viewer, cap_mib: float, interval: float = 0.1) -> None:
+        super().__init__(interval)
         self.viewer = viewer
         self.cap_mib = cap_mib
-        self.interval = interval
         #: (seconds since the viewer started, MiB) per sample.
         self.samples: list[tuple[float, float]] = []
         #: Seconds since start when the cap was hit (the viewer killed), else None.
         self.capped_at: float | None = None
         self.peak = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="rss-sampler")
-
-    def start(self) -> "RssSampler":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def since(self, start_s: float) -> list[float]:
         """The samples taken ``start_s`` seconds after the viewer started, or later."""
         return [mib for at, mib in self.samples if at >= start_s]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            rss = self.viewer.rss_mib()
-            if rss is None:
-                return
-            self.samples.append((time.perf_counter() - self.viewer.started, rss))
-            self.peak = max(self.peak, self.viewer.peak_mib() or rss)
-            if rss > self.cap_mib and self.capped_at is None:
-                self.capped_at = time.perf_counter() - self.viewer.started
-                try:
-                    os.kill(self.viewer.pid, 9)
-                except ProcessLookupError:
-                    pass
-                return
-            self._stop.wait(self.interval)
+    def sample(self) -> bool:
+        rss = self.viewer.rss_mib()
+        if rss is None:
+            return False
+        self.samples.append((time.perf_counter() - self.viewer.started, rss))
+        self.peak = max(self.peak, self.viewer.peak_mib() or rss)
+        if rss > self.cap_mib and self.capped_at is None:
+            self.capped_at = time.perf_counter() - self.viewer.started
+            try:
+                os.kill(self.viewer.pid, 9)
+            except ProcessLookupError:
+                pass
+            return False
+        return True
 
 
 def frames(frame_log: Path) -> list[tuple[float, float]]:
