@@ -8,6 +8,7 @@ how long its write took, and the counted step's peak reaches the log.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -41,6 +42,17 @@ def test_the_callback_uses_lightnings_hooks_as_declared_and_names_every_checkpoi
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=1e-2)
 
+    class Counting(pl.Trainer):
+        """Counts the callback's reads of ``global_step`` (a chain of properties: about a microsecond each)."""
+
+        reads = 0
+
+        @property
+        def global_step(self) -> int:
+            if inspect.currentframe().f_back.f_globals.get("__name__") == CockpitCallback.__module__:
+                Counting.reads += 1
+            return super().global_step
+
     run = tmp_path / "run"
     cockpit = CockpitCallback(run)
     hooks = {name for name in dir(pl.Callback) if name.startswith("on_") or name in ("setup", "teardown")}
@@ -49,12 +61,15 @@ def test_the_callback_uses_lightnings_hooks_as_declared_and_names_every_checkpoi
     saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=SAVE_EVERY, save_top_k=-1)
     torch.manual_seed(0)
     batches = [(torch.randn(4, 4), torch.randn(4, 1)) for _ in range(8)]
-    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+    trainer = Counting(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
                          callbacks=[cockpit, saver])
     trainer.fit(Tiny(), train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
 
     assert not hooks & set(vars(cockpit)), "a hook replaced on the instance during the fit"
+    # one read at each batch's end; a batch's start reads it only on the few steps with work (the first, one after
+    # each save, the counted one), not on every step
+    assert Counting.reads <= STEPS + 10, Counting.reads
     saved = kinds(run, "checkpoint")
     named = {Path(e["path"]).name for e in saved}
     assert all(Path(e["path"]).is_absolute() and e["seconds"] > 0 for e in saved), saved

@@ -31,9 +31,10 @@ older ``pytorch_lightning``): a user of this callback has imported it already.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from engine.app.integrations.core import Cockpit, Decision
 from engine.app.integrations.memory import StepMemory
@@ -73,6 +74,9 @@ class CockpitCallback(pl.Callback):
         self._val_started = 0.0
         self._stopped: tuple[str, str] | None = None  # (status, reason) once a control stopped the fit
         self._last_step = -1
+        self._at = -1  # trainer.global_step as the last batch end read it (on_train_start: the fit's first)
+        self._begin_at: float = 0  # the next step whose batch start has work (_batch_start), before it none
+        self._save_manual: Callable[[list[str]], bool] | None = None  # checkpoint-now's save (on_train_start)
         self._checkpointers: list | None = None
         self._scan_due = True  # a checkpoint may have been written since the last look (on_save_checkpoint)
         self._saving_since: list[float] = []  # time.time() of each on_save_checkpoint since the last look
@@ -90,6 +94,8 @@ class CockpitCallback(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         """The step meter (rank 0 measures; the others only agree on controls)."""
+        self._at, self._begin_at = trainer.global_step, 0  # the step a resume restored; the first batch has work
+        self._save_manual = lambda ids: self._save(trainer, ids, "manual")  # made once, not at every boundary
         if self.cockpit is not None and self.cockpit.owner:
             self._checkpointers = list(trainer.checkpoint_callbacks)  # looked at every batch: found once
             self.memory = StepMemory(pl_module, lambda: trainer.optimizers[0] if trainer.optimizers else None,
@@ -117,22 +123,34 @@ class CockpitCallback(pl.Callback):
 
     # ------------------------------------------------------------------ steps
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        """Most batches start with nothing to do, and cost two attribute reads: the step comes from the last batch
+        end (``trainer.global_step`` is a chain of properties, a microsecond, and it only moves inside a batch);
+        the work (RunStarted, naming a checkpoint written since, counting a step's storages) is in _batch_start."""
+        if self._at + 1 < self._begin_at and not self._scan_due:
+            return
+        self._batch_start(trainer, pl_module, batch)
+
+    def _batch_start(self, trainer, pl_module, batch) -> None:
         if self.cockpit is None or not self.cockpit.owner:
+            self._begin_at, self._scan_due = math.inf, False  # only rank 0 measures and names checkpoints
             return
         if self.cockpit.state == "starting":
             self._announce(trainer, pl_module, batch)
         if self._scan_due:
             self._checkpoints_written(trainer)
-        self.memory.begin(trainer.global_step + 1)
+        step = trainer.global_step + 1
+        self.memory.begin(step)
+        self._begin_at = self.memory.next_count(step + 1)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         cockpit, step = self.cockpit, trainer.global_step
+        self._at = step
         if cockpit is None or step == self._last_step:  # a micro-batch of an accumulating step
             return
         self._last_step = step
         if cockpit.owner:
             self._log_step(trainer, outputs, batch, step)
-        decision = cockpit.boundary(step, lambda ids: self._save(trainer, ids, "manual"))
+        decision = cockpit.boundary(step, self._save_manual)
         if decision.stop:
             self._obey(trainer, decision)
 

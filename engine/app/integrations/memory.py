@@ -18,6 +18,7 @@ steps on fake tensors, plus ``HEADROOM``. Otherwise the summary's source is
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -106,6 +107,19 @@ class StepMemory:
             return False
         return step == self.first_step + CALIBRATE_AT - 1 or (step % CPU_MEASURE_EVERY == 0
                                                                and time.monotonic() - self._counted_t >= COUNT_MIN_S)
+
+    def next_count(self, step: int) -> float:
+        """The first step from ``step`` on whose ``begin`` may start counting (``math.inf`` on CUDA, which
+        counts nothing): a caller whose steps come faster than a Python call is worth may skip ``begin`` before
+        it. Before the first ``begin`` names the first step, every step may count."""
+        if self.meter.cuda:
+            return math.inf
+        if self.first_step is None:
+            return step
+        calibrate = self.first_step + CALIBRATE_AT - 1
+        if step <= calibrate:
+            return calibrate
+        return -(-step // CPU_MEASURE_EVERY) * CPU_MEASURE_EVERY
 
     def begin(self, step: int) -> None:
         """Before step ``step`` runs: on CPU, now and then, start counting its storages."""
