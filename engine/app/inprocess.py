@@ -11,6 +11,7 @@ viewer ends this process, so the viewer should checkpoint and stop (``stop()``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 from engine.run import events as ev
 from engine.run.control.requests import Controls, Request
@@ -64,7 +65,7 @@ class InProcessSession(Session):
             self.exit_code = 1
             self._sink(ev.RunFinished(status="failed", reason=self.error, exit_code=1))
 
-    def history(self, steps: bool = True) -> list[ev.Event]:
+    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None) -> list[ev.Event]:
         return []
 
     def poll(self, timeout: float = 0.1) -> list[ev.Event]:

@@ -120,3 +120,45 @@ def test_a_new_runs_record_is_handed_over_once_the_engine_wrote_it_and_its_step_
     pump.stop.set()
     thread.join(5)
     writer.close()
+
+
+def test_a_long_runs_clock_samples_are_read_only_as_far_as_the_dashboard_keeps_them(tmp_path):
+    """A long run's log holds a memory sample every ~100 steps and a system sample every 2 s: the dashboard
+    keeps the newest MEMORY_SAMPLES of the first and the newest of the second, and its worker reads no more,
+    so the model it builds is the one a whole read builds, from a bounded number of decoded events."""
+    import numpy as np
+
+    from engine.run.control.client import RunClient
+    from engine.run.history import read_history
+    from tui.model.dashboard import MEMORY_SAMPLES, RunModel
+
+    run = tmp_path / "long"
+    run.mkdir()
+    samples = MEMORY_SAMPLES + 3_000
+    with open(run / "events.jsonl", "w") as out:
+        out.write(ev.to_json(ev.RunStarted(t=1.0, name="long", total_steps=100 * samples)) + "\n")
+        for i in range(samples):
+            out.write(f'{{"type":"memory","t":{2.0 + i},"step":{100 * i},"allocated":{i},"peak":{2 * i}}}\n')
+            if i % 50 == 0:
+                out.write(ev.to_json(ev.SystemSampled(t=2.0 + i, cpu_percent=i % 100)) + "\n")
+            if i % 10_000 == 0:
+                out.write(ev.to_json(ev.EvalDone(t=2.0 + i, step=100 * i, val_loss=1.0 / (i + 1))) + "\n")
+    posted: list = []
+    pump = SessionPump(lambda: RunClient(run, read_only=True), posted.append, batch_s=0.05)
+    thread = _run(pump)
+    try:
+        _until(lambda: any(isinstance(m, EventBatch) and m.history for m in posted), timeout=30)
+    finally:
+        pump.stop.set()
+        thread.join(5)
+    history = next(m for m in posted if isinstance(m, EventBatch) and m.history).events
+    assert history.count_type("memory") == MEMORY_SAMPLES and history.count_type("system") == 1
+    assert history.samples_left_out == samples - MEMORY_SAMPLES + len(range(0, samples, 50)) - 1
+    assert history.count_type("eval") == len(range(0, samples, 10_000))
+    bounded, whole = RunModel(), RunModel()
+    bounded.ingest(history)
+    whole.ingest(read_history(run / "events.jsonl"))
+    assert np.array_equal(bounded.memory.view(), whole.memory.view(), equal_nan=True)
+    assert len(whole.memory) == MEMORY_SAMPLES
+    assert bounded.last_memory == whole.last_memory and bounded.system == whole.system
+    assert [e.text for e in bounded.take_log()] == [e.text for e in whole.take_log()]

@@ -111,12 +111,14 @@ def _load(run: Path):
     """(run, its non-step events, every metric it has by name): per-step ones from its step record (an old run's
     log converted first, a progress line on stderr), validation and autotune ones from its log."""
     from engine.run.history import read_history
+    from tui.model.dashboard import SAMPLES_KEPT
     from tui.model.run_metrics import series
     from tui.model.step_open import open_or_convert
 
     try:
         source = open_or_convert(run, _progress_line(run))
-        history = read_history(run / "events.jsonl", steps=source is None)
+        # A plot draws no sample taken on a clock (memory, system, ranks): a long run's million are never decoded.
+        history = read_history(run / "events.jsonl", steps=source is None, newest=dict.fromkeys(SAMPLES_KEPT, 0))
     except OSError as exc:  # a FIFO, a device or an unreadable file where the log should be
         raise PlotError(f"plot {run}: events.jsonl: cannot read ({exc.strerror or exc})") from None
     available = series(history, source)

@@ -38,6 +38,7 @@ from tui.dashboard.messages import (
     StepsProgress,
 )
 from tui.model import step_open
+from tui.model.dashboard import SAMPLES_KEPT
 
 #: How long events are gathered before one batch is posted (seconds).
 BATCH_S = 0.08
@@ -137,7 +138,7 @@ class SessionPump:
             plan = step_open.plan(run_dir)
             steps = step_open.open_steps(run_dir) if plan == "record" else None
             try:
-                history = session.history(steps=False) if plan in ("record", "convert") else session.history()
+                history = session.history(steps=plan not in ("record", "convert"), newest=SAMPLES_KEPT)
             except Exception as exc:  # noqa: BLE001
                 self.post(SessionFailed(f"cannot read the run's history: {_one_line(exc)}", fatal=False))
                 history = []

@@ -30,7 +30,7 @@ from tui.model import metrics as mx
 from tui.model import settings
 from tui.model.autotune import AutotuneState
 from tui.model.catalogue import Catalogue
-from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, MEM_COLUMNS, EventFold
+from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, LATEST_ONLY, MEM_COLUMNS, EventFold
 from tui.model.format import short_float
 from tui.model.history import Ring
 from tui.model.phases import Phases, clock, model_summary
@@ -41,6 +41,9 @@ from tui.model.step_source import RecordSteps
 
 #: Memory samples kept (one every ~100 steps: the newest 6.5M steps' worth).
 MEMORY_SAMPLES = 1 << 16
+#: What a RunModel keeps of the samples taken on a clock (event type → how many of the newest): all a history
+#: it opens need hold of them (``Session.history(newest=...)``; a long run has a million memory samples).
+SAMPLES_KEPT = {"memory": MEMORY_SAMPLES, **{cls.type: 1 for cls in LATEST_ONLY}}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import dataclasses
 import operator
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import msgspec
 import numpy as np
@@ -88,10 +88,11 @@ def _starts_with(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, prefix: by
     return ok & (g == np.frombuffer(prefix, np.uint8)).all(1)
 
 
-def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True, origin: int = 0) -> None:
+def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True, origin: int = 0,
+                  newest: dict[bytes, _Newest] | None = None) -> None:
     """Add the events of the file's bytes ``[base, stop)`` (complete lines; ``buf`` holds the file from offset
     ``origin`` on) to ``history``; without ``steps`` the step lines are only counted
-    (``History.steps_left_out``), not decoded."""
+    (``History.steps_left_out``), not decoded; the lines of a prefix in ``newest`` are only noted there."""
     base, stop = base - origin, stop - origin  # positions in ``buf``; the history keeps offsets in the file
     c = np.frombuffer(buf, np.uint8, stop - base, base)
     ends = np.flatnonzero(c == 10) + base
@@ -105,6 +106,10 @@ def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = Tru
         history.steps_left_out += len(step_lines)
         left_out[step_lines] = True
         step_lines = step_lines[:0]
+    for prefix, kept in (newest or {}).items():
+        lines = np.flatnonzero(_starts_with(c, starts - base, ends - base, prefix))
+        left_out[lines] = True
+        kept.note(starts[lines] + origin, (ends - starts)[lines])
     rows = _decode_steps(buf, starts, ends, step_lines)
     good = [r for r in rows if r is not None]
     if len(good) < len(rows):
@@ -128,14 +133,59 @@ def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = Tru
                       _rows_to_columns(good) if good else None, objects)
 
 
+class _Newest:
+    """Where the newest ``n`` lines of one sampled type are, noted chunk by chunk (at most ``n`` held)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.seen = 0
+        self.offsets = np.zeros(0, np.int64)
+        self.lengths = np.zeros(0, np.int64)
+
+    def note(self, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        self.seen += len(offsets)
+        keep = slice(max(0, len(self.offsets) + len(offsets) - self.n), None)
+        self.offsets = np.concatenate([self.offsets, offsets])[keep] if self.n else self.offsets
+        self.lengths = np.concatenate([self.lengths, lengths])[keep] if self.n else self.lengths
+
+
+def _add_newest(history: History, fd: int, newest: dict[bytes, _Newest], chunk_bytes: int) -> None:
+    """Decode the noted newest lines of each sampled type into ``history``; count the ones left out."""
+    for kept in newest.values():
+        history.samples_left_out += kept.seen - len(kept.offsets)
+        lines = _read_lines(fd, kept.offsets, kept.lengths, chunk_bytes)
+        events = parse_lines(lines)
+        good = [i for i, e in enumerate(events) if e is not None]
+        history.skipped += len(events) - len(good)
+        if good:
+            history.add_chunk(kept.offsets[good], kept.lengths[good], -1 - np.arange(len(good)), None,
+                              [events[i] for i in good])
+
+
+def _read_lines(fd: int, offsets: np.ndarray, lengths: np.ndarray, chunk_bytes: int) -> list[bytes]:
+    """The lines at ``offsets`` (ascending), read a span of at most ~``chunk_bytes`` at a time."""
+    ends = offsets + lengths
+    out: list[bytes] = []
+    i = 0
+    while i < len(offsets):
+        start = int(offsets[i])
+        j = max(i + 1, int(np.searchsorted(ends, start + chunk_bytes, side="right")))
+        span = os.pread(fd, int(ends[j - 1]) - start, start)
+        out.extend(span[a - start:b - start] for a, b in zip(offsets[i:j].tolist(), ends[i:j].tolist()))
+        i = j
+    return out
+
+
 def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | None = None,
-                 steps: bool = True) -> History:
+                 steps: bool = True, newest: Mapping[str, int] | None = None) -> History:
     """Every complete line of an events.jsonl (up to ``end`` bytes); a torn last line is left unread.
 
     A missing file is an empty history. ``History.offset`` says where a follower should continue reading.
     ``steps=False`` leaves the step lines out (counted in ``History.steps_left_out``, never decoded): a viewer
     that reads a run's steps from its step record (engine.run.steps) needs only the other events, a few
-    percent of an old log's lines and of its decoding.
+    percent of an old log's lines and of its decoding. ``newest`` (event type → n) keeps only the events of the
+    newest n lines of those types (in file order among the others; a torn line among them is skipped, not
+    replaced by an older one); the rest are counted in ``History.samples_left_out``.
     """
     path = Path(path)
     history = History(path)
@@ -144,6 +194,7 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
     except FileNotFoundError:
         return history
     offset = 0
+    kept = {b'{"type":"%s",' % kind.encode(): _Newest(n) for kind, n in (newest or {}).items()}
     with handle:
         size = os.fstat(handle.fileno()).st_size if end is None else end
         # Read by position, a chunk at a time: a mapped log's pages would count in the viewer's resident memory
@@ -159,8 +210,9 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
                 cut = data.rfind(b"\n")
             if cut < 0:  # the torn tail
                 break
-            _decode_chunk(history, data, offset, offset + cut + 1, steps, origin=offset)
+            _decode_chunk(history, data, offset, offset + cut + 1, steps, origin=offset, newest=kept)
             offset += cut + 1
         history.offset = offset
+        _add_newest(history, handle.fileno(), kept, chunk_bytes)
     history.seal()
     return history

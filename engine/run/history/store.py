@@ -174,6 +174,8 @@ class History(Sequence):
         self.columnar = 0
         #: Step lines a read without steps (``read_history(steps=False)``) left undecoded.
         self.steps_left_out = 0
+        #: Sampled events a read for the newest only (``read_history(newest=...)``) left undecoded.
+        self.samples_left_out = 0
 
     # Sequence protocol ------------------------------------------------------
     def __len__(self) -> int:
@@ -303,6 +305,7 @@ class History(Sequence):
         self._offsets = np.concatenate([self._offsets, *(p[0] for p in parts)])
         self._lengths = np.concatenate([self._lengths, *(p[1] for p in parts)])
         self._rows = np.concatenate([self._rows, *(p[2] for p in parts)])
+        self._in_file_order()
         blocks = [(self._columns, len(self._columns.get("step", ())))] + [(p[3] or {}, p[4]) for p in parts]
         names: dict[str, None] = {}
         for cols, _ in blocks:
@@ -310,6 +313,18 @@ class History(Sequence):
         self._columns = {name: np.concatenate([cols[name] if name in cols else np.full(n, _NAN)
                                                for cols, n in blocks]) for name in names}
         self._cache = {}
+
+
+    def _in_file_order(self) -> None:
+        """Events added out of file order (the newest samples, decoded after the rest): sorted back by offset,
+        the objects too, so ``others()`` and iteration stay in file order."""
+        if len(self._offsets) < 2 or bool((np.diff(self._offsets) > 0).all()):
+            return
+        order = np.argsort(self._offsets, kind="stable")
+        self._offsets, self._lengths, self._rows = self._offsets[order], self._lengths[order], self._rows[order]
+        is_object = self._rows < 0
+        self._objects = [self._objects[i] for i in (-1 - self._rows[is_object]).tolist()]
+        self._rows[is_object] = -1 - np.arange(int(is_object.sum()))
 
 
 def _field(event: Any, name: str) -> float:

@@ -154,3 +154,30 @@ def test_a_read_without_steps_has_every_other_event_and_counts_the_step_lines(tm
     assert others.count_type("step") == 0 and others.steps_left_out >= full.count_type("step") > 2000
     assert [ev.to_json(e) for e in others] == [ev.to_json(e) for e in full.others("step")]
     assert others.offset == full.offset < path.stat().st_size
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 700])
+def test_a_read_for_the_newest_samples_decodes_only_those_and_keeps_file_order(tmp_path: Path,
+                                                                               chunk_bytes: int) -> None:
+    """What a viewer keeps of the samples taken on a clock (the newest n of each type) is all it reads: the
+    result is the whole history less the older samples, in file order, the others counted, never decoded."""
+    path = tmp_path / "events.jsonl"
+    lines = _mixed_lines(3000, seed=5)
+    for i in range(0, len(lines), 97):  # system samples among them, and one line each kind cannot decode
+        lines.insert(i, ev.to_json(ev.SystemSampled(t=float(i), cpu_percent=float(i))))
+    lines.insert(len(lines) - 3, '{"type":"memory","t":1.0,"step":')
+    path.write_text("\n".join(lines) + "\n")
+    full = history.read_history(path, steps=False)
+    memory = [e for e in full if e.type == "memory"]
+    system = [e for e in full if e.type == "system"]
+    assert len(memory) > 200 and len(system) > 30
+    kept = memory[-49:] + system[-1:]  # the newest 50 memory lines hold the torn one
+    expected = [ev.to_json(e) for e in full if e.type not in ("memory", "system") or any(e is k for k in kept)]
+    newest = history.read_history(path, chunk_bytes=chunk_bytes, steps=False,
+                                  newest={"memory": 50, "system": 1, "ranks": 1})
+    assert [ev.to_json(e) for e in newest] == expected
+    assert newest.samples_left_out == len(memory) + 1 - 50 + len(system) - 1
+    assert newest.skipped == full.skipped and newest.offset == full.offset
+    none = history.read_history(path, chunk_bytes=chunk_bytes, newest={"memory": 0, "system": 0})
+    assert none.count_type("memory") == none.count_type("system") == 0
+    assert none.count_type("step") == history.read_history(path).count_type("step")
