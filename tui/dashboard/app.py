@@ -26,6 +26,7 @@ comes back here as a ControlDone.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 from textual import work
@@ -88,6 +89,8 @@ class DashboardApp(App[int]):
         self.plot_period = 1.0 / plot_hz
         # Text at the plot rate (1 Hz by default): a step counter needs no more, and bytes matter over SSH.
         self.text_period = max(1.0 / MAX_TEXT_HZ, min(1.0, self.plot_period))
+        #: The progress line alone redraws faster: the step a watcher reads stays a fraction of a second behind.
+        self.progress_period = 1.0 / MAX_TEXT_HZ
         #: What this dashboard watches: the model the panels show, the session worker's loop (its session, stop
         #: and closed events; replaced when another session is watched) and the viewer's terms.
         self.watch = Watch(RunModel(), SessionPump(session_factory, self.post_message, read_only=read_only,
@@ -133,8 +136,9 @@ class DashboardApp(App[int]):
             self.call_after_refresh(self._draw_then_start_session)
         else:
             self._start_session()
-        self.set_interval(self.text_period, self._tick_text, name="text")
-        self.set_interval(self.plot_period, self._tick_plots, name="plots")
+        #: The redraw timers by the panels they feed.
+        self.ticks = {kind: self.set_interval(period, partial(self._tick, kind), name=kind) for kind, period in
+                      (("text", self.text_period), ("progress", self.progress_period), ("plots", self.plot_period))}
         self.theme_changed_signal.subscribe(self, lambda _theme: self.redraw(force=True))
         if self._compare_at_start:
             self.views.load_compare(self._compare_at_start)
@@ -186,16 +190,20 @@ class DashboardApp(App[int]):
             screen = self.dashboard
             if kind == "plots":
                 return screen.charts
-            return [screen.query_one(f"#{name}") for name in ("header", "progress", "memory", "system", "log")]
+            names = ("progress",) if kind == "progress" else ("header", "progress", "memory", "system", "log")
+            return [screen.query_one(f"#{name}") for name in names]
         except (IndexError, NoMatches, AttributeError):
             return []
 
-    def _tick_text(self) -> None:
-        self.model.refresh_steps()  # what a live run appended to its step record
-        self.model.tick()  # clocks tick while nothing else moves
-        for panel in self.panels("text"):
+    def _tick(self, kind: str) -> None:
+        """A redraw timer's turn: the panels of ``kind`` that changed (text: the clocks and the footer too)."""
+        if kind != "plots":
+            self.model.refresh_steps()  # what a live run appended to its step record
+        if kind == "text":
+            self.model.tick()  # clocks tick while nothing else moves
+            self.sync_footer()
+        for panel in self.panels(kind):
             self.safe(panel, panel.update_from, self.model)
-        self.sync_footer()
 
     def sync_footer(self) -> None:
         """Refresh the footer's keys when what they do changed (paused ↔ running, connected, ended, read-only,
@@ -222,10 +230,6 @@ class DashboardApp(App[int]):
         for command in super().get_system_commands(screen):
             if command.title.lower() != "theme":
                 yield command
-
-    def _tick_plots(self) -> None:
-        for panel in self.panels("plots"):
-            self.safe(panel, panel.update_from, self.model)
 
     def redraw(self, force: bool = False) -> None:
         """Update every panel now (``force`` even if nothing changed: theme switch, tests)."""

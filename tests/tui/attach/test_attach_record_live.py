@@ -66,3 +66,29 @@ def test_a_live_run_is_followed_from_its_record_with_no_step_line_in_its_log(tmp
     finally:
         writer.close()
         log.close()
+
+
+def test_the_progress_line_follows_a_live_record_between_the_other_panels_redraws(tmp_path: Path) -> None:
+    """The step a watcher reads comes from its own quick tick (a fraction of a second), not the 1 s text redraw:
+    with the text redraw stopped, the progress line still follows the rows the writer appends."""
+    run = tmp_path / "live"
+    writer = StepWriter(run / "steps")
+    _rows(writer, 1, 1_000)
+    log = JsonlSink(run / "events.jsonl")
+    log(ev.RunStarted(t=1.7e9, name="live", task="toy", total_steps=TOTAL))
+    log.flush()
+    app = AttachApp(lambda: RunClient(run, read_only=True), run, read_only=True)
+    try:
+        async def scenario() -> None:
+            async with app.run_test(size=SIZE) as pilot:
+                await until(pilot, lambda: _screen_step(app) == 1_000, what="the record's rows")
+                assert app.progress_period < app.text_period
+                app.ticks["text"].pause()
+                for last in (1_500, 4_000):
+                    _rows(writer, app.model.step + 1, last)
+                    await until(pilot, lambda last=last: _screen_step(app) == last, what=f"step {last} on screen")
+
+        asyncio.run(scenario())
+    finally:
+        writer.close()
+        log.close()
