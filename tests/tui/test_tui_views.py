@@ -379,6 +379,30 @@ async def test_the_log_wraps_again_when_the_terminal_is_resized():
 
 
 @pilot_test
+async def test_a_long_runs_log_keeps_its_newest_lines_with_the_step_column_as_wide_as_the_run():
+    """10,000 evals of a 100M-step run arrive at once: the newest LOG_LINES are written (the widget keeps no
+    more), and a 9-digit step keeps every row's bar in one column, wrapped rows too."""
+    from tui.widgets.log import LOG_LINES
+
+    total = 100_000_000
+    evals = [ev.EvalDone(t=float(i), step=(i + 1) * 10_000, val_loss=1.0 / (i + 1), seconds=0.4)
+             for i in range(10_000)]
+    session = ScriptedSession(history=[ev.RunStarted(t=0.0, name="long", total_steps=total), *evals,
+                                       ev.Warning(t=1e4, text="a long warning " * 12, step=total),
+                                       ev.StepLogged(t=1e4, step=total, loss=0.1)])
+    app, _ = make(session)
+    async with opened(app, (100, 30), steps=total) as pilot:
+        log = app.dashboard.query_one("#log")
+        await wait_for(pilot, lambda: any("a long warning" in line for line in log.plain), "the history logged")
+        assert len(log.plain) == LOG_LINES and len(log.lines) == LOG_LINES
+        assert log.plain[0].startswith(f"{(10_002 - LOG_LINES) * 10_000:>9} │ eval")
+        rows = [strip.text for strip in log.lines]
+        assert {row.index("│") for row in rows} == {10}, "one column for 9-digit steps and continuation rows"
+        first = next(i for i, row in enumerate(rows) if "a long warning" in row)
+        assert rows[first].startswith(f"{total} │ a long warning") and rows[-1].startswith(" " * 10 + "│ ")
+
+
+@pilot_test
 async def test_the_footer_shows_what_acts_at_each_width_and_q_says_detach():
     session = ScriptedSession(history=demo_run(300), detachable=True, run_dir="runs/demo-run")
     app, _ = make(session)

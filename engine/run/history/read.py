@@ -79,13 +79,19 @@ def _decode_steps(buf: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.nd
     return out
 
 
-def _starts_with(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, prefix: bytes) -> np.ndarray:
-    """Which lines begin with ``prefix`` (one gather of len(prefix) bytes a line)."""
-    ok = ends - starts >= len(prefix)
-    if not len(starts):
-        return ok
-    g = c[np.minimum(starts[:, None] + np.arange(len(prefix)), len(c) - 1)]
-    return ok & (g == np.frombuffer(prefix, np.uint8)).all(1)
+class _Heads:
+    """The first bytes of every line of a chunk, gathered once: which lines begin with a prefix."""
+
+    def __init__(self, c: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> None:
+        self.lengths = ends - starts
+        self.bytes = c[np.minimum(starts[:, None] + np.arange(width), len(c) - 1)] if len(starts) else None
+
+    def starting_with(self, prefix: bytes) -> np.ndarray:
+        """Indices of the lines that begin with ``prefix`` (at most the gathered width)."""
+        if self.bytes is None:
+            return np.zeros(0, np.int64)
+        ok = (self.bytes[:, :len(prefix)] == np.frombuffer(prefix, np.uint8)).all(1)
+        return np.flatnonzero(ok & (self.lengths >= len(prefix)))
 
 
 def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True, origin: int = 0,
@@ -100,14 +106,15 @@ def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = Tru
     if len(ends):
         starts[0] = base
         starts[1:] = ends[:-1] + 1
-    step_lines = np.flatnonzero(_starts_with(c, starts - base, ends - base, STEP_PREFIX))
+    heads = _Heads(c, starts - base, ends - base, max(map(len, [STEP_PREFIX, *(newest or {})])))
+    step_lines = heads.starting_with(STEP_PREFIX)
     left_out = np.zeros(len(ends), bool)
     if not steps:
         history.steps_left_out += len(step_lines)
         left_out[step_lines] = True
         step_lines = step_lines[:0]
     for prefix, kept in (newest or {}).items():
-        lines = np.flatnonzero(_starts_with(c, starts - base, ends - base, prefix))
+        lines = heads.starting_with(prefix)
         left_out[lines] = True
         kept.note(starts[lines] + origin, (ends - starts)[lines])
     rows = _decode_steps(buf, starts, ends, step_lines)
