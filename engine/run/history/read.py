@@ -80,18 +80,36 @@ def _decode_steps(buf: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.nd
 
 
 class _Heads:
-    """The first bytes of every line of a chunk, gathered once: which lines begin with a prefix."""
+    """The first ``width`` bytes of every line of a chunk as 8-byte words, gathered once: which lines begin with
+    a prefix, in a few word compares a line (a byte-wise gather and compare cost ~10x more: a 100M-step log
+    has a million lines)."""
 
     def __init__(self, c: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> None:
         self.lengths = ends - starts
-        self.bytes = c[np.minimum(starts[:, None] + np.arange(width), len(c) - 1)] if len(starts) else None
+        n = len(c)
+        # The words of the last few lines may pass the chunk's end: those are read from a zero-padded copy of it.
+        tail_from = max(0, n - width - 8)
+        tail = np.zeros(n - tail_from + width + 8, np.uint8)
+        tail[:n - tail_from] = c[tail_from:]
+        in_tail = np.ndarray((len(tail) - 7,), "<u8", tail, 0, (1,))  # element i: the 8 bytes from byte i
+        in_chunk = np.ndarray((n - 7,), "<u8", c, 0, (1,)) if n >= 8 else in_tail
+        self.words = []
+        for k in range(-(-width // 8)):
+            at = starts + 8 * k
+            late = at > n - 8
+            words = in_chunk[np.where(late, 0, at)]
+            words[late] = in_tail[at[late] - tail_from]
+            self.words.append(words)
 
     def starting_with(self, prefix: bytes) -> np.ndarray:
         """Indices of the lines that begin with ``prefix`` (at most the gathered width)."""
-        if self.bytes is None:
-            return np.zeros(0, np.int64)
-        ok = (self.bytes[:, :len(prefix)] == np.frombuffer(prefix, np.uint8)).all(1)
-        return np.flatnonzero(ok & (self.lengths >= len(prefix)))
+        ok = self.lengths >= len(prefix)
+        padded = prefix + bytes(-len(prefix) % 8)
+        for k in range(-(-len(prefix) // 8)):
+            want = int.from_bytes(padded[8 * k:8 * k + 8], "little")
+            mask = int.from_bytes(bytes(min(8, len(prefix) - 8 * k) * [255]).ljust(8, b"\0"), "little")
+            ok &= (self.words[k] & np.uint64(mask)) == np.uint64(want)
+        return np.flatnonzero(ok)
 
 
 def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True, origin: int = 0,
