@@ -10,9 +10,14 @@ whose type only the running program knows.
 Allowed places: engine/budget (the memory tracer runs the step on fake tensors
 under dispatch modes and torch's memory trackers, none of which is public) and
 engine/training/batches.py (the DataLoader shutdown fix), and
-engine/training/compile.py (compile events: torch.compiler has no callback for
-a compile's start and end, nor a public record of compiled frames and their
-recompile reasons; issue 41 named only the first two). A new private name
+engine/training/compile.py (compile events; issue 41 named only the first two).
+Looked for in torch 2.13: ``torch.compiler.__all__`` has no callback for a
+compile's start and end and no record of compiled frames or of a recompile's
+failed guard. A custom backend (``torch.compile(backend=fn)``, public) hears of
+each graph, but wrapping inductor needs ``torch._inductor``, and it never sees
+the guard that failed; timing the first step, or calling a slow step a
+recompile, cannot tell a compile from a checkpoint, an evaluation or a GC pause,
+and has no reason to report. So CompileDone keeps dynamo's own. A new private name
 anywhere fails ``test_private_torch_names_stay_where_they_are_allowed``; a new
 one in an allowed place, or one that went away, fails the listing's test until
 USES says it with its reason.
