@@ -38,6 +38,35 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+@pytest.fixture(scope="session")
+def forks():
+    """One preloaded fork server per test worker (tests/engine/reliability/forkserver.py), started on first use:
+    ``run_forked`` and the fault-injection tests start their engines from it, each a real process forked after
+    torch, dynamo and the engine are imported (~3 s of CPU, ~8 s under load, that a fresh interpreter pays)."""
+    from tests.engine.reliability.harness import ForkServer
+
+    server = ForkServer()
+    yield server
+    server.close()
+
+
+def run_forked(forks, *args: str, cwd: Path | None = None, timeout: float = 120, module: str = "tui.cli",
+               faults: str = "") -> subprocess.CompletedProcess:
+    """``run_cli`` for a test whose point is what a run does, not how an interpreter starts: the same
+    ``sensorlm-tui args…`` (``module="engine"``: ``python -m engine args…``), stdin closed, run in a process
+    forked from ``forks`` (the session's preloaded server); ``faults`` is its SENSORLM_TUI_FAULTS. Fails the test
+    (killing the process) when it outlives ``timeout`` s. Start-up itself stays covered by the tests that run
+    the real entry point (run_cli, the hostile corpus's real-CLI cases, the start-up signal cases)."""
+    import tempfile
+
+    entry = {"tui.cli": "cli", "engine": "engine"}[module]
+    with tempfile.TemporaryDirectory(prefix="forked-") as io:
+        proc = forks.spawn(list(args), Path(io), faults=faults, entry=entry, cwd=cwd or ROOT)
+        code = proc.wait(timeout)
+        return subprocess.CompletedProcess([module, *args], code, proc.out.read_text(errors="replace"),
+                                           proc.stderr())
+
+
 def program(cwd: Path | None = None) -> str:
     """How the commands a CLI started in ``cwd`` (default: ROOT, as ``run_cli``) prints begin: the program as it
     runs from there (engine.core.invocation)."""
@@ -57,9 +86,11 @@ def output(proc: subprocess.CompletedProcess, tail: int = 4000) -> str:
 
 
 def kill_at_checkpoint_and_resume(flags: list[str], run: Path, step: int, kill_wait: float = 60,
-                                  timeout: float = 120) -> subprocess.CompletedProcess:
+                                  timeout: float = 120, forks=None) -> subprocess.CompletedProcess:
     """Train ``flags`` into ``run``, SIGKILL it the moment the step-``step`` checkpoint is reported (what a
-    crash leaves behind), then ``train --resume`` it headless; returns the finished resume."""
+    crash leaves behind), then ``train --resume`` it headless; returns the finished resume. The killed run is a
+    fresh interpreter whose stdout is a pipe read line by line (the kill lands right after the line); the
+    resume is forked from ``forks`` when given (``run_forked``)."""
     proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *flags, "--run-dir", str(run),
                              "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
@@ -69,7 +100,8 @@ def kill_at_checkpoint_and_resume(flags: list[str], run: Path, step: int, kill_w
             break
     proc.wait(timeout=kill_wait)
     assert proc.returncode == -signal.SIGKILL
-    resumed = run_cli("train", "--resume", str(run), "--headless", timeout=timeout)
+    args = ("train", "--resume", str(run), "--headless")
+    resumed = run_forked(forks, *args, timeout=timeout) if forks else run_cli(*args, timeout=timeout)
     assert resumed.returncode == 0, resumed.stderr
     return resumed
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli_env, run_cli
+from tests.conftest import ROOT, cli_env, run_cli, run_forked
 
 CASES = {
     "malformed toml": ("[train\nlr = 1\n", [], "bad.toml:1:"),
@@ -66,13 +66,13 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_one_line_exit_2(case: str, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_exit_2(forks, case: str, tmp_path: Path) -> None:
     toml, flags, expected = CASES[case]
     args = ["train", "--task", "toy", "--run-dir", str(tmp_path / "run")]
     if toml is not None:
         (tmp_path / "bad.toml").write_text(toml)
         args += ["--config", str(tmp_path / "bad.toml")]
-    result = run_cli(*args, *flags)
+    result = run_forked(forks, *args, *flags)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -120,36 +120,36 @@ def test_unreadable_parent_is_one_line(tmp_path: Path) -> None:
         locked.chmod(0o755)
 
 
-def _finished_run(tmp_path: Path) -> Path:
+def _finished_run(forks, tmp_path: Path) -> Path:
     run = tmp_path / "done"
-    result = run_cli("train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir", str(run),
+    result = run_forked(forks, "train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir", str(run),
                      "--headless")
     assert result.returncode == 0, result.stderr
     return run
 
 
 @pytest.mark.slow
-def test_resume_refuses_config_and_another_run_dir_but_takes_its_own(tmp_path: Path) -> None:
-    run = _finished_run(tmp_path)
+def test_resume_refuses_config_and_another_run_dir_but_takes_its_own(forks, tmp_path: Path) -> None:
+    run = _finished_run(forks, tmp_path)
     (tmp_path / "other.toml").write_text("[optimizer]\nlr = 0.5\n")
     before = (run / "config.toml").read_bytes()
-    _one_line(run_cli("train", "--resume", str(run), "--config", str(tmp_path / "other.toml")),
+    _one_line(run_forked(forks, "train", "--resume", str(run), "--config", str(tmp_path / "other.toml")),
               "--config " + str(tmp_path / "other.toml") + ": not allowed with --resume")
-    _one_line(run_cli("train", "--resume", str(run), "--run-dir", str(tmp_path / "elsewhere")),
+    _one_line(run_forked(forks, "train", "--resume", str(run), "--run-dir", str(tmp_path / "elsewhere")),
               "not allowed with --resume")
     assert not (tmp_path / "elsewhere").exists() and (run / "config.toml").read_bytes() == before
-    same = run_cli("train", "--resume", str(run), "--run-dir", f"{run}/", "--max-steps", "3", "--headless")
+    same = run_forked(forks, "train", "--resume", str(run), "--run-dir", f"{run}/", "--max-steps", "3", "--headless")
     assert same.returncode == 0, same.stderr  # the dashboard's launcher always passes --run-dir
 
 
 @pytest.mark.slow
-def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_over(tmp_path: Path) -> None:
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_over(forks, tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.toml").write_text('[task]\nname = "toy"\n')
     (run / "checkpoints").mkdir()
     (run / "events.jsonl").write_text('{"type": "run_started", "t": 1.0, "name": "run"}\n')  # what it had logged
-    result = run_cli("train", "--resume", str(run), "--max-steps", "3", "--headless")
+    result = run_forked(forks, "train", "--resume", str(run), "--max-steps", "3", "--headless")
     assert result.returncode == 0, result.stderr
     assert "stopped before its first checkpoint; starting it over from step 0" in result.stdout
     lines = (run / "events.jsonl").read_text().splitlines()
@@ -157,13 +157,13 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_over(tmp_p
     assert (run / "checkpoints" / "last.safetensors").is_file()
 
 
-def test_resume_dir_whose_checkpoints_are_all_damaged_is_refused(tmp_path: Path) -> None:
+def test_resume_dir_whose_checkpoints_are_all_damaged_is_refused(forks, tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.toml").write_text('[task]\nname = "toy"\n')
     (run / "checkpoints" / "last.safetensors").write_bytes(b"not a checkpoint")
     before = sorted(p.name for p in run.rglob("*"))
-    result = run_cli("train", "--resume", str(run))
+    result = run_forked(forks, "train", "--resume", str(run))
     assert result.returncode == 2
     assert result.stderr.startswith(f"sensorlm-tui: error: --resume {run}: {run}/checkpoints: no usable checkpoint")
     assert len(result.stderr.strip().splitlines()) == 1

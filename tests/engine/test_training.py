@@ -9,7 +9,7 @@ import pytest
 
 from engine.run.sinks import STEP_LINE_S
 from engine.run.steps import open_record
-from tests.conftest import kill_at_checkpoint_and_resume, log_events, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, log_events, read_events, run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,8 @@ def _last_digest(events: list[dict]) -> str:
     return [e for e in events if e["type"] == "checkpoint"][-1]["digest"]
 
 
-def test_toy_learns_and_prints_plain_lines(tmp_path: Path) -> None:
-    result = run_cli(*TOY, "--max-steps", "120", "--eval-every", "60", "--run-dir", str(tmp_path / "r"))
+def test_toy_learns_and_prints_plain_lines(forks, tmp_path: Path) -> None:
+    result = run_forked(forks, *TOY, "--max-steps", "120", "--eval-every", "60", "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stdout and "\x1b[" not in result.stdout
     evals = [e for e in read_events(tmp_path / "r") if e["type"] == "eval"]
@@ -45,13 +45,13 @@ def test_toy_learns_and_prints_plain_lines(tmp_path: Path) -> None:
     assert {step: np.float32(value) for step, value in lines.items()} == {step: loss[step] for step in lines}
 
 
-def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
+def test_resume_after_sigkill_is_bit_exact(forks, tmp_path: Path) -> None:
     flags = [*TOY, "--max-steps", "40", "--eval-every", "20", "--checkpoint-every", "20", "--lr", "3e-3"]
-    whole = run_cli(*flags, "--run-dir", str(tmp_path / "whole"))
+    whole = run_forked(forks, *flags, "--run-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr
 
     run = tmp_path / "killed"
-    resumed = kill_at_checkpoint_and_resume(flags, run, 20, kill_wait=30)
+    resumed = kill_at_checkpoint_and_resume(flags, run, 20, kill_wait=30, forks=forks)
     assert "resumed from" in resumed.stdout
 
     reference, events = _steps(read_events(tmp_path / "whole")), read_events(run)
@@ -65,10 +65,11 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path: Path) -> None:
     assert loss[20:].tolist() == [np.float32(reference[s]) for s in range(21, 41)]
 
 
-def test_abort_policy_fires_on_psnr_drop(tmp_path: Path) -> None:
-    result = run_cli(*TOY, "--max-steps", "200", "--eval-every", "10", "--lr", "0.3", "--schedule", "constant",
-                     "--set", "optimizer.clip_grad_norm=0", "--set", "policies.abort_drop=0.5",
-                     "--set", "policies.abort_patience_s=0", "--run-dir", str(tmp_path / "r"))
+def test_abort_policy_fires_on_psnr_drop(forks, tmp_path: Path) -> None:
+    result = run_forked(forks, *TOY, "--max-steps", "200", "--eval-every", "10", "--lr", "0.3",
+                        "--schedule", "constant", "--set", "optimizer.clip_grad_norm=0",
+                        "--set", "policies.abort_drop=0.5", "--set", "policies.abort_patience_s=0",
+                        "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 1, result.stdout + result.stderr
     events = read_events(tmp_path / "r")
     finished = [e for e in events if e["type"] == "run_finished"][-1]
@@ -81,12 +82,12 @@ def test_abort_policy_fires_on_psnr_drop(tmp_path: Path) -> None:
     assert (tmp_path / "r" / "checkpoints" / "last.safetensors").is_file()
 
 
-def test_overfit_gate_passes_and_fails(tmp_path: Path) -> None:
-    ok = run_cli(*TOY, "--overfit", "4", "--max-steps", "150", "--eval-every", "50", "--lr", "3e-3",
-                 "--run-dir", str(tmp_path / "ok"))
+def test_overfit_gate_passes_and_fails(forks, tmp_path: Path) -> None:
+    ok = run_forked(forks, *TOY, "--overfit", "4", "--max-steps", "150", "--eval-every", "50", "--lr", "3e-3",
+                    "--run-dir", str(tmp_path / "ok"))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "overfit gate passed" in ok.stdout
-    bad = run_cli(*TOY, "--overfit", "4", "--max-steps", "20", "--eval-every", "10", "--lr", "1e-6",
-                  "--run-dir", str(tmp_path / "bad"))
+    bad = run_forked(forks, *TOY, "--overfit", "4", "--max-steps", "20", "--eval-every", "10", "--lr", "1e-6",
+                     "--run-dir", str(tmp_path / "bad"))
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "overfit gate FAILED" in bad.stdout

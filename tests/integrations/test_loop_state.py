@@ -21,16 +21,14 @@ import torch
 
 from sensorlm_tui.loop import CockpitError, cockpit
 from tests.conftest import read_events
-from tests.engine.reliability.harness import ForkServer
 from tests.engine.reliability.test_hostile import _tree_digest
 from tests.integrations.user_loop import build
 
 
 @pytest.fixture(scope="module")
-def server():
-    fork = ForkServer()
-    yield fork
-    fork.close()
+def server(forks):
+    """The session's preloaded fork server (tests/conftest.py)."""
+    return forks
 
 
 def _steps(run_dir: Path, steps: int, save_every: int, check=None) -> None:

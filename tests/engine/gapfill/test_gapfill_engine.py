@@ -4,13 +4,11 @@ injected fault makes its learning rate too high, and refuses a damaged data dire
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.path
 
-from tests.conftest import ROOT, cli_env, kill_at_checkpoint_and_resume, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +17,9 @@ def _steps(events: list[dict]) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in events if e["type"] == "step"}
 
 
-def test_trains_and_reports_per_band_psnr_with_baselines(tmp_path, tiny_data):
-    result = run_cli(*cli_flags(tmp_path, tiny_data, "--max-steps", "4", "--eval-every", "2",
-                                "--run-dir", str(tmp_path / "r")), timeout=300)
+def test_trains_and_reports_per_band_psnr_with_baselines(forks, tmp_path, tiny_data):
+    result = run_forked(forks, *cli_flags(tmp_path, tiny_data, "--max-steps", "4", "--eval-every", "2",
+                                          "--run-dir", str(tmp_path / "r")), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     events = read_events(tmp_path / "r")
     started = next(e for e in events if e["type"] == "run_started")
@@ -38,12 +36,12 @@ def test_trains_and_reports_per_band_psnr_with_baselines(tmp_path, tiny_data):
     assert {name for _, name in guides} <= set(first)
 
 
-def test_kill_and_resume_gives_identical_later_losses(tmp_path, tiny_data):
+def test_kill_and_resume_gives_identical_later_losses(forks, tmp_path, tiny_data):
     flags = cli_flags(tmp_path, tiny_data, "--max-steps", "8", "--eval-every", "4", "--checkpoint-every", "4")
-    whole = run_cli(*flags, "--run-dir", str(tmp_path / "whole"), timeout=300)
+    whole = run_forked(forks, *flags, "--run-dir", str(tmp_path / "whole"), timeout=300)
     assert whole.returncode == 0, whole.stderr
     run = tmp_path / "killed"
-    kill_at_checkpoint_and_resume(flags, run, 4, timeout=300)
+    kill_at_checkpoint_and_resume(flags, run, 4, timeout=300, forks=forks)
     events = read_events(run)
     restart = [e for e in events if e["type"] == "run_started"][-1]["t"]
     after = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["t"] > restart}
@@ -56,13 +54,11 @@ def test_kill_and_resume_gives_identical_later_losses(tmp_path, tiny_data):
 FAULT_STEP, FACTOR = 7, 100.0
 
 
-def test_abort_rule_fires_on_a_run_made_to_regress_by_an_injected_lr(tmp_path, tiny_data):
+def test_abort_rule_fires_on_a_run_made_to_regress_by_an_injected_lr(forks, tmp_path, tiny_data):
     # The rule by evals alone: its default patience of 60 s would outlast this 1-second run.
     flags = cli_flags(tmp_path, tiny_data, "--max-steps", "60", "--eval-every", "3", "--run-dir", str(tmp_path / "r"),
                       "--set", "policies.abort_patience_s=0")
-    env = {**cli_env(), "SENSORLM_TUI_FAULTS": f"lr@{FAULT_STEP}-60={FACTOR:g}"}
-    result = subprocess.run([sys.executable, "-m", "tui.cli", *flags], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=300, stdin=subprocess.DEVNULL)
+    result = run_forked(forks, *flags, faults=f"lr@{FAULT_STEP}-60={FACTOR:g}", timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     events = read_events(tmp_path / "r")
     lrs = {e["step"]: e["lr"] for e in events if e["type"] == "step"}
@@ -76,11 +72,12 @@ def test_abort_rule_fires_on_a_run_made_to_regress_by_an_injected_lr(tmp_path, t
     assert FAULT_STEP < finished["steps"] < 60
 
 
-def test_damaged_data_directory_is_one_line_and_exit_2(tmp_path, tiny_data):
+def test_damaged_data_directory_is_one_line_and_exit_2(forks, tmp_path, tiny_data):
     data = shutil.copytree(tiny_data, tmp_path / "data")
     victim = sorted(data.glob("*.safetensors"))[0]
     victim.write_bytes(victim.read_bytes()[:1000])
-    result = run_cli(*cli_flags(tmp_path, data, "--max-steps", "2", "--run-dir", str(tmp_path / "r")), timeout=300)
+    result = run_forked(forks, *cli_flags(tmp_path, data, "--max-steps", "2", "--run-dir", str(tmp_path / "r")),
+                        timeout=300)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and victim.name in lines[0] and "truncated" in lines[0], result.stderr

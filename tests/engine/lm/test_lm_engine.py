@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_cli
+from tests.conftest import kill_at_checkpoint_and_resume, read_events, run_forked
 from tests.engine.lm.conftest import make_config
 
 STEPS = 6
@@ -25,9 +25,9 @@ def _flags(corpus: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def whole(corpus_file, tmp_path_factory) -> Path:
+def whole(forks, corpus_file, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("lm") / "whole"
-    result = run_cli(*_flags(corpus_file), "--run-dir", str(run), timeout=300)
+    result = run_forked(forks, *_flags(corpus_file), "--run-dir", str(run), timeout=300)
     assert result.returncode == 0, result.stderr
     return run
 
@@ -52,9 +52,10 @@ def test_run_reports_perplexity(whole) -> None:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, corpus_file, tmp_path) -> None:
+def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(forks, whole, corpus_file,
+                                                                         tmp_path) -> None:
     run = tmp_path / "killed"
-    kill_at_checkpoint_and_resume(_flags(corpus_file), run, 3, timeout=300)
+    kill_at_checkpoint_and_resume(_flags(corpus_file), run, 3, timeout=300, forks=forks)
     events, reference = read_events(run), read_events(whole)
     restarted = [x for x in events if x["type"] == "run_started"][-1]["t"]
     after = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["t"] > restarted}
@@ -68,18 +69,18 @@ def test_resume_after_sigkill_gives_the_same_losses_and_optimizer_digest(whole, 
 
 
 @pytest.mark.slow
-def test_export_command_writes_from_any_checkpoint(whole, tmp_path) -> None:
+def test_export_command_writes_from_any_checkpoint(forks, whole, tmp_path) -> None:
     from safetensors.torch import load_file
 
-    result = run_cli("export", str(whole), "--checkpoint", str(whole / "checkpoints" / "last.safetensors"),
-                     "--out", str(tmp_path / "adapter"), timeout=300)
+    result = run_forked(forks, "export", str(whole), "--checkpoint", str(whole / "checkpoints" / "last.safetensors"),
+                        "--out", str(tmp_path / "adapter"), timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(tmp_path / "adapter")
     # From the adapters-only checkpoint onto the rebuilt base: the same adapter the run exported from memory.
     rebuilt = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     live = load_file(whole / "exports" / f"step-{STEPS}" / "adapter_model.safetensors")
     assert rebuilt.keys() == live.keys() and all(torch.equal(rebuilt[k], live[k]) for k in live)
-    bad = run_cli("export", str(whole), "--kind", "onnx", timeout=300)
+    bad = run_forked(forks, "export", str(whole), "--kind", "onnx", timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "--kind 'onnx'; task 'lm' exports: peft_adapter, pretrained" in bad.stderr
     assert not (whole / "exports" / "onnx-step-6").exists()
@@ -115,12 +116,12 @@ def test_loraplus_lr_and_applied_clip_in_the_engine(corpus_file) -> None:
     (["--set", 'lm.lora.targets=["qkv"]'], "lm.lora.targets: qkv not in this model"),
     (["--set", "lm.lora.r=0"], "--set lm.lora.r=0: Input should be greater than or equal to 1"),
 ])
-def test_bad_input_is_one_line_exit_2_and_no_run_directory(corpus_file, tmp_path, flags, expected) -> None:
+def test_bad_input_is_one_line_exit_2_and_no_run_directory(forks, corpus_file, tmp_path, flags, expected) -> None:
     (tmp_path / "bin.dat").write_bytes(b"\x7fELF\x00\x01" * 500)
     flags = [str(tmp_path / "bin.dat") if f == "BINARY" else f for f in flags]
     run = tmp_path / "run"
-    result = run_cli("train", "--task", "lm", "--preset", "tiny", "--headless", "--data", str(corpus_file),
-                     *flags, "--run-dir", str(run), timeout=300)
+    result = run_forked(forks, "train", "--task", "lm", "--preset", "tiny", "--headless", "--data", str(corpus_file),
+                        *flags, "--run-dir", str(run), timeout=300)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and expected.format(tmp=tmp_path) in result.stderr
     assert not run.exists()

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.reliability.harness import ForkServer
-
 
 @pytest.fixture(scope="session")
-def engines():
-    """Starts engine processes (real, forked from a preloaded interpreter); closed at the end of the session."""
-    server = ForkServer()
-    yield server
-    server.close()
+def engines(forks):
+    """Starts engine processes (real, forked from a preloaded interpreter): the session's server (tests/conftest)."""
+    return forks
