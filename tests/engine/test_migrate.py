@@ -15,7 +15,7 @@ from engine.core import migrate
 from engine.run import events as ev
 from engine.run.history import read_history
 from engine.run.rundir import RunDir
-from tests.conftest import read_events, run_cli
+from tests.conftest import read_events, run_cli, run_forked
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs_v1"
 V2 = Path(__file__).resolve().parents[1] / "fixtures" / "runs_v2" / "toy_v2"
@@ -89,9 +89,9 @@ def test_v1_runs_list(runs: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["toy_v1", "sensorlm_v1"])
-def test_v1_run_resumes_from_its_checkpoint(runs: Path, name: str) -> None:
+def test_v1_run_resumes_from_its_checkpoint(forks, runs: Path, name: str) -> None:
     before = len(read_events(runs / name))
-    result = run_cli("train", "--resume", str(runs / name), "--max-steps", "6", "--headless")
+    result = run_forked(forks, "train", "--resume", str(runs / name), "--max-steps", "6", "--headless")
     assert result.returncode == 0, result.stdout + result.stderr
     events = read_events(runs / name)
     new = events[before:]
@@ -149,12 +149,12 @@ def test_v2_config_moves_its_train_keys_to_their_sections() -> None:
 
 
 @pytest.mark.slow
-def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_path: Path) -> None:
+def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(forks, tmp_path: Path) -> None:
     run = tmp_path / "toy_v2"
     shutil.copytree(V2, run)
     before = len(read_events(run))
-    result = run_cli("train", "--resume", str(run), "--max-steps", "6", "--headless",
-                     "--set", "train.abort_patience=0")  # an old key beside --resume: read under its new name
+    result = run_forked(forks, "train", "--resume", str(run), "--max-steps", "6", "--headless",
+                        "--set", "train.abort_patience=0")  # an old key beside --resume: read under its new name
     assert result.returncode == 0, result.stdout + result.stderr
     new = read_events(run)[before:]
     started = next(e for e in new if e["type"] == "run_started")
@@ -181,11 +181,11 @@ def test_a_v2_run_resumes_with_its_settings_and_reads_as_the_current_layout(tmp_
 
 
 @pytest.mark.slow
-def test_an_old_key_in_a_file_or_flag_trains_under_its_new_name_with_a_note(tmp_path: Path) -> None:
+def test_an_old_key_in_a_file_or_flag_trains_under_its_new_name_with_a_note(forks, tmp_path: Path) -> None:
     old = tmp_path / "old.toml"
     old.write_text('[task]\nname = "toy"\n\n[train]\nmax_steps = 2\neval_every = 0\n')
-    result = run_cli("train", "--config", str(old), "--set", "train.lr=0.5", "--set", "train.threads=1",
-                     "--headless", "--run-dir", str(tmp_path / "run"))
+    result = run_forked(forks, "train", "--config", str(old), "--set", "train.lr=0.5", "--set", "train.threads=1",
+                        "--headless", "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stdout + result.stderr
     notes = [line for line in result.stdout.splitlines() if "config layout 3" in line]
     assert len(notes) == 2, result.stdout

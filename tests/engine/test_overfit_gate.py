@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import read_events, run_cli
+from tests.conftest import read_events, run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -13,12 +13,12 @@ TOY = ["train", "--headless", "--task", "toy", "--threads", "1", "--set", "toy.d
        "--max-steps", "6", "--eval-every", "3"]
 
 
-def test_a_passed_gate_leaves_the_run_bit_identical(tmp_path):
-    gated = run_cli(*TOY, "--set", "evaluation.overfit_gate=8", "--set", "evaluation.overfit_gate_steps=50",
-                    "--run-dir", str(tmp_path / "gated"))
+def test_a_passed_gate_leaves_the_run_bit_identical(forks, tmp_path):
+    gated = run_forked(forks, *TOY, "--set", "evaluation.overfit_gate=8", "--set", "evaluation.overfit_gate_steps=50",
+                       "--run-dir", str(tmp_path / "gated"))
     assert gated.returncode == 0, gated.stdout + gated.stderr
     assert "overfit gate passed" in gated.stdout
-    plain = run_cli(*TOY, "--run-dir", str(tmp_path / "plain"))
+    plain = run_forked(forks, *TOY, "--run-dir", str(tmp_path / "plain"))
     assert plain.returncode == 0, plain.stderr
 
     def numbers(run: str) -> list:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_events, run_cli
+from tests.conftest import read_events, run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -24,17 +24,17 @@ def _snapshot(run: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
 
 
-def test_resume_logs_the_match_and_refuses_a_consistently_edited_optimizer_state(tmp_path: Path) -> None:
+def test_resume_logs_the_match_and_refuses_a_consistently_edited_optimizer_state(forks, tmp_path: Path) -> None:
     from engine.checkpoint import format as ckpt
 
     run = tmp_path / "r"
-    first = run_cli(*TOY, "--max-steps", "4", "--run-dir", str(run))
+    first = run_forked(forks, *TOY, "--max-steps", "4", "--run-dir", str(run))
     assert first.returncode == 0, first.stderr
     saved = [e for e in read_events(run) if e["type"] == "checkpoint"][-1]
     last = ckpt.read(run / "checkpoints" / "last.safetensors")
     assert last.meta["optimizer_digest"] == saved["digest"] == ckpt.optimizer_digest(last.tensors)
 
-    resumed = run_cli("train", "--resume", str(run), "--headless", "--max-steps", "6")
+    resumed = run_forked(forks, "train", "--resume", str(run), "--headless", "--max-steps", "6")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resume: optimizer state sha256 {saved['digest'][:16]}… matches {last.path}" in resumed.stdout
 
@@ -46,7 +46,7 @@ def test_resume_logs_the_match_and_refuses_a_consistently_edited_optimizer_state
     ckpt.write(edited.path, edited.tensors, edited.meta)
     ckpt.read(edited.path)  # still passes every file check
     before = _snapshot(run)
-    refused = run_cli("train", "--resume", str(run), "--headless", "--max-steps", "8")
+    refused = run_forked(forks, "train", "--resume", str(run), "--headless", "--max-steps", "8")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert "optimizer state as loaded has sha256" in refused.stderr and str(edited.path) in refused.stderr
