@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.run import events as ev
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_forked
 
 CAPS = {"primary": {"name": "psnr_db", "label": "PSNR", "unit": "dB", "higher_is_better": True, "kind": "val"}}
 
@@ -103,9 +103,9 @@ def test_missing_run_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_headless_train_draws_the_chart_at_the_end(tmp_path: Path) -> None:
-    out = run_cli("train", "--headless", "--task", "toy", "--max-steps", "12", "--name", "p",
-                  "--set", "evaluation.every=6", "--plot", "loss", cwd=tmp_path, timeout=240)
+def test_headless_train_draws_the_chart_at_the_end(forks, tmp_path: Path) -> None:
+    out = run_forked(forks, "train", "--headless", "--task", "toy", "--max-steps", "12", "--name", "p",
+                     "--set", "evaluation.every=6", "--plot", "loss", cwd=tmp_path, timeout=240)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     done = max(i for i, line in enumerate(lines) if line.startswith("done "))

@@ -10,7 +10,7 @@ from engine.run import events as ev
 from engine.run.control.requests import Controls, Request
 from engine.run.sinks import EventBus, MemorySink
 from engine.training.loop import Trainer
-from tests.conftest import run_cli
+from tests.conftest import run_forked
 
 
 def _budgeted_trainer() -> tuple[Trainer, MemorySink, dict]:
@@ -55,10 +55,10 @@ def test_a_dry_run_predicts_exactly_what_the_real_request_is_refused_with() -> N
 
 
 @pytest.mark.slow
-def test_cli_refuses_to_start_with_options_and_writes_nothing(tmp_path) -> None:
+def test_cli_refuses_to_start_with_options_and_writes_nothing(forks, tmp_path) -> None:
     run_dir = tmp_path / "run"
-    proc = run_cli("train", "--headless", "--preset", "demo", "--device", "cpu", "--vram-gb", "0.001",
-                   "--run-dir", str(run_dir))
+    proc = run_forked(forks, "train", "--headless", "--preset", "demo", "--device", "cpu", "--vram-gb", "0.001",
+                      "--run-dir", str(run_dir))
     assert proc.returncode == 2
     assert "does not fit" in proc.stderr and "--no-vram-check" in proc.stderr and "Traceback" not in proc.stderr
     assert not run_dir.exists()

@@ -11,17 +11,19 @@ import pytest
 from gapfill_helpers import cli_flags  # pytest puts this test directory on sys.path
 
 from engine.tasks.gapfill.spec import PRESETS
-from tests.conftest import read_events, run_cli
+from tests.conftest import read_events, run_forked
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("conditioned", [True, False], ids=["conditioned", "conditioning-cut"])
-def test_overfit_gate_passes_on_8_frozen_samples_and_fails_with_conditioning_cut(tmp_path, tiny_data, conditioned):
+def test_overfit_gate_passes_on_8_frozen_samples_and_fails_with_conditioning_cut(forks, tmp_path, tiny_data,
+                                                                                 conditioned):
     run = tmp_path / "r"
-    result = run_cli(*cli_flags(tmp_path, tiny_data, "--max-steps", "2", "--eval-every", "0", "--run-dir", str(run),
-                                "--set", "evaluation.overfit_gate=8",
-                                "--set", f"gapfill.model.conditioned={str(conditioned).lower()}"), timeout=300)
+    result = run_forked(forks, *cli_flags(tmp_path, tiny_data, "--max-steps", "2", "--eval-every", "0",
+                                          "--run-dir", str(run), "--set", "evaluation.overfit_gate=8",
+                                          "--set", f"gapfill.model.conditioned={str(conditioned).lower()}"),
+                        timeout=300)
     target = PRESETS["demo"]["evaluation"]["overfit_target"]
     events = read_events(run)
     steps = [e for e in events if e["type"] == "step"]
