@@ -6,6 +6,6 @@
 """
 
 from engine.run.history.read import read_history
-from engine.run.history.store import STEP_FIELDS, History, build_event, parse_line, parse_lines
+from engine.run.history.store import STEP_FIELDS, History, build_event, parse_line, parse_lines, parse_lines_of
 
 __all__ = ["STEP_FIELDS", "History", "build_event", "parse_line", "parse_lines", "read_history"]

@@ -148,6 +148,27 @@ def parse_lines(lines: list[bytes]) -> list[ev.Event | None]:
     return out
 
 
+#: Samples taken on a clock, which no migration touches: lines of one of these types decode straight into its class.
+_SAMPLE_DECODERS = {cls.type: msgspec.json.Decoder(list[cls]) for cls in (ev.MemorySampled, ev.SystemSampled,
+                                                                          ev.RanksSampled)}
+
+
+def parse_lines_of(lines: list[bytes], event_type: str) -> list[ev.Event | None]:
+    """``parse_lines`` of lines that all hold one event type: a sample type decodes straight into its class in
+    one msgspec call (~2x faster: a long run's dashboard reads 65,536 memory samples), strictly, so a value the
+    class's types do not take exactly (a ``"nan"`` string, a torn line) sends the batch through ``parse_lines``
+    and every event equals ``parse_line``'s."""
+    decoder = _SAMPLE_DECODERS.get(event_type)
+    if decoder is not None:
+        try:
+            events = decoder.decode(b"[" + b",".join(lines) + b"]")
+            if len(events) == len(lines):
+                return events
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+    return parse_lines(lines)
+
+
 # ---------------------------------------------------------------- the history
 
 class History(Sequence):

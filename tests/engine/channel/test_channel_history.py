@@ -181,3 +181,28 @@ def test_a_read_for_the_newest_samples_decodes_only_those_and_keeps_file_order(t
     none = history.read_history(path, chunk_bytes=chunk_bytes, newest={"memory": 0, "system": 0})
     assert none.count_type("memory") == none.count_type("system") == 0
     assert none.count_type("step") == history.read_history(path).count_type("step")
+
+
+def test_sample_lines_decode_into_their_class_exactly_as_each_line_would() -> None:
+    """The newest samples a viewer reads decode straight into their class; any value the class's types do not
+    take exactly (a "nan" string, a torn line, a newer schema's extra field) gives what parse_line gives."""
+    memory = [ev.to_json(ev.MemorySampled(t=1.0 + i, step=100 * i, peak=2 ** 40 + i, capacity=None, ratio=0.25,
+                                          breakdown={"params": i, "acts": 1.5, "odd": "nan"}, source="torch"))
+              for i in range(50)]
+    system = [ev.to_json(ev.SystemSampled(t=float(i), cpu_percent=i * 1.5)) for i in range(20)]
+    ranks = [ev.to_json(ev.RanksSampled(t=2.0))]
+    odd = ['{"type":"memory","t":1.0,"step":3,"ratio":"nan"}', '{"type":"memory","t":1.0,"step":',
+           '{"type":"memory","t":1.0,"step":4,"from_a_newer_schema":[1]}', '{"type":"memory","t":1,"step":5}']
+
+    def same(lines: list[str], kind: str) -> None:
+        encoded = [line.encode() for line in lines]
+        got, each = history.parse_lines_of(encoded, kind), [history.parse_line(line) for line in encoded]
+        assert [type(e) for e in got] == [type(e) for e in each]
+        # equal as events (an integer time read as the float it is declared: 1 == 1.0), as JSON where NaN is in
+        assert all(a == b or ev.to_json(a) == ev.to_json(b) for a, b in zip(got, each)), (got, each)
+
+    same(memory, "memory")
+    same(system, "system")
+    same(ranks, "ranks")
+    for line in odd:
+        same([*memory[:3], line, memory[3]], "memory")
