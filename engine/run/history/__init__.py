@@ -8,4 +8,4 @@
 from engine.run.history.read import read_history
 from engine.run.history.store import STEP_FIELDS, History, build_event, parse_line, parse_lines, parse_lines_of
 
-__all__ = ["STEP_FIELDS", "History", "build_event", "parse_line", "parse_lines", "read_history"]
+__all__ = ["STEP_FIELDS", "History", "build_event", "parse_line", "parse_lines", "parse_lines_of", "read_history"]
