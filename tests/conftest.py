@@ -51,17 +51,18 @@ def forks():
 
 
 def run_forked(forks, *args: str, cwd: Path | None = None, timeout: float = 120, module: str = "tui.cli",
-               faults: str = "") -> subprocess.CompletedProcess:
+               faults: str = "", path: list[str] | None = None) -> subprocess.CompletedProcess:
     """``run_cli`` for a test whose point is what a run does, not how an interpreter starts: the same
     ``sensorlm-tui args…`` (``module="engine"``: ``python -m engine args…``), stdin closed, run in a process
-    forked from ``forks`` (the session's preloaded server); ``faults`` is its SENSORLM_TUI_FAULTS. Fails the test
+    forked from ``forks`` (the session's preloaded server); ``faults`` is its SENSORLM_TUI_FAULTS, ``path`` goes
+    first on its sys.path (a plugin's site directory, as PYTHONPATH would put it). Fails the test
     (killing the process) when it outlives ``timeout`` s. Start-up itself stays covered by the tests that run
     the real entry point (run_cli, the hostile corpus's real-CLI cases, the start-up signal cases)."""
     import tempfile
 
     entry = {"tui.cli": "cli", "engine": "engine"}[module]
     with tempfile.TemporaryDirectory(prefix="forked-") as io:
-        proc = forks.spawn(list(args), Path(io), faults=faults, entry=entry, cwd=cwd or ROOT)
+        proc = forks.spawn(list(args), Path(io), faults=faults, entry=entry, cwd=cwd or ROOT, path=path)
         code = proc.wait(timeout)
         return subprocess.CompletedProcess([module, *args], code, proc.out.read_text(errors="replace"),
                                            proc.stderr())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli_env, read_events
+from tests.conftest import ROOT, read_events, run_forked
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +32,16 @@ def site(tmp_path_factory) -> Path:
     return work / "site"
 
 
-def _cli(site: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = cli_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", str(ROOT))])
-    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def _cli(forks, site: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``sensorlm-tui args…`` with ``site`` first on its path (PYTHONPATH's place), forked from the session's
+    preloaded server: the plugin is found through its entry point when the command asks for tasks, not at start."""
+    return run_forked(forks, *args, timeout=timeout, path=[str(site)])
 
 
 @pytest.mark.slow
-def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(site: Path, tmp_path: Path) -> None:
+def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(forks, site: Path, tmp_path: Path) -> None:
     run = tmp_path / "runs" / "ones"
-    first = _cli(site, "train", "--task", "ones", "--threads", "1", "--max-steps", "6", "--eval-every", "3",
+    first = _cli(forks, site, "train", "--task", "ones", "--threads", "1", "--max-steps", "6", "--eval-every", "3",
                  "--checkpoint-every", "3", "--run-dir", str(run), "--headless")
     assert first.returncode == 0, first.stderr
     evals = [e for e in read_events(run) if e["type"] == "eval"]
@@ -53,17 +51,17 @@ def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(site: Path, tmp_
     assert started["config"]["ones"]["bits"] == 16
     assert (run / "checkpoints" / "last.safetensors").is_file()
 
-    resumed = _cli(site, "train", "--resume", str(run), "--max-steps", "8", "--headless")
+    resumed = _cli(forks, site, "train", "--resume", str(run), "--max-steps", "8", "--headless")
     assert resumed.returncode == 0, resumed.stderr
     new = read_events(run)
     assert [e["step"] for e in new if e["type"] == "step"][-2:] == [7, 8]
 
-    planned = _cli(site, "plan", "--task", "ones", "--trace", "--device", "cpu", "--json")
+    planned = _cli(forks, site, "plan", "--task", "ones", "--trace", "--device", "cpu", "--json")
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
     assert plan["estimate"]["source"] == "trace" and plan["traced"]["total"] > 0
 
-    listed = _cli(site, "runs", str(tmp_path / "runs"), "--json")
+    listed = _cli(forks, site, "runs", str(tmp_path / "runs"), "--json")
     assert listed.returncode == 0, listed.stderr
     (record,) = json.loads(listed.stdout)
     assert record["name"] == "ones" and record["best_metric"].startswith("mae")
@@ -85,25 +83,25 @@ def test_plugin_trains_resumes_plans_lists_and_shows_its_metric(site: Path, tmp_
 
 
 @pytest.mark.slow
-def test_broken_plugin_is_one_line_and_builtins_still_work(tmp_path: Path) -> None:
+def test_broken_plugin_is_one_line_and_builtins_still_work(forks, tmp_path: Path) -> None:
     site = tmp_path / "broken-site"
     info = site / "broken_plugin-0.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.0\n")
     (info / "entry_points.txt").write_text("[sensorlm_tui.tasks]\nbroken = no_such_module_here:SPEC\n")
-    bad = _cli(site, "train", "--task", "broken", "--run-dir", str(tmp_path / "b"), "--headless")
+    bad = _cli(forks, site, "train", "--task", "broken", "--run-dir", str(tmp_path / "b"), "--headless")
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "entry point broken = no_such_module_here:SPEC" in lines[0], bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "b").exists()
-    unknown = _cli(site, "train", "--task", "nope", "--run-dir", str(tmp_path / "n"), "--headless")
+    unknown = _cli(forks, site, "train", "--task", "nope", "--run-dir", str(tmp_path / "n"), "--headless")
     assert unknown.returncode == 2 and "unknown task; allowed:" in unknown.stderr
     allowed = unknown.stderr.split("allowed:")[1]
     assert "broken" in allowed and "toy" in allowed and "sensorlm" in allowed
-    good = _cli(site, "train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir",
+    good = _cli(forks, site, "train", "--task", "toy", "--threads", "1", "--max-steps", "2", "--run-dir",
                 str(tmp_path / "t"), "--headless")
     assert good.returncode == 0, good.stderr
-    presets = _cli(site, "presets", "--task", "toy")
+    presets = _cli(forks, site, "presets", "--task", "toy")
     assert presets.returncode == 0 and "demo" in presets.stdout
 
 
