@@ -89,22 +89,36 @@ def output(proc: subprocess.CompletedProcess, tail: int = 4000) -> str:
 def kill_at_checkpoint_and_resume(flags: list[str], run: Path, step: int, kill_wait: float = 60,
                                   timeout: float = 120, forks=None) -> subprocess.CompletedProcess:
     """Train ``flags`` into ``run``, SIGKILL it the moment the step-``step`` checkpoint is reported (what a
-    crash leaves behind), then ``train --resume`` it headless; returns the finished resume. The killed run is a
-    fresh interpreter whose stdout is a pipe read line by line (the kill lands right after the line); the
-    resume is forked from ``forks`` when given (``run_forked``)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *flags, "--run-dir", str(run),
-                             "--set", "train.print_every=1"], cwd=ROOT, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    for line in proc.stdout:
-        if line.startswith(f"ckpt  step {step} last"):
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=kill_wait)
-    assert proc.returncode == -signal.SIGKILL
+    crash leaves behind), then ``train --resume`` it headless; returns the finished resume. The run's stdout is
+    a pipe read line by line, so the kill lands right after the line. Both processes are forked from ``forks``
+    when given (``run_forked``; the pipe is then a FIFO the forked run writes), else fresh interpreters."""
+    argv = [*flags, "--run-dir", str(run), "--set", "train.print_every=1"]
+    if forks is None:
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *argv], cwd=ROOT, env=cli_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+        _kill_at_line(proc.stdout, proc.pid, f"ckpt  step {step} last")
+        assert proc.wait(timeout=kill_wait) == -signal.SIGKILL
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="forked-") as io:
+            os.mkfifo(Path(io) / "pipe")
+            proc = forks.spawn(argv, Path(io), entry="cli", cwd=ROOT, stdout=Path(io) / "pipe")
+            with open(Path(io) / "pipe") as pipe:  # opens once the run opens its end (its first instruction)
+                _kill_at_line(pipe, proc.pid, f"ckpt  step {step} last")
+                assert proc.wait(kill_wait) == -signal.SIGKILL, proc.stderr()[-2000:]
     args = ("train", "--resume", str(run), "--headless")
     resumed = run_forked(forks, *args, timeout=timeout) if forks else run_cli(*args, timeout=timeout)
     assert resumed.returncode == 0, resumed.stderr
     return resumed
+
+
+def _kill_at_line(lines, pid: int, prefix: str) -> None:
+    """SIGKILL ``pid`` at the first of ``lines`` (its stdout, read as written) that starts with ``prefix``."""
+    for line in lines:
+        if line.startswith(prefix):
+            os.kill(pid, signal.SIGKILL)
+            return
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition",

@@ -47,14 +47,15 @@ class ForkServer:
         return json.loads(self.proc.stdout.readline())
 
     def spawn(self, argv: list[str], workdir: Path, faults: str = "", tty: str | None = None, entry: str = "engine",
-              path: list[str] | None = None, cwd: Path | None = None) -> "Engine":
+              path: list[str] | None = None, cwd: Path | None = None, stdout: Path | None = None) -> "Engine":
         """Start ``python -m engine argv`` (forked, into ``engine.app.main.main``; ``entry="module"``: through
         engine/__main__.py itself; ``entry="cli"``: ``sensorlm-tui argv``; ``entry="loop"``: a user's plain loop,
         tests/integrations/user_loop.py; ``path`` put first on its sys.path); its stdout/stderr go to files in
-        ``workdir``, which is also its current directory unless ``cwd`` is given."""
+        ``workdir`` (stdout to ``stdout`` when given: a FIFO there is a pipe the test reads), which is also its
+        current directory unless ``cwd`` is given."""
         workdir.mkdir(parents=True, exist_ok=True)
         n = len(list(workdir.glob("out-*.txt")))
-        out, err = workdir / f"out-{n}.txt", workdir / f"err-{n}.txt"
+        out, err = stdout or workdir / f"out-{n}.txt", workdir / f"err-{n}.txt"
         reply = self._ask({"op": "spawn", "argv": argv, "env": engine_env(faults), "cwd": str(cwd or workdir),
                            "out": str(out), "err": str(err), "tty": tty, "entry": entry, "path": path or []})
         return Engine(self, reply["pid"], out, err)
