@@ -1,9 +1,11 @@
 """The callback through Lightning's public Callback API only, and nothing it reports is lost.
 
 It overrides the hooks it uses and nothing else: no hook is replaced on the instance (an earlier version set
-unused hooks to None, relying on Lightning skipping a hook that is not callable; bench.integrations measured
-what that bought: nothing above the noise). Every checkpoint ModelCheckpoint writes is named in the events, with
-how long its write took, and the counted step's peak reaches the log.
+unused hooks to None, relying on Lightning skipping a hook that is not callable: it saved Lightning's dispatch of
+four hooks, 2.2-2.8 µs each timed inside a loaded box's loop, below the noise of the bench's 1 s runs then; the
+bench's fastest row now shows what Lightning's dispatch costs any callback). Every checkpoint ModelCheckpoint
+writes is named in the events, with how long its write took, and the counted step's peak reaches the log. The
+callback reads ``trainer.global_step`` once a step, and at a batch's start only on the steps with work.
 """
 
 from __future__ import annotations
