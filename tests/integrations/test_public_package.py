@@ -116,9 +116,26 @@ def _public_module(block: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The project and the plugin example, installed into one target directory."""
-    work = tmp_path_factory.mktemp("public")
+def site(tmp_path_factory, worker_id) -> Path:
+    """The project and the plugin example, installed into one target directory: once per test session, the
+    first test worker to need it installs it (~8 s under load) and the other reads the same directory (the
+    tests only import from it and run it)."""
+    from filelock import FileLock
+
+    if worker_id == "master":  # no xdist workers: this process is the session
+        return _install(tmp_path_factory.mktemp("public"))
+    shared = tmp_path_factory.getbasetemp().parent  # the session's directory, above each worker's own
+    with FileLock(str(shared / "public-site.lock")):
+        if (shared / "public" / "installed").is_file():
+            return shared / "public" / "site"
+        target = _install(shared / "public")
+        (shared / "public" / "installed").touch()
+        return target
+
+
+def _install(work: Path) -> Path:
+    """The project and the plugin example copied into ``work`` and pip-installed into ``work``/site."""
+    work.mkdir(exist_ok=True)
     source = work / "project"
     source.mkdir()
     for name in PROJECT:
