@@ -175,9 +175,9 @@ def test_a_worker_dying_while_the_loader_closes_does_not_fail_the_run() -> None:
 _EXIT_WHILE_SENDING = """
 import sys, torch, multiprocessing as mp
 from engine.training.batches import finish_sends
-if sys.argv[1] == "joined":
-    import atexit
-    atexit.register(finish_sends)
+if sys.argv[1] == "joined":  # the join is what is tested: its bound (FEEDER_JOIN_S) is not, so a loaded box's
+    import atexit              # slow 200 MB copy cannot outlast it
+    atexit.register(finish_sends, 60.0)
 queue = mp.get_context("spawn").Queue()
 queue.put(torch.zeros(50_000_000))  # the feeder moves 200 MB into shared memory, GIL released, as we exit
 queue.cancel_join_thread()  # what DataLoader's worker loop does at shutdown
