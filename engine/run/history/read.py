@@ -20,7 +20,15 @@ import numpy as np
 
 from engine.core.safe_files import open_regular
 from engine.run import events as ev
-from engine.run.history.store import CHUNK_BYTES, STEP_FIELDS, STEP_PREFIX, History, parse_lines, parse_lines_of
+from engine.run.history.store import (
+    CHUNK_BYTES,
+    STEP_FIELDS,
+    STEP_PREFIX,
+    History,
+    line_prefix,
+    parse_lines,
+    parse_lines_of,
+)
 
 _NAN = float("nan")
 
@@ -113,10 +121,10 @@ class _Heads:
 
 
 def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = True, origin: int = 0,
-                  newest: dict[str, _Newest] | None = None) -> None:
+                  newest: list[_Newest] | None = None) -> None:
     """Add the events of the file's bytes ``[base, stop)`` (complete lines; ``buf`` holds the file from offset
     ``origin`` on) to ``history``; without ``steps`` the step lines are only counted
-    (``History.steps_left_out``), not decoded; the lines of a prefix in ``newest`` are only noted there."""
+    (``History.steps_left_out``), not decoded; the lines of a type in ``newest`` are only noted there."""
     base, stop = base - origin, stop - origin  # positions in ``buf``; the history keeps offsets in the file
     c = np.frombuffer(buf, np.uint8, stop - base, base)
     ends = np.flatnonzero(c == 10) + base
@@ -124,15 +132,16 @@ def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = Tru
     if len(ends):
         starts[0] = base
         starts[1:] = ends[:-1] + 1
-    heads = _Heads(c, starts - base, ends - base, max(map(len, [STEP_PREFIX, *map(_prefix, newest or {})])))
+    prefixes = [STEP_PREFIX, *(kept.prefix for kept in newest or ())]
+    heads = _Heads(c, starts - base, ends - base, max(map(len, prefixes)))
     step_lines = heads.starting_with(STEP_PREFIX)
     left_out = np.zeros(len(ends), bool)
     if not steps:
         history.steps_left_out += len(step_lines)
         left_out[step_lines] = True
         step_lines = step_lines[:0]
-    for kind, kept in (newest or {}).items():
-        lines = heads.starting_with(_prefix(kind))
+    for kept in newest or ():
+        lines = heads.starting_with(kept.prefix)
         left_out[lines] = True
         kept.note(starts[lines] + origin, (ends - starts)[lines])
     rows = _decode_steps(buf, starts, ends, step_lines)
@@ -158,16 +167,11 @@ def _decode_chunk(history: History, buf, base: int, stop: int, steps: bool = Tru
                       _rows_to_columns(good) if good else None, objects)
 
 
-def _prefix(event_type: str) -> bytes:
-    """What every line of ``event_type`` starts with (``events.to_json`` writes ``type`` first)."""
-    return b'{"type":"%s",' % event_type.encode()
-
-
 class _Newest:
     """Where the newest ``n`` lines of one sampled type are, noted chunk by chunk (at most ``n`` held)."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, event_type: str, n: int) -> None:
+        self.event_type, self.prefix, self.n = event_type, line_prefix(event_type), n
         self.seen = 0
         self.offsets = np.zeros(0, np.int64)
         self.lengths = np.zeros(0, np.int64)
@@ -179,12 +183,12 @@ class _Newest:
         self.lengths = np.concatenate([self.lengths, lengths])[keep] if self.n else self.lengths
 
 
-def _add_newest(history: History, fd: int, newest: dict[str, _Newest], chunk_bytes: int) -> None:
+def _add_newest(history: History, fd: int, newest: list[_Newest], chunk_bytes: int) -> None:
     """Decode the noted newest lines of each sampled type into ``history``; count the ones left out."""
-    for kind, kept in newest.items():
+    for kept in newest:
         history.samples_left_out += kept.seen - len(kept.offsets)
         lines = _read_lines(fd, kept.offsets, kept.lengths, chunk_bytes)
-        events = parse_lines_of(lines, kind)
+        events = parse_lines_of(lines, kept.event_type)
         good = [i for i, e in enumerate(events) if e is not None]
         history.skipped += len(events) - len(good)
         if good:
@@ -224,7 +228,7 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
     except FileNotFoundError:
         return history
     offset = 0
-    kept = {kind: _Newest(n) for kind, n in (newest or {}).items()}
+    kept = [_Newest(kind, n) for kind, n in (newest or {}).items()]
     with handle:
         size = os.fstat(handle.fileno()).st_size if end is None else end
         # Read by position, a chunk at a time: a mapped log's pages would count in the viewer's resident memory

@@ -46,8 +46,15 @@ from engine.run import events as ev
 
 #: Bytes of the file decoded per chunk (a chunk always ends at a line end).
 CHUNK_BYTES = 16 << 20
-#: What every step line starts with (``events.to_json`` writes ``type`` first).
-STEP_PREFIX = b'{"type":"step",'
+
+
+def line_prefix(event_type: str) -> bytes:
+    """What every line of ``event_type`` starts with (``events.to_json`` writes ``type`` first)."""
+    return b'{"type":"%s",' % event_type.encode()
+
+
+#: What every step line starts with.
+STEP_PREFIX = line_prefix("step")
 _NAN = float("nan")
 #: Numeric StepLogged fields, each a column (bool ``skipped`` as 0/1).
 STEP_FIELDS = tuple(f.name for f in dataclasses.fields(ev.StepLogged) if f.type in ("float", "int", "bool"))
@@ -334,7 +341,6 @@ class History(Sequence):
         self._columns = {name: np.concatenate([cols[name] if name in cols else np.full(n, _NAN)
                                                for cols, n in blocks]) for name in names}
         self._cache = {}
-
 
     def _in_file_order(self) -> None:
         """Events added out of file order (the newest samples, decoded after the rest): sorted back by offset,
