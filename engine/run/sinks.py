@@ -26,9 +26,9 @@ from engine.run import events as ev
 from engine.run.pace import Pace, Rates, of_event, per_step
 
 #: Seconds between two step lines in events.jsonl (JsonlSink's default cadence; 0: every step's line). Every step
-#: is in the step record (``steps/``, engine.run.steps), which the viewers and your tools read; a line a second (and
-#: the first, last and skipped steps) keeps grep, jq and tail -f useful at ~30 MB a day at any speed (every line:
-#: ~30 GB at 1,000 steps/s). A run whose record cannot be opened keeps every line (offthread.run_records).
+#: is in the step record (``steps/``), which the viewers and your tools read; a line a second (and the first, last
+#: and skipped steps) keeps grep, jq and tail -f useful: ~30 MB a day of step lines at any speed, ~30 GB at 1,000
+#: steps/s for every line (clock samples add theirs: docs/STEP_RECORD.md). No record: every line (offthread).
 STEP_LINE_S = 1.0
 #: Event types written through to disk immediately (everything else within a second).
 URGENT = {"schema", "run_started", "eval", "checkpoint", "checkpoint_failed", "export", "state", "setting",
