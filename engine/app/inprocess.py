@@ -11,7 +11,7 @@ viewer ends this process, so the viewer should checkpoint and stop (``stop()``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from engine.run import events as ev
 from engine.run.control.requests import Controls, Request
@@ -65,7 +65,8 @@ class InProcessSession(Session):
             self.exit_code = 1
             self._sink(ev.RunFinished(status="failed", reason=self.error, exit_code=1))
 
-    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None) -> list[ev.Event]:
+    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None,
+                columns: Mapping[str, Sequence[str]] | None = None) -> list[ev.Event]:
         return []
 
     def poll(self, timeout: float = 0.1) -> list[ev.Event]:

@@ -272,3 +272,36 @@ def test_a_killed_script_is_called_crashed_as_runs_calls_it_never_an_engine():
     assert "crashed: your script's process is gone without finishing (no heartbeat)" in said
     assert not any("engine" in text for text in said)
     assert m.summary().startswith("mine: crashed at step 43")
+
+
+def test_a_whole_historys_fold_words_only_the_log_lines_the_panel_keeps_and_keeps_every_eval(tmp_path):
+    """A 100M-step run's history holds 10,000 evals; the log panel keeps the newest LOG_KEPT lines. Folding the
+    history whole (one bulk fold) gives the panel exactly the lines folding it event by event gives, and the
+    catalogue every eval, while wording only the evals whose line can still be shown."""
+    from engine.run.history import read_history
+    from tui.model import event_fold
+    from tui.model.event_fold import LOG_KEPT
+
+    events = [ev.RunStarted(t=1.0, name="long", total_steps=10**8)]
+    for i in range(2 * LOG_KEPT + 500):
+        events.append(ev.EvalDone(t=2.0 + i, step=10_000 * (i + 1), val_loss=1.0 / (i + 1), is_best=i % 3 == 0,
+                                  seconds=0.5))
+        if i % 700 == 0:
+            events.append(ev.StateChanged(t=2.0 + i, state="paused", reason=f"pause {i}", step=10_000 * (i + 1)))
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(ev.to_json(e) + "\n" for e in events))
+    one_by_one = RunModel()
+    one_by_one.ingest(list(events))
+    worded = []
+    original = event_fold.EventFold._eval
+    event_fold.EventFold._eval = lambda self, e: (worded.append(e.step), original(self, e))[-1]
+    try:
+        bulk = RunModel()  # (its fold's handlers are bound as it is made)
+        bulk.ingest(read_history(path))
+    finally:
+        event_fold.EventFold._eval = original
+    assert [(e.kind, e.text, e.step) for e in bulk.take_log()] == \
+        [(e.kind, e.text, e.step) for e in one_by_one.take_log()][-LOG_KEPT:]
+    assert len(bulk.catalogue.evals) == len(one_by_one.catalogue.evals) == 2 * LOG_KEPT + 500
+    assert bulk.catalogue.evals == one_by_one.catalogue.evals
+    assert len(worded) == LOG_KEPT

@@ -125,7 +125,8 @@ def test_a_new_runs_record_is_handed_over_once_the_engine_wrote_it_and_its_step_
 def test_a_long_runs_clock_samples_are_read_only_as_far_as_the_dashboard_keeps_them(tmp_path):
     """A long run's log holds a memory sample every ~100 steps and a system sample every 2 s: the dashboard
     keeps the newest MEMORY_SAMPLES of the first and the newest of the second, and its worker reads no more,
-    so the model it builds is the one a whole read builds, from a bounded number of decoded events."""
+    the memory samples as the ring's columns with only the newest an event, so the model it builds is the one
+    a whole read builds, from a bounded number of decoded events."""
     import numpy as np
 
     from engine.run.control.client import RunClient
@@ -152,8 +153,9 @@ def test_a_long_runs_clock_samples_are_read_only_as_far_as_the_dashboard_keeps_t
         pump.stop.set()
         thread.join(5)
     history = next(m for m in posted if isinstance(m, EventBatch) and m.history).events
-    assert history.count_type("memory") == MEMORY_SAMPLES and history.count_type("system") == 1
-    assert history.samples_left_out == samples - MEMORY_SAMPLES + len(range(0, samples, 50)) - 1
+    assert history.count_type("memory") == 1 and history.count_type("system") == 1
+    assert len(history.sample_columns["memory"]["step"]) == MEMORY_SAMPLES
+    assert history.samples_left_out == samples - 1 + len(range(0, samples, 50)) - 1
     assert history.count_type("eval") == len(range(0, samples, 10_000))
     bounded, whole = RunModel(), RunModel()
     bounded.ingest(history)

@@ -38,7 +38,7 @@ from tui.dashboard.messages import (
     StepsProgress,
 )
 from tui.model import step_open
-from tui.model.dashboard import SAMPLES_KEPT
+from tui.model.dashboard import SAMPLE_COLUMNS, SAMPLES_KEPT
 
 #: How long events are gathered before one batch is posted (seconds).
 BATCH_S = 0.08
@@ -138,7 +138,8 @@ class SessionPump:
             plan = step_open.plan(run_dir)
             steps = step_open.open_steps(run_dir) if plan == "record" else None
             try:
-                history = session.history(steps=plan not in ("record", "convert"), newest=SAMPLES_KEPT)
+                history = session.history(steps=plan not in ("record", "convert"), newest=SAMPLES_KEPT,
+                                          columns=SAMPLE_COLUMNS)
             except Exception as exc:  # noqa: BLE001
                 self.post(SessionFailed(f"cannot read the run's history: {_one_line(exc)}", fatal=False))
                 history = []

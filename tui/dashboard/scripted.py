@@ -83,7 +83,7 @@ class ScriptedSession(Session):
         """As told (``detachable=``), else as any session with a run directory."""
         return super().detachable if self._detachable is None else self._detachable
 
-    def history(self, steps: bool = True, newest=None) -> list[ev.Event]:
+    def history(self, steps: bool = True, newest=None, columns=None) -> list[ev.Event]:
         """The scripted history (returned whole, as a run's events.jsonl would be; ``newest`` allows less)."""
         self.history_calls += 1
         return list(self._history)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui.model.dashboard import SAMPLES_KEPT, RunModel
+from tui.model.dashboard import SAMPLE_COLUMNS, SAMPLES_KEPT, RunModel
 
 
 def read_run(path: str | Path) -> RunModel:
@@ -29,7 +29,7 @@ def read_run(path: str | Path) -> RunModel:
     source = open_or_convert(events.parent, apart=True)
     if source is not None:
         model.open_steps(source)
-    model.ingest(read_history(events, steps=source is None, newest=SAMPLES_KEPT))
+    model.ingest(read_history(events, steps=source is None, newest=SAMPLES_KEPT, columns=SAMPLE_COLUMNS))
     if model.started is None and not model.step_count:
         raise ValueError(f"{events}: no run in it (no RunStarted, no steps)")
     return model

@@ -30,7 +30,7 @@ from tui.model import metrics as mx
 from tui.model import settings
 from tui.model.autotune import AutotuneState
 from tui.model.catalogue import Catalogue
-from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, LATEST_ONLY, MEM_COLUMNS, EventFold
+from tui.model.event_fold import ENDED_LIVENESS, ENDED_STATES, LATEST_ONLY, LOG_KEPT, MEM_COLUMNS, EventFold
 from tui.model.format import short_float
 from tui.model.history import Ring
 from tui.model.phases import Phases, clock, model_summary
@@ -44,6 +44,10 @@ MEMORY_SAMPLES = 1 << 16
 #: What a RunModel keeps of the samples taken on a clock (event type → how many of the newest): all a history
 #: it opens need hold of them (``Session.history(newest=...)``; a long run has a million memory samples).
 SAMPLES_KEPT = {"memory": MEMORY_SAMPLES, **{cls.type: 1 for cls in LATEST_ONLY}}
+#: What a RunModel keeps of those as columns, not events (``Session.history(columns=...)``): the memory ring's,
+#: so its 65,536 rows cost a struct decode of six fields each, not as many event objects (and the newest sample
+#: is still one whole event, for the gauge).
+SAMPLE_COLUMNS = {"memory": MEM_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -163,7 +167,7 @@ class RunModel:
             last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
             self.series.append_columns(step.astype(np.int64), columns, last)
             self._stepped()
-        self._events.fold_many(history.others("step"))
+        self._events.fold_many(history.others("step"), getattr(history, "sample_columns", {}).get("memory"))
         if len(history):
             self.last_t = max(self.last_t or float("-inf"), history[len(history) - 1].t)
 
@@ -209,8 +213,8 @@ class RunModel:
         self.versions["log"] += 1
 
     def take_log(self) -> list[LogEntry]:
-        """Log entries not yet shown (the log panel drains them at its own pace)."""
-        out, self.pending_log = self.pending_log, []
+        """The newest LOG_KEPT log entries not yet shown (the log panel drains them at its own pace)."""
+        out, self.pending_log = self.pending_log[-LOG_KEPT:], []
         return out
 
     def note(self, kind: str, text: str) -> None:

@@ -28,6 +28,9 @@ ENDED_LIVENESS = ("finished", "aborted", "failed", "crashed")
 FINAL_STATE = {"finished": "finished", "aborted": "aborted", "interrupted": "aborted", "failed": "failed"}
 #: Columns of the memory ring.
 MEM_COLUMNS = ("step", "allocated", "reserved", "peak", "nvml_used", "predicted")
+#: Log entries the log panel keeps (its scrollback, tui.widgets.log): an older one is never shown once as many
+#: newer ones arrived, so a whole history's fold does not word the evals so many newer evals follow.
+LOG_KEPT = 2000
 #: Acks whose news another event already logs (StateChanged, CheckpointSaved).
 ACK_ONLY = ("state", "checkpoint")
 #: Event types whose handler only keeps the newest: a whole history folds just its last one of each.
@@ -72,17 +75,25 @@ class EventFold:
         if handler is not None:
             handler(event)
 
-    def fold_many(self, events: Iterable[ev.Event]) -> None:
+    def fold_many(self, events: Iterable[ev.Event], memory_columns: dict[str, np.ndarray] | None = None) -> None:
         """The non-step events of a whole history, in bulk: the samples (a memory and a system sample every
         ~100 steps: most of these events) cost one ring append, and only the newest system / rank sample.
+        ``memory_columns`` (MEM_COLUMNS → column, read as columns: tui.model.dashboard.SAMPLE_COLUMNS) are the
+        ring's rows; the memory events are then only the newest, for the gauge.
 
-        Same result as folding them one by one: no handler reads the memory ring or a superseded sample.
+        Same result as folding them one by one: no handler reads the memory ring or a superseded sample, and an
+        eval so many newer evals follow that its log line would never be shown is kept, not worded (a 100M-step
+        run has 10,000 evals).
         """
         events = list(events)
         latest = {}
+        unworded = sum(type(event) is ev.EvalDone for event in events) - LOG_KEPT
         for event in events:
             if type(event) in LATEST_ONLY:
                 latest[type(event)] = event
+            elif type(event) is ev.EvalDone and unworded > 0:
+                unworded -= 1
+                self._keep_eval(event)
             elif type(event) is not ev.MemorySampled:
                 self.fold(event)
         for event in latest.values():
@@ -90,7 +101,10 @@ class EventFold:
         memory = [e for e in events if type(e) is ev.MemorySampled]
         if memory:
             self.model.last_memory = memory[-1]
-            self.model.memory.append_many(memory_rows(memory))
+        rows = memory_rows(memory) if memory_columns is None else \
+            np.column_stack([memory_columns[name] for name in MEM_COLUMNS]).reshape(-1, len(MEM_COLUMNS))
+        if len(rows):
+            self.model.memory.append_many(rows)
             self.model.versions["memory"] += 1
 
     def _redraw(self, *areas: str) -> None:
@@ -123,9 +137,14 @@ class EventFold:
         m.log("state", f"model: {model_summary(e)}", e.start_step)
         self._redraw("header", "progress", "memory", "charts")
 
+    def _keep_eval(self, e: ev.EvalDone) -> dict:
+        """The eval into the catalogue (its series, the best); its metrics by name."""
+        self._redraw("charts", "progress")
+        return self.model.catalogue.add_eval(e)
+
     def _eval(self, e: ev.EvalDone) -> None:
+        values = self._keep_eval(e)
         catalogue = self.model.catalogue
-        values = catalogue.add_eval(e)
         primary = catalogue.named_primary()[0]  # its label and unit; the direction (all evals read) is not needed
         order = [primary.name] + [k for k in values if k != primary.name]  # the primary first: the line may be cut
         parts = []
@@ -135,7 +154,6 @@ class EventFold:
                 metric = primary if name == primary.name else catalogue.describe(name)
                 parts.append(f"{metric.label or name} {short_float(value)}{' ' + metric.unit if metric.unit else ''}")
         self.model.log("eval", f"eval{' (best)' if e.is_best else ''}: {', '.join(parts)} in {e.seconds:.1f}s", e.step)
-        self._redraw("charts", "progress")
 
     def _phase(self, e: ev.PhaseStarted) -> None:
         if not self.model.startup.start(e):

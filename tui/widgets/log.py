@@ -27,14 +27,16 @@ from rich.text import Text
 from textual.color import Color
 from textual.widgets import RichLog
 
+from tui.model.dashboard import LOG_KEPT
+
 #: Theme variable per entry kind.
 KIND_VARIABLE = {"eval": "primary", "checkpoint": "success", "setting": "accent", "refused": "error",
                  "warning": "warning", "error": "error", "state": "secondary", "finished": "success",
                  "output": "foreground", "stderr": "warning", "control": "accent"}
 
 
-#: Lines the panel keeps (its scrollback).
-LOG_LINES = 2000
+#: Lines the panel keeps (its scrollback): the entries the model keeps for it.
+LOG_LINES = LOG_KEPT
 
 
 class RunLog(RichLog):

@@ -30,7 +30,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from engine.core.fmt import printable
@@ -69,14 +69,15 @@ class RunClient(Session):
         return self._run_dir
 
     # ------------------------------------------------------------------ reading
-    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None) -> History:
+    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None,
+                columns: Mapping[str, Sequence[str]] | None = None) -> History:
         """Every event so far, in order (a list-like History; see engine.run.history.store); without the step
         events when ``steps`` is False (``poll`` then leaves them out too), and only the newest n of each type
-        in ``newest`` (``poll`` then returns every new one)."""
+        in ``newest`` (``poll`` then returns every new one), those of a type in ``columns`` as its columns."""
         with self._lock:
             self._steps = steps
             try:
-                history = read_history(self._run_dir.events, steps=steps, newest=newest)
+                history = read_history(self._run_dir.events, steps=steps, newest=newest, columns=columns)
             except OSError:  # not a regular file (engine.core.safe_files): no log to show, as when it is missing
                 history = History(self._run_dir.events)
             self._close_handle()

@@ -15,7 +15,7 @@ then ``poll()`` in a loop (which blocks without holding the GIL), and
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from engine.run.control.requests import Request
 from engine.run.events import Event
@@ -37,13 +37,16 @@ class Session(ABC):
     read_only: bool = False
 
     @abstractmethod
-    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None) -> list[Event]:
+    def history(self, steps: bool = True, newest: Mapping[str, int] | None = None,
+                columns: Mapping[str, Sequence[str]] | None = None) -> list[Event]:
         """Every event so far (from the log, for a run started elsewhere); call once, before poll().
 
         ``steps=False``: a viewer that reads the run's steps from its step record (engine.run.steps) asks for
         the other events only; a session may still return step events (the viewer then ignores them).
         ``newest`` (event type → n): the viewer keeps only the newest n events of those types (samples taken
-        on a clock), so a session need not return the older ones."""
+        on a clock), so a session need not return the older ones; of a type in ``columns`` (type → field names)
+        it may instead return a History whose ``sample_columns`` hold those fields of the newest n, with the
+        newest one an event (engine.run.history.read_history)."""
 
     @abstractmethod
     def poll(self, timeout: float = 0.1) -> list[Event]:

@@ -10,10 +10,11 @@ viewer with the run's step record leaves the step lines out (``steps=False``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import msgspec
 import numpy as np
@@ -183,17 +184,73 @@ class _Newest:
         self.lengths = np.concatenate([self.lengths, lengths])[keep] if self.n else self.lengths
 
 
-def _add_newest(history: History, fd: int, newest: list[_Newest], chunk_bytes: int) -> None:
-    """Decode the noted newest lines of each sampled type into ``history``; count the ones left out."""
+def _add_newest(history: History, fd: int, newest: list[_Newest], chunk_bytes: int,
+                columns: Mapping[str, Sequence[str]]) -> None:
+    """Decode the noted newest lines of each sampled type into ``history``; count the ones left out. A type in
+    ``columns`` has its noted lines decoded into those columns, and only its newest good line into an event."""
     for kept in newest:
-        history.samples_left_out += kept.seen - len(kept.offsets)
         lines = _read_lines(fd, kept.offsets, kept.lengths, chunk_bytes)
-        events = parse_lines_of(lines, kept.event_type)
+        names = columns.get(kept.event_type)
+        if names is None:
+            at, events = np.arange(len(lines)), parse_lines_of(lines, kept.event_type)
+        else:
+            history.sample_columns[kept.event_type], dropped = _sample_columns(lines, names)
+            history.skipped += dropped
+            at, events = _newest_event(lines, kept.event_type)
         good = [i for i, e in enumerate(events) if e is not None]
-        history.skipped += len(events) - len(good)
+        history.samples_left_out += kept.seen - len(events)
+        if names is None:
+            history.skipped += len(events) - len(good)
         if good:
-            history.add_chunk(kept.offsets[good], kept.lengths[good], -1 - np.arange(len(good)), None,
+            history.add_chunk(kept.offsets[at[good]], kept.lengths[at[good]], -1 - np.arange(len(good)), None,
                               [events[i] for i in good])
+
+
+def _newest_event(lines: list[bytes], event_type: str) -> tuple[np.ndarray, list[ev.Event]]:
+    """(its index, [the event]) of the newest line that parses; ([], []) when none does."""
+    for i in range(len(lines) - 1, -1, -1):
+        event = parse_lines_of([lines[i]], event_type)[0]
+        if event is not None:
+            return np.array([i]), [event]
+    return np.zeros(0, np.int64), []
+
+
+def _sample_columns(lines: list[bytes], names: Sequence[str]) -> tuple[dict[str, np.ndarray], int]:
+    """(the ``names`` fields of sample lines as float64 columns, NaN where a value is null; the lines left out).
+
+    One msgspec call into a struct of just those fields skips the rest of each line: a long run's dashboard
+    reads 65,536 memory samples, ~8x faster than as events (whose frozen dataclasses cost most of the
+    decode). A batch the decode trips on (a torn line, a ``"nan"`` string) goes through one line at a time, and
+    a line that still fails is left out, as ``parse_lines_of`` leaves out its event.
+    """
+    try:
+        rows = msgspec.json.Decoder(list[_sample_row(tuple(names), float)]).decode(b"[" + b",".join(lines) + b"]")
+        if len(rows) != len(lines):
+            raise msgspec.DecodeError("a line held more than one value")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        one = msgspec.json.Decoder(_sample_row(tuple(names), float | str))
+        rows = []
+        for line in lines:
+            try:
+                rows.append(one.decode(line))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        return {name: np.array([_number(getattr(row, name)) for row in rows], np.float64)
+                for name in names}, len(lines) - len(rows)
+    return {name: np.array(list(map(operator.attrgetter(name), rows)), np.float64) for name in names}, 0  # None→NaN
+
+
+def _number(value) -> float:
+    """A sample field's value as a float: null and anything but a number or a special float's string are NaN."""
+    if isinstance(value, str):
+        return ev.SPECIAL_FLOATS.get(value, _NAN)
+    return _NAN if value is None else value
+
+
+@functools.cache
+def _sample_row(names: tuple[str, ...], kind) -> type:
+    """A msgspec struct of just ``names``, each a ``kind`` or null (the other fields of a line are skipped)."""
+    return msgspec.defstruct("SampleRow", [(name, kind | None, None) for name in names], gc=False)
 
 
 def _read_lines(fd: int, offsets: np.ndarray, lengths: np.ndarray, chunk_bytes: int) -> list[bytes]:
@@ -211,7 +268,8 @@ def _read_lines(fd: int, offsets: np.ndarray, lengths: np.ndarray, chunk_bytes: 
 
 
 def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | None = None,
-                 steps: bool = True, newest: Mapping[str, int] | None = None) -> History:
+                 steps: bool = True, newest: Mapping[str, int] | None = None,
+                 columns: Mapping[str, Sequence[str]] | None = None) -> History:
     """Every complete line of an events.jsonl (up to ``end`` bytes); a torn last line is left unread.
 
     A missing file is an empty history. ``History.offset`` says where a follower should continue reading.
@@ -219,7 +277,9 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
     that reads a run's steps from its step record (engine.run.steps) needs only the other events, a few
     percent of an old log's lines and of its decoding. ``newest`` (event type → n) keeps only the events of the
     newest n lines of those types (in file order among the others; a torn line among them is skipped, not
-    replaced by an older one); the rest are counted in ``History.samples_left_out``.
+    replaced by an older one); the rest are counted in ``History.samples_left_out``. A type of ``newest`` in
+    ``columns`` (event type → field names) has its newest n lines read as those fields' columns instead
+    (``History.sample_columns``: what a chart or a ring of them draws), and only its newest line as an event.
     """
     path = Path(path)
     history = History(path)
@@ -247,6 +307,6 @@ def read_history(path: Path | str, chunk_bytes: int = CHUNK_BYTES, end: int | No
             _decode_chunk(history, data, offset, offset + cut + 1, steps, origin=offset, newest=kept)
             offset += cut + 1
         history.offset = offset
-        _add_newest(history, handle.fileno(), kept, chunk_bytes)
+        _add_newest(history, handle.fileno(), kept, chunk_bytes, columns or {})
     history.seal()
     return history

@@ -202,8 +202,12 @@ class History(Sequence):
         self.columnar = 0
         #: Step lines a read without steps (``read_history(steps=False)``) left undecoded.
         self.steps_left_out = 0
-        #: Sampled events a read for the newest only (``read_history(newest=...)``) left undecoded.
+        #: Sample lines a read for the newest only (``read_history(newest=...)``) did not make events (left
+        #: undecoded, or read as ``sample_columns``).
         self.samples_left_out = 0
+        #: Sample type → field → float64 column of its newest lines, for a read that asked for them as columns
+        #: (``read_history(columns=...)``).
+        self.sample_columns: dict[str, dict[str, np.ndarray]] = {}
 
     # Sequence protocol ------------------------------------------------------
     def __len__(self) -> int:

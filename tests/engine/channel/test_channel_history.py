@@ -183,6 +183,37 @@ def test_a_read_for_the_newest_samples_decodes_only_those_and_keeps_file_order(t
     assert none.count_type("step") == history.read_history(path).count_type("step")
 
 
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 700])
+def test_the_newest_samples_read_as_columns_hold_each_events_values_and_the_newest_stays_an_event(
+        tmp_path: Path, chunk_bytes: int) -> None:
+    """A viewer's memory ring reads the newest n memory samples as columns of the fields it draws (one struct
+    decode, no event objects): each column equals the fields of the events a read of those n as events gives
+    (null as NaN, a "nan" string as NaN, a torn line left out), and the newest good sample is still an event
+    (the gauge shows it whole)."""
+    path = tmp_path / "events.jsonl"
+    lines = _mixed_lines(3000, seed=7)
+    lines.insert(len(lines) - 5, '{"type":"memory","t":1.0,"step":')  # torn, among the newest
+    lines.insert(len(lines) - 9, '{"type":"memory","t":2.0,"step":11,"peak":"nan","allocated":null}')
+    lines.append('{"type":"memory","t":3.0,"step":')  # the newest memory line is torn: the one before is the event
+    path.write_text("\n".join(lines) + "\n")
+    names = ("step", "allocated", "peak", "reserved", "nvml_used")
+    as_events = history.read_history(path, chunk_bytes=chunk_bytes, steps=False, newest={"memory": 60})
+    as_columns = history.read_history(path, chunk_bytes=chunk_bytes, steps=False, newest={"memory": 60},
+                                      columns={"memory": names})
+    memory = [e for e in as_events if e.type == "memory"]
+    assert len(memory) == 58  # 60 lines, two of them torn
+    columns = as_columns.sample_columns["memory"]
+    for name in names:
+        want = np.array([np.nan if getattr(e, name) is None else getattr(e, name) for e in memory], np.float64)
+        np.testing.assert_array_equal(columns[name], want)
+    assert np.isnan(columns["peak"][memory.index(next(e for e in memory if e.step == 11))])
+    assert [ev.to_json(e) for e in as_columns if e.type == "memory"] == [ev.to_json(memory[-1])]
+    others = [ev.to_json(e) for e in as_events if e.type != "memory"]
+    assert [ev.to_json(e) for e in as_columns if e.type != "memory"] == others
+    assert as_columns.samples_left_out == as_events.samples_left_out + 60 - 1
+    assert as_columns.skipped == as_events.skipped and as_columns.offset == as_events.offset
+
+
 def test_sample_lines_decode_into_their_class_exactly_as_each_line_would() -> None:
     """The newest samples a viewer reads decode straight into their class; any value the class's types do not
     take exactly (a "nan" string, a torn line, a newer schema's extra field) gives what parse_line gives."""
