@@ -4,7 +4,7 @@ Runs the real app in a pseudo-terminal at 120×40 (and 80×24) on a scripted
 run that logs 20 steps/s with a memory and system sample every 10 steps and
 an eval every 100, and counts what reaches the terminal after a warm-up. Over
 SSH this is the bandwidth the dashboard needs; the goal is < 10 KB/s at the
-default refresh. Variants: default (plots 1 Hz, text 2 Hz), --refresh 2,
+default refresh. Variants: default (plots and text 1 Hz, the step row 4 Hz), --refresh 2,
 and the 16-colour --ansi mode.
 """
 
@@ -94,7 +94,7 @@ def measure(size: tuple[int, int], seconds: float, warmup: float, refresh: float
 def run(quick: bool = False) -> Section:
     """Measure and return the results section."""
     seconds, warmup, repeats = (5.0, 3.0, 1) if smoke() else (9.0, 4.0, 1) if quick else (25.0, 6.0, 3)
-    variants = [("120×40, default (plots and text 1 Hz)", (120, 40), None, False),
+    variants = [("120×40, default (plots and text 1 Hz, the step row 4 Hz)", (120, 40), None, False),
                 ("120×40, --refresh 2", (120, 40), 2.0, False),
                 ("120×40, --ansi", (120, 40), None, True),
                 ("80×24, default", (80, 24), None, False)][:1 if smoke() else None]

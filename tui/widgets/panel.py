@@ -39,7 +39,21 @@ class TextPanel(Vertical):
         if not force and version == self._seen:
             return False
         self._seen = version
+        return self._paint(self.content(model).split("\n"), force)
+
+    def update_first_lines(self, model, count: int) -> bool:
+        """Repaint only the first ``count`` lines, where they changed (the progress line's step, on its own
+        faster timer: the other lines wait for ``update_from``, which repaints whatever of theirs changed).
+        Returns True if any did."""
+        if not self.is_mounted or model.versions[self.area] == self._seen:
+            return False
         lines = self.content(model).split("\n")
+        if len(lines) != len(self._lines):  # a new layout: every line, at the next full update
+            return False
+        return self._paint(lines[:count] + self._lines[count:], False)
+
+    def _paint(self, lines: list[str], force: bool) -> bool:
+        """Show ``lines``, repainting the rows whose markup changed (all with ``force``)."""
         rows = list(self.query_children(Static))
         if len(rows) != len(lines):  # the line count changed (rare): rebuild the rows
             for row in rows[len(lines):]:

@@ -70,7 +70,8 @@ def test_a_live_run_is_followed_from_its_record_with_no_step_line_in_its_log(tmp
 
 def test_the_progress_line_follows_a_live_record_between_the_other_panels_redraws(tmp_path: Path) -> None:
     """The step a watcher reads comes from its own quick tick (a fraction of a second), not the 1 s text redraw:
-    with the text redraw stopped, the progress line still follows the rows the writer appends."""
+    with the text redraw stopped, the progress line still follows the rows the writer appends, and only it (the
+    rows below it are repainted at the text rate: each repaint is bytes over SSH)."""
     run = tmp_path / "live"
     writer = StepWriter(run / "steps")
     _rows(writer, 1, 1_000)
@@ -84,9 +85,14 @@ def test_the_progress_line_follows_a_live_record_between_the_other_panels_redraw
                 await until(pilot, lambda: _screen_step(app) == 1_000, what="the record's rows")
                 assert app.progress_period < app.text_period
                 app.ticks["text"].pause()
+                panel = app.dashboard.query_one("#progress")
+                below = panel.text.split("\n")[1:]  # the bar, rates, ETA: theirs is the text rate (bytes)
                 for last in (1_500, 4_000):
                     _rows(writer, app.model.step + 1, last)
                     await until(pilot, lambda last=last: _screen_step(app) == last, what=f"step {last} on screen")
+                assert panel.text.split("\n")[1:] == below
+                app.ticks["text"].resume()
+                await until(pilot, lambda: panel.text.split("\n")[1:] != below, what="the rows below at the text rate")
 
         asyncio.run(scenario())
     finally:
