@@ -5,9 +5,9 @@
   StepLogged field, each in the type engine.run.steps.fields gives it, plus its loss component
   ``components.mse``), and beside it the events.jsonl an engine leaves: the schema, RunStarted with the toy's
   config and capabilities, a step line a second (the engine's cadence, ``engine.run.sinks.STEP_LINE_S``), a
-  memory sample every ``engine.budget.hook.CPU_EVERY`` steps, a system sample every ``SYSTEM_S`` seconds, an eval every
-  ``EVAL_EVERY`` steps, a checkpoint every ``CHECKPOINT_EVERY`` steps (the event only: no files), RunFinished,
-  and a finished status.json. The run's clock is ``RATE`` steps a second.
+  memory sample every ``MEMORY_EVERY`` steps (the engine's CPU cadence), a system sample every ``SYSTEM_S``
+  seconds, an eval every ``EVAL_EVERY`` steps, a checkpoint every ``CHECKPOINT_EVERY`` steps (the event only: no
+  files), RunFinished, and a finished status.json. The run's clock is ``RATE`` steps a second.
 - ``write_old_run``: the same length in the form of a run from before the record (schema 2, every step a
   line, no ``steps/``): bench.open_run.write_run, which the older benches and issue 38's numbers used.
 - ``write_names_run(root, names)``: a plain loop (sensorlm_tui.loop, the real integration, in a subprocess)
@@ -30,13 +30,17 @@ import numpy as np
 
 from bench.common import ROOT
 from bench.open_run import write_run
-from engine.budget.hook import CPU_EVERY
+from engine.budget.hook import CPU_EVERY, CPU_SAMPLE_MIN_S
 from engine.run import events as ev
 from engine.run.sinks import STEP_LINE_S  # the engine's cadence of step lines in events.jsonl
 from engine.run.steps import StepWriter, record_dir
 
 #: Steps a second of the run's clock (the issue's live rate).
 RATE = 1000.0
+#: Steps between two memory samples: the engine's hook on a CPU sends one every CPU_EVERY steps, at most every
+#: CPU_SAMPLE_MIN_S when nothing changes (at RATE, every 500 steps; a counted step, every CPU_MEASURE_EVERY, is one
+#: of them).
+MEMORY_EVERY = CPU_EVERY * math.ceil(RATE * CPU_SAMPLE_MIN_S / CPU_EVERY)
 #: Seconds between two system samples (engine.training.system.SystemSampler's interval).
 SYSTEM_S = 2.0
 #: Steps between two evaluations and between two checkpoints of the long runs.
@@ -103,7 +107,7 @@ def chunk_events(step: np.ndarray, cols: dict[str, np.ndarray], total: int) -> l
     for s in sorted({*range(-(-lo // every) * every, hi + 1, every), *([lo] if lo == 1 else []),
                      *([hi] if hi == total else [])}):
         out.append((s, 0, _step_event(s - lo, step, cols)))
-    for s in range(-(-lo // CPU_EVERY) * CPU_EVERY, hi + 1, CPU_EVERY):
+    for s in range(-(-lo // MEMORY_EVERY) * MEMORY_EVERY, hi + 1, MEMORY_EVERY):
         out.append((s, 1, ev.MemorySampled(t=T0 + s / RATE, step=s, device="cpu", peak=48 << 20,
                                            rss=(900 << 20) + (s % 7919) * 4096, capacity=24 << 30,
                                            predicted=50 << 20, budget=20 << 30, ratio=0.96, source="measured")))

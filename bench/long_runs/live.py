@@ -4,9 +4,9 @@ It writes as the engine does, through the engine's own records (engine.run.offth
 at its default step-line cadence, the step record on the drainer thread, status.json's heartbeat, the system
 sampler), so the viewer meets exactly what a training run gives it; only the training is left out. The steps
 are emitted at ``--rate`` steps a second by the clock (a pass every millisecond emits the steps due by then),
-with a memory sample every engine.budget.hook.CPU_EVERY steps, an eval every generate.EVAL_EVERY steps and a
-checkpoint event every generate.CHECKPOINT_EVERY steps. A run directory that has steps already is continued
-from its last one, as a resumed run is (RunStarted with its start step).
+with a memory sample every generate.MEMORY_EVERY steps (the engine's CPU cadence at 1,000 steps/s), an eval
+every generate.EVAL_EVERY steps and a checkpoint event every generate.CHECKPOINT_EVERY steps. A run directory
+that has steps already is continued from its last one, as a resumed run is (RunStarted with its start step).
 
 It prints ``started STEP`` when the first step is out and ``done STEP RATE`` at the end (RATE: steps a second it
 achieved), and stops early, finishing the run, on SIGTERM.
@@ -21,8 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.long_runs.generate import CHECKPOINT_EVERY, EVAL_EVERY, RATE, columns, run_started
-from engine.budget.hook import CPU_EVERY
+from bench.long_runs.generate import CHECKPOINT_EVERY, EVAL_EVERY, MEMORY_EVERY, RATE, columns, run_started
 from engine.run import events as ev
 from engine.run.offthread import run_records
 from engine.run.rundir import RunDir
@@ -48,7 +47,7 @@ def _events(step, cols, i: int) -> list[ev.Event]:
                                          samples_per_s=float(cols["samples_per_s"][i]),
                                          steps_per_s=float(cols["steps_per_s"][i]), batch_size=32,
                                          components={"mse": float(cols["loss"][i])})]
-    if s % CPU_EVERY == 0:
+    if s % MEMORY_EVERY == 0:
         out.append(ev.MemorySampled(step=s, device="cpu", peak=48 << 20, rss=900 << 20, capacity=24 << 30,
                                     predicted=50 << 20, budget=20 << 30, ratio=0.96, source="measured"))
     if s % EVAL_EVERY == 0:

@@ -27,9 +27,12 @@
   allocator stats and NVML: 4 % of a 5 ms step if done every step; the
   allocator's peak is kept between reads, so no peak is missed); on CPU the
   last measured peak and the process RSS next to the prediction and the
-  budget (available RAM), emitted at the first call, after a change or a new
-  measurement, and every CPU_EVERY steps. RSS is shown, not
-  compared: it is not training memory.
+  budget (available RAM), emitted at once at the first call, after a change
+  and after a count that found a new peak, and otherwise every CPU_EVERY
+  steps or after a count, at most every CPU_SAMPLE_MIN_S (a 1,000 steps/s
+  run would log ten samples a second, most of a long run's log, for a gauge
+  drawn at 1 Hz; a count held back goes out at the first step past it).
+  RSS is shown, not compared: it is not training memory.
 
 The hook reads live settings from the trainer it was started with (its
 config, batch_size and grad_accum change under controls and OOM recovery).
@@ -53,6 +56,8 @@ from engine.run import events as ev
 
 #: CPU: emit a MemorySampled at least every this many steps.
 CPU_EVERY = 100
+#: CPU: ... and, when nothing changed, at most every this many seconds (the integrations keep the same floor).
+CPU_SAMPLE_MIN_S = 0.5
 #: CPU: count one step's storages in this many (a counted step costs ~2-4x a plain one on small models;
 #: bench cpu_memory: the throughput cost stays under 1 %).
 CPU_MEASURE_EVERY = 500
@@ -81,6 +86,9 @@ class BudgetHook:
         self._predicted_cache: tuple | None = None
         self._budget_cache: tuple | None = None  # (config, device info, its budget): resolved once per config
         self._last_read = float("-inf")
+        self._cpu_emitted_t = float("-inf")  # when the last CPU sample was emitted (monotonic)
+        self._count_unsent = False  # a counted peak no sample has carried yet (held back by CPU_SAMPLE_MIN_S)
+        self._peak_sent: int | None = None  # the counted peak the last CPU sample carried
         self._cpu_peak: tuple[int, int] | None = None  # (step, bytes) of the last counted step
         self._settings_seen: tuple | None = None  # (config, batch, accumulation, calibration) at the last sample()
         self._measure_next = False
@@ -298,7 +306,8 @@ class BudgetHook:
 
     def _nothing_new_on_cpu(self, step: int) -> bool:
         """True when this CPU step cannot change what the last sample said: not a CPU_EVERY step, no peak
-        counted at it, and the live settings and calibration are the very objects of the last call.
+        counted at it or waiting to be sent, and the live settings and calibration are the very objects of the
+        last call.
 
         A step between samples then costs four attribute reads, not the prediction and budget lookups
         (~12 µs a step inside a 1.4 ms training step, 0.8 % of it). Any change takes the full path, which
@@ -307,9 +316,25 @@ class BudgetHook:
         seen = (getattr(t, "config", None), getattr(t, "batch_size", None), getattr(t, "grad_accum", None),
                 self.calibration)
         last, self._settings_seen = self._settings_seen, seen
-        if last is None or step % CPU_EVERY == 0 or (self._cpu_peak is not None and self._cpu_peak[0] == step):
+        if last is None or step % CPU_EVERY == 0 or (self._cpu_peak is not None and self._cpu_peak[0] == step) \
+                or (self._count_unsent and self._cpu_floor_passed()):
             return False
         return seen[0] is last[0] and seen[1] == last[1] and seen[2] == last[2] and seen[3] is last[3]
+
+    def _cpu_sample_due(self, step: int) -> bool:
+        """With nothing changed, a CPU sample is due after a count that found a new peak, and every CPU_EVERY
+        steps or after a count of the same peak at most every CPU_SAMPLE_MIN_S: a count held back by the floor
+        goes out at the first step past it (module docstring)."""
+        if self._cpu_peak is not None and self._cpu_peak[0] == step:
+            if self._cpu_peak[1] != self._peak_sent:
+                return True
+            self._count_unsent = True
+        if step % CPU_EVERY and not self._count_unsent:
+            return False
+        return self._cpu_floor_passed()
+
+    def _cpu_floor_passed(self) -> bool:
+        return time.monotonic() - self._cpu_emitted_t >= CPU_SAMPLE_MIN_S
 
     def sample(self, step: int) -> ev.MemorySampled | None:
         """A MemorySampled for this step, or None when there is nothing new to say (CPU)."""
@@ -330,12 +355,12 @@ class BudgetHook:
             if key != self._last_emitted and self._last_emitted is not None:
                 self._measure_next = True  # a change: count the next step, it has a new peak
             measured = self._cpu_peak
-            if key == self._last_emitted and step % CPU_EVERY and (measured is None or measured[0] != step):
+            if key == self._last_emitted and not self._cpu_sample_due(step):
                 return None
-            self._last_emitted = key
+            self._last_emitted, self._cpu_emitted_t, self._count_unsent = key, time.monotonic(), False
             from engine.budget.cpu_meter import rss
 
-            peak = measured[1] if measured else None
+            peak = self._peak_sent = measured[1] if measured else None
             return ev.MemorySampled(step=step, device="cpu", peak=peak, rss=rss(),
                                     capacity=self.info.total if self.info else None, predicted=predicted,
                                     budget=budget.bytes if budget else None,

@@ -36,9 +36,9 @@ def test_a_record_run_holds_every_step_with_the_engines_metrics_and_an_engines_l
     assert np.allclose(table["loss"], cols["loss"], rtol=1e-6) and (table["components.mse"] == table["loss"]).all()
     history = read_history(run / "events.jsonl")
     kinds = Counter(event.type for event in history)
-    # a step line a second of the run's clock (and the last), memory every 100 steps, system every 2 s
+    # a step line a second of the run's clock (and the last), memory every 0.5 s (500 steps), system every 2 s
     assert kinds["step"] == steps // int(generate.RATE * generate.STEP_LINE_S) + 1
-    assert kinds["memory"] == steps // 100 and kinds["system"] == steps // 2000
+    assert kinds["memory"] == steps // 500 and kinds["system"] == steps // 2000
     assert kinds["run_started"] == kinds["run_finished"] == 1
     lines = [event for event in history if event.type == "step"]
     assert lines[-1].step == steps and lines[-1].loss == pytest.approx(float(cols["loss"][-1]))

@@ -22,7 +22,7 @@ import math
 import time
 from typing import Any, Callable
 
-from engine.budget.hook import CALIBRATE_AT, CPU_EVERY, CPU_MEASURE_EVERY, GPU_SAMPLE_S
+from engine.budget.hook import CALIBRATE_AT, CPU_EVERY, CPU_MEASURE_EVERY, CPU_SAMPLE_MIN_S, GPU_SAMPLE_S
 from engine.core.estimate import BudgetSummary, Estimate
 from engine.run import events as ev
 
@@ -33,8 +33,8 @@ from engine.run import events as ev
 HEADROOM = 0.02
 #: At fast steps the step cadences above come too often for what they tell (a 1,500 steps/s run would count
 #: a step three times a second and read RSS fifteen times): a counted step also waits this many seconds since
-#: the last, and an RSS sample this many.
-COUNT_MIN_S, CPU_SAMPLE_MIN_S = 5.0, 0.5
+#: the last, and an RSS sample the hook's CPU_SAMPLE_MIN_S.
+COUNT_MIN_S = 5.0
 
 
 class StepMemory:

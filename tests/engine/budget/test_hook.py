@@ -71,9 +71,10 @@ def test_live_predictions_are_made_for_the_runs_layout_across_ranks() -> None:
     assert one.peak_for({"batch_size": 16})[0] != two.peak_for({"batch_size": 16})[0]
 
 
-def test_cpu_steps_between_samples_do_not_predict_and_any_change_is_looked_at() -> None:
+def test_cpu_steps_between_samples_do_not_predict_and_any_change_is_looked_at(monkeypatch) -> None:
     from engine.budget import hook as hook_module
 
+    monkeypatch.setattr(hook_module, "CPU_SAMPLE_MIN_S", 0.0)  # (the floor in seconds: the next test)
     hook, trainer = _hook()
     hook.on_start(trainer)
     predictions = []
@@ -88,3 +89,42 @@ def test_cpu_steps_between_samples_do_not_predict_and_any_change_is_looked_at() 
     trainer.grad_accum = 2  # a live change: looked at, and the next step is counted for its new peak
     hook.sample(hook_module.CPU_EVERY + 2)
     assert len(predictions) == 4
+
+
+def test_cpu_samples_with_nothing_new_wait_for_the_floor_in_seconds_and_a_held_count_follows_it(monkeypatch) -> None:
+    """A fast CPU run (1,000 steps/s) would log a sample every CPU_EVERY steps, ten a second: with nothing
+    new, one waits CPU_SAMPLE_MIN_S since the last. A count that found a new peak, and a change, go out at once;
+    a count of the same peak held back goes out at the first step past the floor, carrying it."""
+    from engine.budget import hook as hook_module
+
+    clock = [100.0]
+    monkeypatch.setattr(hook_module.time, "monotonic", lambda: clock[0])
+    every = hook_module.CPU_EVERY
+    counted = every + 7  # a counted step that is not a 100th
+    monkeypatch.setattr(hook_module, "CPU_MEASURE_EVERY", counted)
+    hook, trainer = _hook()
+    trainer.model = torch.nn.Linear(64, 64)
+    hook.on_start(trainer)
+
+    def count(step: int) -> None:
+        with hook.measure_step(step):
+            trainer.model(torch.ones(256, 64)).sum()
+
+    assert hook.sample(1) is not None  # the first
+    clock[0] += hook_module.CPU_SAMPLE_MIN_S / 4
+    assert hook.sample(every) is None  # periodic, but within the floor
+    count(counted)
+    first = hook.sample(counted)  # a new peak: at once
+    assert first is not None and first.peak == hook.last_peak >= 256 * 64 * 4
+    clock[0] += hook_module.CPU_SAMPLE_MIN_S / 4
+    count(2 * counted)  # the same peak again, within the floor: held
+    assert hook.last_peak == first.peak and hook.sample(2 * counted) is None and hook.sample(2 * counted + 1) is None
+    clock[0] += hook_module.CPU_SAMPLE_MIN_S
+    held = hook.sample(2 * counted + 2)  # past the floor: the held count goes out at once, not at a 100th step
+    assert held is not None and held.peak == first.peak and held.step == 2 * counted + 2
+    assert hook.sample(3 * every) is None  # sent: nothing new, within the floor
+    trainer.batch_size = 8  # a live change: news at once, floor or not
+    changed = hook.sample(3 * every + 1)
+    assert changed is not None and changed.predicted != held.predicted
+    clock[0] += hook_module.CPU_SAMPLE_MIN_S
+    assert hook.sample(4 * every) is not None  # periodic past the floor
