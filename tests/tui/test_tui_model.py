@@ -279,7 +279,6 @@ def test_a_whole_historys_fold_words_only_the_log_lines_the_panel_keeps_and_keep
     history whole (one bulk fold) gives the panel exactly the lines folding it event by event gives, and the
     catalogue every eval, while wording only the evals whose line can still be shown."""
     from engine.run.history import read_history
-    from tui.model import event_fold
     from tui.model.event_fold import LOG_KEPT
 
     events = [ev.RunStarted(t=1.0, name="long", total_steps=10**8)]
@@ -292,14 +291,10 @@ def test_a_whole_historys_fold_words_only_the_log_lines_the_panel_keeps_and_keep
     path.write_text("".join(ev.to_json(e) + "\n" for e in events))
     one_by_one = RunModel()
     one_by_one.ingest(list(events))
-    worded = []
-    original = event_fold.EventFold._eval
-    event_fold.EventFold._eval = lambda self, e: (worded.append(e.step), original(self, e))[-1]
-    try:
-        bulk = RunModel()  # (its fold's handlers are bound as it is made)
-        bulk.ingest(read_history(path))
-    finally:
-        event_fold.EventFold._eval = original
+    bulk, worded = RunModel(), []
+    words = bulk.log
+    bulk.log = lambda kind, text, step=None: (worded.append(step) if kind == "eval" else None, words(kind, text, step))
+    bulk.ingest(read_history(path))
     assert [(e.kind, e.text, e.step) for e in bulk.take_log()] == \
         [(e.kind, e.text, e.step) for e in one_by_one.take_log()][-LOG_KEPT:]
     assert len(bulk.catalogue.evals) == len(one_by_one.catalogue.evals) == 2 * LOG_KEPT + 500

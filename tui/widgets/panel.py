@@ -31,26 +31,22 @@ class TextPanel(Vertical):
         """Content markup for the current model (colours only as $theme variables)."""
         raise NotImplementedError
 
-    def update_from(self, model, force: bool = False) -> bool:
-        """Repaint the lines that changed since the last update; returns True if any did."""
+    def update_from(self, model, force: bool = False, rows: int | None = None) -> bool:
+        """Repaint the lines that changed since the last update; returns True if any did. ``rows``: only the first
+        that many (the progress panel's step row, on its own faster timer), leaving the model's change unseen so
+        the next full update repaints whatever else of it changed."""
         if not self.is_mounted:
             return False
         version = model.versions[self.area]
         if not force and version == self._seen:
             return False
-        self._seen = version
-        return self._paint(self.content(model).split("\n"), force)
-
-    def update_first_lines(self, model, count: int) -> bool:
-        """Repaint only the first ``count`` lines, where they changed (the progress line's step, on its own
-        faster timer: the other lines wait for ``update_from``, which repaints whatever of theirs changed).
-        Returns True if any did."""
-        if not self.is_mounted or model.versions[self.area] == self._seen:
-            return False
         lines = self.content(model).split("\n")
+        if rows is None:
+            self._seen = version
+            return self._paint(lines, force)
         if len(lines) != len(self._lines):  # a new layout: every line, at the next full update
             return False
-        return self._paint(lines[:count] + self._lines[count:], False)
+        return self._paint(lines[:rows] + self._lines[rows:], force)
 
     def _paint(self, lines: list[str], force: bool) -> bool:
         """Show ``lines``, repainting the rows whose markup changed (all with ``force``)."""
