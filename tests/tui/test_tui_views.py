@@ -414,3 +414,38 @@ async def test_the_footer_shows_what_acts_at_each_width_and_q_says_detach():
         await wait_for(pilot, lambda: "palette" in _footer(app), "^p at 160 columns")
         wide = _footer(app)
         assert {"log-y", "compare", "procs", "abort", "detach"} <= set(wide) and "chart" not in wide
+
+
+@pilot_test
+async def test_a_panels_step_row_update_repaints_every_row_when_the_row_count_changed():
+    """The progress tick repaints the step row alone, the rows below wait for the text redraw; but when the
+    rows below are packed into another count (a rate a digit longer), the step row must not wait a second
+    with them (the soak's lag reached 1.18 s): every row is repainted then."""
+    from types import SimpleNamespace
+
+    from textual.app import App
+    from textual.widgets import Static
+
+    from tui.widgets.panel import TextPanel
+
+    class Lines(TextPanel):
+        area = "progress"
+
+        def content(self, model) -> str:
+            return "\n".join(model.shown)
+
+    class Host(App):
+        def compose(self):
+            yield Lines()
+
+    model = SimpleNamespace(versions={"progress": 0}, shown=["step 1", "a b c"])
+    async with Host().run_test() as pilot:
+        panel = pilot.app.query_one(Lines)
+        assert panel.update_from(model)
+        model.shown, model.versions["progress"] = ["step 2", "a b d"], 1
+        assert panel.update_from(model, rows=1) and panel.text == "step 2\na b c"  # the row below waits
+        model.shown, model.versions["progress"] = ["step 3", "a b", "d"], 2
+        assert panel.update_from(model, rows=1) and panel.text == "step 3\na b\nd"  # another row count: all now
+        await pilot.pause()
+        assert len(panel.query_children(Static)) == 3
+        assert not panel.update_from(model)  # seen: the full update has nothing left to do

@@ -41,11 +41,9 @@ class TextPanel(Vertical):
         if not force and version == self._seen:
             return False
         lines = self.content(model).split("\n")
-        if rows is None:
-            self._seen = version
+        if rows is None or len(lines) != len(self._lines):  # (a new row count: every line now, or the first
+            self._seen = version                            # rows would wait for the next full update)
             return self._paint(lines, force)
-        if len(lines) != len(self._lines):  # a new layout: every line, at the next full update
-            return False
         return self._paint(lines[:rows] + self._lines[rows:], force)
 
     def _paint(self, lines: list[str], force: bool) -> bool:
