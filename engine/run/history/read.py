@@ -26,6 +26,7 @@ from engine.run.history.store import (
     STEP_FIELDS,
     STEP_PREFIX,
     History,
+    decode_together,
     line_prefix,
     parse_lines,
     parse_lines_of,
@@ -199,8 +200,7 @@ def _add_newest(history: History, fd: int, newest: list[_Newest], chunk_bytes: i
             at, events = _newest_event(lines, kept.event_type)
         good = [i for i, e in enumerate(events) if e is not None]
         history.samples_left_out += kept.seen - len(events)
-        if names is None:
-            history.skipped += len(events) - len(good)
+        history.skipped += len(events) - len(good)
         if good:
             history.add_chunk(kept.offsets[at[good]], kept.lengths[at[good]], -1 - np.arange(len(good)), None,
                               [events[i] for i in good])
@@ -223,11 +223,8 @@ def _sample_columns(lines: list[bytes], names: Sequence[str]) -> tuple[dict[str,
     decode). A batch the decode trips on (a torn line, a ``"nan"`` string) goes through one line at a time, and
     a line that still fails is left out, as ``parse_lines_of`` leaves out its event.
     """
-    try:
-        rows = msgspec.json.Decoder(list[_sample_row(tuple(names), float)]).decode(b"[" + b",".join(lines) + b"]")
-        if len(rows) != len(lines):
-            raise msgspec.DecodeError("a line held more than one value")
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    rows = decode_together(msgspec.json.Decoder(list[_sample_row(tuple(names), float)]), lines)
+    if rows is None:
         one = msgspec.json.Decoder(_sample_row(tuple(names), float | str))
         rows = []
         for line in lines:

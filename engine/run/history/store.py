@@ -134,17 +134,25 @@ def parse_line(line: bytes | str) -> ev.Event | None:
         return None
 
 
+def decode_together(decoder: msgspec.json.Decoder, lines: list[bytes]) -> list | None:
+    """``lines`` decoded in one msgspec call as one JSON array (``decoder`` takes a list), or None when any line
+    trips it (a torn line, a value its types do not take) or holds more than one value (which would shift every
+    record after it): the caller then goes line by line."""
+    try:
+        records = decoder.decode(b"[" + b",".join(lines) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return records if len(records) == len(lines) else None
+
+
 def parse_lines(lines: list[bytes]) -> list[ev.Event | None]:
     """``parse_line`` of many lines: one msgspec call for all of them when they decode as one JSON array.
 
     Any line the array decode trips on (a ``NaN`` literal, a torn line) sends them all through
     ``parse_line`` one by one, so the result is always exactly ``[parse_line(l) for l in lines]``.
     """
-    try:
-        records = _ANY.decode(b"[" + b",".join(lines) + b"]")
-    except msgspec.DecodeError:
-        records = None
-    if records is None or len(records) != len(lines):  # (a line holding two values would shift every record)
+    records = decode_together(_ANY, lines)
+    if records is None:
         return [parse_line(line) for line in lines]
     out: list[ev.Event | None] = []
     for record in records:
@@ -166,14 +174,8 @@ def parse_lines_of(lines: list[bytes], event_type: str) -> list[ev.Event | None]
     class's types do not take exactly (a ``"nan"`` string, a torn line) sends the batch through ``parse_lines``
     and every event equals ``parse_line``'s."""
     decoder = _SAMPLE_DECODERS.get(event_type)
-    if decoder is not None:
-        try:
-            events = decoder.decode(b"[" + b",".join(lines) + b"]")
-            if len(events) == len(lines):
-                return events
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            pass
-    return parse_lines(lines)
+    events = None if decoder is None else decode_together(decoder, lines)
+    return parse_lines(lines) if events is None else events
 
 
 # ---------------------------------------------------------------- the history
