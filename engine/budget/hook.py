@@ -316,7 +316,7 @@ class BudgetHook:
         seen = (getattr(t, "config", None), getattr(t, "batch_size", None), getattr(t, "grad_accum", None),
                 self.calibration)
         last, self._settings_seen = self._settings_seen, seen
-        if last is None or step % CPU_EVERY == 0 or (self._cpu_peak is not None and self._cpu_peak[0] == step) \
+        if last is None or step % CPU_EVERY == 0 or self._counted_at(step) \
                 or (self._count_unsent and self._cpu_floor_passed()):
             return False
         return seen[0] is last[0] and seen[1] == last[1] and seen[2] == last[2] and seen[3] is last[3]
@@ -325,13 +325,17 @@ class BudgetHook:
         """With nothing changed, a CPU sample is due after a count that found a new peak, and every CPU_EVERY
         steps or after a count of the same peak at most every CPU_SAMPLE_MIN_S: a count held back by the floor
         goes out at the first step past it (module docstring)."""
-        if self._cpu_peak is not None and self._cpu_peak[0] == step:
+        if self._counted_at(step):
             if self._cpu_peak[1] != self._peak_sent:
                 return True
             self._count_unsent = True
         if step % CPU_EVERY and not self._count_unsent:
             return False
         return self._cpu_floor_passed()
+
+    def _counted_at(self, step: int) -> bool:
+        """Whether ``step`` is the step whose peak was counted last (measure_step)."""
+        return self._cpu_peak is not None and self._cpu_peak[0] == step
 
     def _cpu_floor_passed(self) -> bool:
         return time.monotonic() - self._cpu_emitted_t >= CPU_SAMPLE_MIN_S
