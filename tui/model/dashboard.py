@@ -167,7 +167,7 @@ class RunModel:
             last = next(history[i] for i in range(len(history) - 1, -1, -1) if history[i].type == "step")
             self.series.append_columns(step.astype(np.int64), columns, last)
             self._stepped()
-        self._events.fold_many(history.others("step"), getattr(history, "sample_columns", {}).get("memory"))
+        self._events.fold_many(history.others("step"), history.sample_columns.get("memory"))
         if len(history):
             self.last_t = max(self.last_t or float("-inf"), history[len(history) - 1].t)
 

@@ -102,7 +102,7 @@ class EventFold:
         if memory:
             self.model.last_memory = memory[-1]
         rows = memory_rows(memory) if memory_columns is None else \
-            np.column_stack([memory_columns[name] for name in MEM_COLUMNS]).reshape(-1, len(MEM_COLUMNS))
+            np.column_stack([memory_columns[name] for name in MEM_COLUMNS])
         if len(rows):
             self.model.memory.append_many(rows)
             self.model.versions["memory"] += 1

@@ -61,7 +61,7 @@ class RunLog(RichLog):
         if version == self._seen and not force:
             return False
         self._seen = version
-        entries = model.take_log()[-LOG_LINES:]  # (older ones would be trimmed as soon as written)
+        entries = model.take_log()  # the newest LOG_KEPT at most: older ones would be trimmed as soon as written
         total = getattr(model.started, "total_steps", None) or 0
         self.step_width = max(self.step_width, len(f"{max(total, *(e.step or 0 for e in entries), 0)}"))
         self._write_entries(entries, self._width())
