@@ -79,6 +79,9 @@ class PtyProcess:
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            # Asked before the search, not after: the reader can take the last bytes and end between the two,
+            # and a search made before that would miss output that did come.
+            ended = self.proc.poll() is not None and not self._reader.is_alive()
             with self._lock:
                 at = self.output.find(needle, since)
                 if at >= 0:
@@ -87,7 +90,7 @@ class PtyProcess:
                         total += count
                         if total >= end:
                             return stamp
-            if self.proc.poll() is not None and not self._reader.is_alive():
+            if ended:
                 return None
             time.sleep(poll)
         return None

@@ -102,6 +102,28 @@ def test_pty_process_counts_bytes_and_sees_keys():
     assert term.bytes_between(0, float("inf")) == len(term.output) > 0
 
 
+def test_pty_wait_finds_output_that_came_just_as_the_process_ended():
+    """The reader may take the last bytes and end between a look at the output and a look at the process: the
+    wait must still find them (it gave None on a loaded CI box, with the answer in the output)."""
+    from bench.pty_run import PtyProcess
+
+    term = PtyProcess([sys.executable, "-c", "print('ready', flush=True)"], size=(80, 24))
+    assert term.close(timeout=30) == 0 and not term._reader.is_alive()
+
+    class EndsAsItIsAsked:
+        """The process as the race leaves it: asking whether it ended is when the reader's last chunk lands."""
+
+        def poll(self):
+            with term._lock:
+                if b"late" not in term.output:
+                    term.chunks.append((time.time(), 4))
+                    term.output += b"late"
+            return 0
+
+    term.proc = EndsAsItIsAsked()
+    assert term.wait_for(b"late", timeout=5) is not None
+
+
 def test_dashboard_overhead_table(monkeypatch):
     from bench import dashboard_overhead as dash
 
