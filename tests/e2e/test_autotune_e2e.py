@@ -48,12 +48,19 @@ def _last_choice(run: Path, wanted) -> dict:
         time.sleep(0.2)
 
 
+def _table(chose: dict) -> str:
+    """A search's result and each candidate's measurement, one line each: what a failure has to show."""
+    rows = [f"{r['settings']} rate {r['rate']:.0f} ±{r['noise']:.0%} over {r['steps']} steps (warm-up {r['warmup']},"
+            f" ended {r['ended'] or 'at the end'}) {r['why']}" for r in chose["table"]]
+    return "\n".join([f"{chose['status']} {chose['settings']} {chose['reason']}", *rows])
+
+
 def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: Tmux) -> None:
     run = tmp_path / "r"
     tmux.start("tune", sensorlm("train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum",
                                 "16", "--max-steps", "1000000", "--eval-every", "0", "--checkpoint-every", "0",
                                 "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=2",
-                                "--set", "autotune.window_steps=12", "--run-dir", str(run)))
+                                "--set", "autotune.window_steps=30", "--run-dir", str(run)))
     text = tmux.wait_for("tune", lambda s: _step(s) >= 40 and _rate(s) > 0, 120, "the toy training at its start")
     before = _rate(text)
 
@@ -63,7 +70,7 @@ def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: 
     assert "searching from step" in table
     chosen = tmux.wait_for("tune", lambda s: "chosen:" in s or "kept the start" in s, 120, "the search to end")
     chose = _last_choice(run, lambda c: True)
-    assert chose["status"] == "chosen" and chose["settings"]["grad_accum"] < 16, chose
+    assert chose["status"] == "chosen" and chose["settings"]["grad_accum"] < 16, _table(chose)
     assert f"grad_accum {chose['settings']['grad_accum']}" in chosen and "chosen" in chosen
     tmux.keys("tune", "Escape")
     tmux.wait_for("tune", lambda s: TABLE not in s, 20, "the autotune table to close")
