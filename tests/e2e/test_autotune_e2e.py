@@ -1,10 +1,12 @@
 """Autotune end to end in a real terminal: the key, the table, the choice applied and the rate rising; cancel.
 
-The toy task from a deliberately poor micro-batching (batch 16 in 16 micro-batches of one sample, where each
-micro-batch's fixed cost dominates): f starts the search and opens its table, the engine measures the
-candidates on its own steps and applies the fastest, and the steps/s the progress panel shows rises. Then f
-again starts another search from there and x cancels it while it runs: the micro-batching is what it was
-before that search (tests/engine/test_autotune.py cancels one that has moved it, through the same request).
+The toy task from a deliberately poor micro-batching (batch 16 in 16 micro-batches of one sample), each micro-batch
+given a fixed cost the box's load cannot blur: a sleep of ``MICRO_BATCH_S`` (engine.training.faults' ``slow``),
+which also leaves the cores to the rest of the suite. With the toy's own cost alone (~1 ms a micro-batch) a loaded
+CI box once measured no candidate beyond the noise and kept the start. f starts the search and opens its table, the
+engine measures the candidates on its own steps and applies the fastest, and the steps/s the progress panel shows
+rises. Then f again starts another search from there and x cancels it while it runs: the micro-batching is what it
+was before that search (tests/engine/test_autotune.py cancels one that has moved it, through the same request).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.training.faults import ENV
 from tests.conftest import read_events
 from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
 
@@ -55,12 +58,18 @@ def _table(chose: dict) -> str:
     return "\n".join([f"{chose['status']} {chose['settings']} {chose['reason']}", *rows])
 
 
+#: The sleep each micro-batch of the first ``SLOWED_STEPS`` steps takes: 48 ms a step at 16 micro-batches, 3 at 1.
+MICRO_BATCH_S = 0.003
+SLOWED_STEPS = 20_000
+
+
 def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: Tmux) -> None:
     run = tmp_path / "r"
-    tmux.start("tune", sensorlm("train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum",
-                                "16", "--max-steps", "1000000", "--eval-every", "0", "--checkpoint-every", "0",
-                                "--set", "autotune.settings=['grad_accum']", "--set", "autotune.warmup_steps=2",
-                                "--set", "autotune.window_steps=30", "--run-dir", str(run)))
+    slowed = f"{ENV}=slow@1-{SLOWED_STEPS}={MICRO_BATCH_S}"
+    tmux.start("tune", ["env", slowed, *sensorlm(
+        "train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum", "16", "--max-steps",
+        "1000000", "--eval-every", "0", "--checkpoint-every", "0", "--set", "autotune.settings=['grad_accum']",
+        "--set", "autotune.warmup_steps=2", "--set", "autotune.window_steps=30", "--run-dir", str(run))])
     text = tmux.wait_for("tune", lambda s: _step(s) >= 40 and _rate(s) > 0, 120, "the toy training at its start")
     before = _rate(text)
 
