@@ -171,15 +171,17 @@ class SessionPump:
             nonlocal opened, last_post
             if self.stop.is_set() or cancelled():
                 raise Stopped
+            # The report before the record: the UI knows a conversion is going on before it draws its first part,
+            # so no moment shows a partial record as a whole run (the first call always reports).
+            now = time.monotonic()
+            if now - last_post >= PROGRESS_S:
+                last_post = now
+                self.post(StepsProgress(done, total))
             if not opened:
                 steps = step_open.open_steps(run_dir)
                 if steps is not None:
                     opened = True
                     self.post(EventBatch([], steps=steps))
-            now = time.monotonic()
-            if now - last_post >= PROGRESS_S:
-                last_post = now
-                self.post(StepsProgress(done, total))
 
         try:
             step_open.convert_apart(run_dir, progress)

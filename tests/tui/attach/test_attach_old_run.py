@@ -31,6 +31,12 @@ class _Watching(AttachApp):
         self.reports: list[tuple[int, int, int]] = []
         #: The status line at each report of a conversion still going on.
         self.said: list[str] = []
+        #: "record" for each batch that brings the step record, "report" for each conversion report, as they came.
+        self.arrivals: list[str] = []
+
+    def on_event_batch(self, message) -> None:
+        if message.steps is not None:
+            self.arrivals.append("record")
 
     def on_steps_progress(self, message) -> None:
         if self._stale(message):
@@ -38,6 +44,7 @@ class _Watching(AttachApp):
         DashboardApp.on_steps_progress(self, message)  # the model takes the report in, then it is noted
         message.prevent_default()
         self.reports.append((message.done, message.total, self.model.step_count))
+        self.arrivals.append("report")
         if not message.finished:
             self.said.append(self.status_text)
 
@@ -67,6 +74,9 @@ def test_a_run_of_an_earlier_release_is_converted_once_then_read_like_any_run(tm
     log = (run / "events.jsonl").read_bytes()
     first = _open(run)
     assert first.reports and first.reports[-1][:2] == (1, 1), first.reports  # converted, then "ready"
+    # The charts never show a record being converted as if it were whole: the first report comes before it (it
+    # came after, and a viewer looking in between saw a complete run with no conversion going on).
+    assert first.arrivals[0] == "report" and "record" in first.arrivals, first.arrivals
     assert any(re.search(r"converting the old log into a step record [█░]{20} \d+%", said)
                for said in first.said), first.said  # with a progress bar
     assert "step 4/4" in first.screen_shown
