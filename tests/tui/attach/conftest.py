@@ -18,12 +18,25 @@ from tests.conftest import ROOT, cli_env, wait_until
 TOY = ["--task", "toy", "--threads", "1"]
 
 
+#: An endless engine's first PACED_STEPS steps each sleep PACE_S (engine.training.faults' ``slow``): a live run to
+#: watch at ~150 steps/s, not a core taken from the rest of the suite for the whole test (a toy engine at full
+#: speed uses one; test_runs_cmd runs three at once on the 2-core box).
+PACE_S = 0.005
+PACED_STEPS = 20_000
+
+
 def start_engine(run_dir: Path, *flags: str, max_steps: int = 100_000) -> subprocess.Popen:
-    """``python -m engine`` on the toy task, detached in its own session like the launcher does it."""
+    """``python -m engine`` on the toy task, detached in its own session like the launcher does it; paced when
+    endless (``max_steps`` past PACED_STEPS) and the test set no faults of its own."""
+    from engine.training.faults import ENV
+
+    env = cli_env()
+    if max_steps > PACED_STEPS and ENV not in env:
+        env[ENV] = f"slow@1-{PACED_STEPS}={PACE_S}"
     log = open(Path(run_dir).parent / f"{Path(run_dir).name}.out", "wb")
     return subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", str(max_steps),
                              "--run-dir", str(run_dir), *flags],
-                            cwd=ROOT, env=cli_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
