@@ -31,6 +31,20 @@ def cli_env() -> dict:
     return env
 
 
+#: An endless engine a test only watches paces its first PACED_STEPS steps, each sleeping PACE_S (engine.training.
+#: faults' ``slow``, per micro-batch): a live run at ~150 toy steps/s instead of one that takes a whole core from
+#: the rest of the suite for as long as the test looks at it (two workers share two cores).
+PACE_S = 0.005
+PACED_STEPS = 20_000
+
+
+def pacing(seconds: float = PACE_S) -> tuple[str, str]:
+    """(environment variable, value) that paces an engine's first PACED_STEPS steps at ``seconds`` each."""
+    from engine.training.faults import ENV
+
+    return ENV, f"slow@1-{PACED_STEPS}={seconds}"
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
             module: str = "tui.cli") -> subprocess.CompletedProcess:
     """Run `python -m <module> args…` and capture its output (stdin closed, so never a dashboard)."""

@@ -18,7 +18,7 @@ import pytest
 
 from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events, wait_until
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.e2e.tmux import Tmux, needs_tmux, paced, sensorlm
 from tests.tui.attach.conftest import status_step
 
 pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
@@ -54,7 +54,7 @@ def _stop_engine(run: Path) -> None:
 
 
 def test_hangup_detaches_attach_resumes_viewing_abort_is_clean(tmp_path: Path, tmux: Tmux) -> None:
-    pane = tmux.start("train", sensorlm(*TRAIN))
+    pane = tmux.start("train", paced(sensorlm(*TRAIN)))
     tmux.wait_for("train", lambda s: _shown_step(s) >= 20, 90, "the dashboard showing step 20")
     run = _only_run(tmp_path)
     try:
@@ -95,7 +95,7 @@ def test_hangup_detaches_attach_resumes_viewing_abort_is_clean(tmp_path: Path, t
 
 
 def test_in_process_hangup_checkpoints_and_stops(tmp_path: Path, tmux: Tmux) -> None:
-    pane = tmux.start("train", sensorlm(*TRAIN, "--in-process"))
+    pane = tmux.start("train", paced(sensorlm(*TRAIN, "--in-process")))
     tmux.wait_for("train", lambda s: _shown_step(s) >= 20, 90, "the in-process dashboard showing step 20")
     run = _only_run(tmp_path)
     try:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.conftest import holds_for, read_events, wait_until
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm, started_in
+from tests.e2e.tmux import Tmux, needs_tmux, paced, sensorlm, started_in
 from tests.tui.attach.conftest import status_step
 
 pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
@@ -38,7 +38,7 @@ def _rank_rows(text: str) -> set[int]:
 
 def test_killed_terminal_leaves_a_two_rank_job_training_and_attach_takes_control(tmp_path: Path, tmux: Tmux) -> None:
     run = tmp_path / "runs" / "job"
-    tmux.start("train", sensorlm(*TRAIN))
+    tmux.start("train", paced(sensorlm(*TRAIN)))
     try:
         wait_until(lambda: status_step(run) >= 5, 120, "the 2-rank job to train")
         tmux.kill("train")  # the terminal is gone: its processes get SIGHUP

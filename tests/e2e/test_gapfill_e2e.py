@@ -17,7 +17,7 @@ import pytest
 
 from engine.run.rundir import RunDir, pid_alive
 from tests.conftest import read_events
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.e2e.tmux import Tmux, needs_tmux, paced, sensorlm
 from tests.engine.gapfill.gapfill_helpers import TINY, TOML
 from tui.model.format import short_float
 
@@ -39,7 +39,7 @@ def test_psnr_chart_has_baseline_guides_and_switches_bands(tmp_path: Path, tmux:
     command = sensorlm("train", "--task", "gapfill", "--config", str(config), "--set", f"data.path={data}",
                        "--threads", "1", "--batch-size", "4", "--eval-every", "2", "--max-steps", "100000",
                        "--run-dir", str(run))
-    tmux.start("g", command, size=(120, 40))
+    tmux.start("g", paced(command, seconds=0.02), size=(120, 40))  # evals every 2 steps: a core's worth unpaced
     try:
         _look_at_the_charts(tmux, run)
     finally:  # the engine runs in its own session: a failed check must not leave it training

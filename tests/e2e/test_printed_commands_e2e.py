@@ -28,7 +28,7 @@ import pytest
 
 from engine.run.rundir import RunDir
 from tests.conftest import ROOT, read_events
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.e2e.tmux import Tmux, needs_tmux, paced, sensorlm
 
 pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
@@ -76,8 +76,8 @@ def _stop_engine(run: Path) -> None:
 
 
 def _detach_attach_kill_and_resume(run: Path, tmp_path: Path, tmux: Tmux) -> None:
-    tmux.start("train", sensorlm("train", "--task", "toy", "--max-steps", "100000", "--threads", "1",
-                                 "--run-dir", "runs/pasted", "--set", "checkpoint.every_steps=50"))
+    tmux.start("train", paced(sensorlm("train", "--task", "toy", "--max-steps", "100000", "--threads", "1",
+                                       "--run-dir", "runs/pasted", "--set", "checkpoint.every_steps=50")))
     tmux.wait_for("train", lambda s: "RUNNING" in s, 120, "the run training")
     _wait(lambda: _last_step(run) >= 60, 120, "a checkpoint's worth of steps")
     tmux.keys("train", "q")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli_env
+from tests.conftest import PACE_S, ROOT, cli_env, pacing
 
 #: Skip marker for machines without tmux.
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -96,7 +96,13 @@ def sensorlm(*args: str) -> list[str]:
     return [sys.executable, "-m", "tui.cli", *args]
 
 
-__all__ = ["Tmux", "needs_tmux", "sensorlm", "ROOT"]
+def paced(command: list[str], seconds: float = PACE_S) -> list[str]:
+    """``command`` with its engine's first steps paced (tests.conftest.pacing): for a run the test only watches."""
+    name, spec = pacing(seconds)
+    return ["env", f"{name}={spec}", *command]
+
+
+__all__ = ["Tmux", "needs_tmux", "paced", "sensorlm", "ROOT"]
 
 
 def started_in(cwd: Path, *commands: str) -> list:

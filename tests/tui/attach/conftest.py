@@ -12,27 +12,20 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import ROOT, cli_env, wait_until
+from tests.conftest import PACED_STEPS, ROOT, cli_env, pacing, wait_until
 
 #: The engine flags every test run uses: the tiny toy task on one thread, effectively endless.
 TOY = ["--task", "toy", "--threads", "1"]
 
 
-#: An endless engine's first PACED_STEPS steps each sleep PACE_S (engine.training.faults' ``slow``): a live run to
-#: watch at ~150 steps/s, not a core taken from the rest of the suite for the whole test (a toy engine at full
-#: speed uses one; test_runs_cmd runs three at once on the 2-core box).
-PACE_S = 0.005
-PACED_STEPS = 20_000
-
-
 def start_engine(run_dir: Path, *flags: str, max_steps: int = 100_000) -> subprocess.Popen:
     """``python -m engine`` on the toy task, detached in its own session like the launcher does it; paced when
-    endless (``max_steps`` past PACED_STEPS) and the test set no faults of its own."""
-    from engine.training.faults import ENV
-
+    endless (``max_steps`` past PACED_STEPS; test_runs_cmd runs three such at once) and the test set no faults
+    of its own."""
     env = cli_env()
-    if max_steps > PACED_STEPS and ENV not in env:
-        env[ENV] = f"slow@1-{PACED_STEPS}={PACE_S}"
+    name, spec = pacing()
+    if max_steps > PACED_STEPS and name not in env:
+        env[name] = spec
     log = open(Path(run_dir).parent / f"{Path(run_dir).name}.out", "wb")
     return subprocess.Popen([sys.executable, "-m", "engine", *TOY, "--max-steps", str(max_steps),
                              "--run-dir", str(run_dir), *flags],
