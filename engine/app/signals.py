@@ -20,7 +20,12 @@ finalizer ("Exception ignored in atexit callback", then "11 leaked semaphore
 objects" from the resource tracker), or between the run's end and its status
 record. So the second SIGINT raises only inside ``interruptible()``, around the
 training itself; elsewhere it asks for the same stop and the loop ends at its
-next boundary.
+next boundary. Inside the training too, a signal can land in a finalizer that
+the garbage collector runs (a ``__del__``, multiprocessing's or weakref's
+``Finalize``, as a DataLoader's queues are collected): Python prints what it
+raises there as "Exception ignored in ..." with a traceback, and drops it. So a
+handler interrupting a finalizer (``_in_finalizer``) raises nothing; the stop it
+asked for ends the step at its boundary, a step later than a raise would.
 
 A hang-up from the first instruction (``catch_hangup``). Python leaves SIGHUP
 (and SIGUSR1) at its default, which ends the process: an SSH drop in the first seconds of a
@@ -121,6 +126,22 @@ def hung_up() -> bool:
     return _early.heard
 
 
+#: (file name ending, function) of the finalizers the garbage collector calls, besides any ``__del__``: what a
+#: KeyboardInterrupt raised in them becomes an "Exception ignored" traceback (the module docstring).
+FINALIZERS = ((os.path.join("multiprocessing", "util.py"), "__call__"), ("weakref.py", "__call__"))
+
+
+def _in_finalizer(frame) -> bool:
+    """True when ``frame`` (where a signal interrupted the main thread) or a caller of it is a finalizer."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or any(code.co_filename.endswith(file) and code.co_name == function
+                                            for file, function in FINALIZERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class EngineSignals:
     """The handlers of one run: ``install`` them once it serves, train ``interruptible()``, ``end`` when it ends.
 
@@ -171,7 +192,7 @@ class EngineSignals:
             if self.interrupts >= 2:
                 self._stopped_at_once = True
                 self.controls.request_stop("second SIGINT: stopped at once, no checkpoint")
-                if self._interruptible:
+                if self._interruptible and not _in_finalizer(frame):
                     raise KeyboardInterrupt
                 return
         from engine.core.exit_codes import ExitCode
