@@ -1,7 +1,9 @@
 """Autotune's state through a crash, an abort and a kill right after its result: never a setting no one chose.
 
-A toy run starts at its slowest micro-batching (16 micro-batches of one sample: any other candidate beats it) and
-searches grad_accum in windows of 40 steps, so a kill or a stop lands inside a candidate's window. Before:
+A toy run starts at its slowest micro-batching (16 micro-batches of one sample: any other candidate beats it, each
+micro-batch sleeping ``MICRO_BATCH_S`` as well, so no load on the box can make a candidate look slower: a loaded
+run once kept the start) and searches grad_accum in windows of 40 steps, so a kill or a stop lands inside a
+candidate's window. Before:
 
 - kill -9 during a search, then ``--resume``: the run went on with the candidate being measured, and (a search a
   viewer started) never searched again;
@@ -21,6 +23,7 @@ import pytest
 from engine.checkpoint import store
 from engine.run.control.client import RunClient
 from engine.run.control.requests import autotune
+from tests.conftest import pacing
 from tests.engine.reliability.harness import TOY, events_of
 
 START = 16  # grad_accum before the search: batch 16 in micro-batches of one
@@ -29,13 +32,17 @@ FLAGS = [*TOY, "--batch-size", "16", "--grad-accum", str(START), "--eval-every",
          "--set", "autotune.window_steps=40", "--set", "runtime.prefetch=false"]  # no worker processes to wait for
 
 
+#: The sleep each micro-batch takes (engine.training.faults' ``slow``): 32 ms a step at the start, 2 ms at one.
+MICRO_BATCH_S = 0.002
+
+
 @pytest.fixture
 def spawn(engines):
     """engines.spawn, each engine it started killed at the end if an assert left it training (100,000 steps)."""
     started = []
 
     def start(argv: list[str], workdir: Path):
-        started.append(engines.spawn(argv, workdir))
+        started.append(engines.spawn(argv, workdir, faults=pacing(MICRO_BATCH_S)[1]))
         return started[-1]
 
     try:
