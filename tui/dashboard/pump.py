@@ -48,8 +48,6 @@ LIVENESS_S = 1.0
 MAX_BATCH = 20_000
 #: How often a run whose record is not there yet is looked at again (s).
 RECORD_LOOK_S = 0.5
-#: Conversion progress is posted at most this often (s).
-PROGRESS_S = 0.1
 
 
 class Stopped(Exception):
@@ -165,18 +163,17 @@ class SessionPump:
         from the first chunk on; False when stopped (the child is killed; the next open goes on from where it
         was). A conversion that fails leaves the charts empty and says why (the log is never changed)."""
         opened = False
-        last_post = 0.0
 
         def progress(done: int, total: int) -> None:
-            nonlocal opened, last_post
+            # Every report is posted: the conversion reports once per chunk (engine.run.steps.convert, 16 MB of
+            # log, a few a second), and a time limit on them dropped the one between the first and the end when
+            # a loaded box handed the child's lines over in a bunch. The report goes before the record's first
+            # part, so the UI knows a conversion is going on before it draws that part: no moment shows a part
+            # as the whole run.
+            nonlocal opened
             if self.stop.is_set() or cancelled():
                 raise Stopped
-            # The report before the record: the UI knows a conversion is going on before it draws its first part,
-            # so no moment shows a partial record as a whole run (the first call always reports).
-            now = time.monotonic()
-            if now - last_post >= PROGRESS_S:
-                last_post = now
-                self.post(StepsProgress(done, total))
+            self.post(StepsProgress(done, total))
             if not opened:
                 steps = step_open.open_steps(run_dir)
                 if steps is not None:

@@ -107,3 +107,25 @@ def test_a_long_old_log_shows_its_first_part_while_the_rest_converts(tmp_path):
     assert any(re.search(r"step record [█░]{20} [1-9]\d?%", said) for said in app.said), app.said
     assert app.model.step_count == 70_000 and app.model.steps.first_step == 1
     assert hashlib.sha256(log.read_bytes()).hexdigest() == digest, "the old log is only read"
+
+
+def test_a_conversions_reports_handed_over_in_a_bunch_are_all_shown(tmp_path, monkeypatch):
+    """A loaded box can hand the conversion child's lines over at once: each report still reaches the UI, so the
+    part converted by then is shown as a part, never only the start and the end (a time limit dropped it)."""
+    from tui.model import step_open
+
+    run = tmp_path / "old"
+    write_run(run, 70_000)  # two chunks of the log
+    convert = step_open.convert
+    made: list[tuple[int, int]] = []
+
+    def bunched(run_dir, progress=None):
+        convert(run_dir, lambda done, total: made.append((done, total)))
+        for done, total in made:  # all of them after the conversion, one right after the other
+            progress(done, total)
+
+    monkeypatch.setattr(step_open, "convert_apart", bunched)
+    app = _open(run)
+    assert any(0 < done < total for done, total in made), made
+    assert [report[:2] for report in app.reports[:-1]] == made
+    assert app.reports[-1][:2] == (1, 1) and app.model.step_count == 70_000
