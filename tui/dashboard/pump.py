@@ -165,11 +165,11 @@ class SessionPump:
         opened = False
 
         def progress(done: int, total: int) -> None:
-            # Every report is posted: the conversion reports once per chunk (engine.run.steps.convert, 16 MB of
-            # log, a few a second), and a time limit on them dropped the one between the first and the end when
-            # a loaded box handed the child's lines over in a bunch. The report goes before the record's first
-            # part, so the UI knows a conversion is going on before it draws that part: no moment shows a part
-            # as the whole run.
+            # Every report is posted, with no time limit: the conversion reports once per 16 MB chunk of log
+            # (engine.run.steps.convert; a few a second), and a limit would drop every report between the first
+            # and the end whenever the child's lines arrive in a bunch (a loaded box), so the part converted by
+            # then would never be shown as a part. The report goes before the record's first part: the UI knows
+            # a conversion is going on before it draws that part, and no moment shows a part as the whole run.
             nonlocal opened
             if self.stop.is_set() or cancelled():
                 raise Stopped
