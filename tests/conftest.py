@@ -39,7 +39,7 @@ PACED_STEPS = 20_000
 
 
 def pacing(seconds: float = PACE_S) -> tuple[str, str]:
-    """(environment variable, value) that paces an engine's first PACED_STEPS steps at ``seconds`` each."""
+    """(environment variable, value) that paces an engine's first PACED_STEPS steps: ``seconds`` a micro-batch."""
     from engine.training.faults import ENV
 
     return ENV, f"slow@1-{PACED_STEPS}={seconds}"

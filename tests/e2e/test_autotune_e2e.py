@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.training.faults import ENV
 from tests.conftest import read_events
-from tests.e2e.tmux import Tmux, needs_tmux, sensorlm
+from tests.e2e.tmux import Tmux, needs_tmux, paced, sensorlm
 
 pytestmark = [needs_tmux, pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,18 +57,18 @@ def _table(chose: dict) -> str:
     return "\n".join([f"{chose['status']} {chose['settings']} {chose['reason']}", *rows])
 
 
-#: The sleep each micro-batch of the first ``SLOWED_STEPS`` steps takes: 48 ms a step at 16 micro-batches, 3 at 1.
+#: The sleep each micro-batch of the first steps takes (tests.conftest.pacing): 48 ms a step at 16 micro-batches,
+#: 3 at 1.
 MICRO_BATCH_S = 0.003
-SLOWED_STEPS = 20_000
 
 
 def test_autotune_key_chooses_applies_and_cancel_restores(tmp_path: Path, tmux: Tmux) -> None:
     run = tmp_path / "r"
-    slowed = f"{ENV}=slow@1-{SLOWED_STEPS}={MICRO_BATCH_S}"
-    tmux.start("tune", ["env", slowed, *sensorlm(
+    tmux.start("tune", paced(sensorlm(
         "train", "--task", "toy", "--threads", "1", "--batch-size", "16", "--grad-accum", "16", "--max-steps",
         "1000000", "--eval-every", "0", "--checkpoint-every", "0", "--set", "autotune.settings=['grad_accum']",
-        "--set", "autotune.warmup_steps=2", "--set", "autotune.window_steps=30", "--run-dir", str(run))])
+        "--set", "autotune.warmup_steps=2", "--set", "autotune.window_steps=30", "--run-dir", str(run)),
+        seconds=MICRO_BATCH_S))
     text = tmux.wait_for("tune", lambda s: _step(s) >= 40 and _rate(s) > 0, 120, "the toy training at its start")
     before = _rate(text)
 
